@@ -1,0 +1,31 @@
+"""``python -m nimbus``: the Nimbus daemon in the foreground."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from nstorm.config import parse_conf_options
+from nstorm.logs import setup_daemon_logging
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m nimbus", description="nstorm nimbus daemon")
+    parser.add_argument("--zk", required=True)
+    parser.add_argument("--root", default="/nstorm")
+    parser.add_argument("-c", "--conf", action="append", default=[])
+    args = parser.parse_args()
+    setup_daemon_logging("nimbus", "nimbus")
+    from nimbus.daemon import Nimbus
+
+    nimbus = Nimbus(args.zk, args.root, parse_conf_options(args.conf))
+    nimbus.install_signal_handlers()
+    try:
+        raise SystemExit(nimbus.run())
+    except Exception:
+        logging.getLogger("nimbus").exception("nimbus failed")
+        raise SystemExit(1) from None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,25 @@
+"""nstorm: a Storm-style stream processing engine with nonstop executor migration.
+
+The public API: subclass :class:`Spout` and :class:`Bolt`, wire them with a
+:class:`TopologyBuilder`, and run the file with ``nstorm local`` or ``nstorm submit``.
+"""
+
+import logging
+
+from nstorm.component import Bolt, Context, Spout, Tuple
+from nstorm.errors import NStormError, TopologyError
+from nstorm.topology import Topology, TopologyBuilder
+
+__all__ = [
+    "Bolt",
+    "Context",
+    "NStormError",
+    "Spout",
+    "Topology",
+    "TopologyBuilder",
+    "TopologyError",
+    "Tuple",
+]
+__version__ = "0.1.0"
+
+logging.getLogger(__name__).addHandler(logging.NullHandler())

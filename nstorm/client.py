@@ -1,0 +1,253 @@
+"""The client side of a cluster: what ``nstorm submit/list/status/kill/...`` do.
+
+Everything goes through ZooKeeper: a client writes a topology and its desired
+status; Nimbus turns them into plans. :meth:`ClusterClient.status` joins the
+plan with the workers' heartbeats into the schema of ``nstorm status --json``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from kazoo.exceptions import NodeExistsError, NoNodeError
+
+from nstorm.errors import ClusterError, ConfigError, NotFoundError, UsageError
+from nstorm.loader import load_topology, make_archive
+from nstorm.zkschema import (
+    ACTIVE,
+    INACTIVE,
+    KILLED,
+    ZkPaths,
+    connect,
+    decode,
+    encode,
+    resolve_zk_address,
+)
+
+__all__ = ["ClusterClient"]
+
+_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
+
+
+class ClusterClient:
+    """A connection to a cluster's ZooKeeper, with the user-facing operations.
+
+    Example::
+
+        with ClusterClient("127.0.0.1:2181") as client:
+            client.submit("topologies/wordcount.py")
+            print(client.status("wordcount"))
+    """
+
+    def __init__(self, zk_address: str | None = None, root: str = "/nstorm", timeout: float = 10.0) -> None:
+        self.address = resolve_zk_address(zk_address)
+        self.paths = ZkPaths(root)
+        self.zk = connect(self.address, timeout=timeout)
+        self.paths.ensure(self.zk)
+
+    def close(self) -> None:
+        self.zk.stop()
+        self.zk.close()
+
+    def __enter__(self) -> ClusterClient:
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self.close()
+
+    def _get(self, path: str) -> Any:
+        try:
+            return decode(self.zk.get(path)[0])
+        except NoNodeError:
+            return None
+        except ValueError:
+            return None
+
+    def _require(self, name: str) -> dict[str, Any]:
+        topo = self._get(self.paths.topology(name))
+        if topo is None:
+            msg = f"no topology named {name!r} (see 'nstorm list')"
+            raise NotFoundError(msg)
+        return topo
+
+    # -- submit -------------------------------------------------------------------------------
+    def submit(self, path: str | Path, name: str | None = None, conf: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Validate and store a topology file; Nimbus schedules it. Returns a summary."""
+        conf = dict(conf or {})
+        topology = load_topology(path, conf)
+        definition = dict(topology.definition)
+        if name is not None:
+            if not name or not set(name) <= _NAME_CHARS:
+                msg = f"topology name {name!r} is invalid: use letters, digits, '_' and '-'"
+                raise UsageError(msg)
+            definition["name"] = name
+        if "topology.workers" in conf:
+            workers = conf["topology.workers"]
+            if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+                msg = f"-c topology.workers={workers!r}: expected an integer >= 1"
+                raise ConfigError(msg)
+            definition["workers"] = workers
+        acker = conf.get("topology.acker.executors")
+        if acker is not None and (isinstance(acker, bool) or not isinstance(acker, int) or acker < 0):
+            msg = f"-c topology.acker.executors={acker!r}: expected an integer >= 0"
+            raise ConfigError(msg)
+        name = definition["name"]
+        archive, sha = make_archive(path)
+        record = {
+            "definition": definition,
+            "conf": conf,
+            "user_conf": conf,
+            "code_sha256": sha,
+            "main": Path(path).name,
+            "submitted_at": time.time(),
+        }
+        tx = self.zk.transaction()
+        tx.create(self.paths.topology(name), encode(record))
+        tx.create(self.paths.code(name), archive)
+        tx.create(self.paths.status(name), encode({"status": ACTIVE, "updated_at": time.time()}))
+        results = tx.commit()
+        failures = [r for r in results if isinstance(r, Exception)]
+        if any(isinstance(r, NodeExistsError) for r in failures):
+            msg = f"a topology named {name!r} is already running (kill it first, or use --name)"
+            raise UsageError(msg)
+        if failures:
+            msg = f"cannot store topology {name!r}: {failures[0]!r}"
+            raise ClusterError(msg)
+        executors = sum(c["parallelism"] for c in definition["components"].values())
+        return {"name": name, "executors": executors, "workers": definition["workers"], "code_sha256": sha}
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def set_status(self, name: str, status: str) -> None:
+        """Ask Nimbus to activate or deactivate ``name``."""
+        self._require(name)
+        current = self._get(self.paths.status(name)) or {}
+        if current.get("status") == KILLED:
+            msg = f"topology {name!r} is being killed"
+            raise UsageError(msg)
+        self.zk.set(self.paths.status(name), encode({"status": status, "updated_at": time.time()}))
+
+    def activate(self, name: str) -> None:
+        self.set_status(name, ACTIVE)
+
+    def deactivate(self, name: str) -> None:
+        self.set_status(name, INACTIVE)
+
+    def kill(self, name: str, wait_secs: float = 0.0) -> None:
+        """Deactivate ``name`` now and have Nimbus remove it after ``wait_secs``."""
+        self._require(name)
+        if wait_secs < 0:
+            msg = f"--wait must be >= 0, got {wait_secs}"
+            raise UsageError(msg)
+        self.zk.set(
+            self.paths.status(name),
+            encode({"status": KILLED, "kill_at": time.time() + wait_secs, "updated_at": time.time()}),
+        )
+
+    def wait_removed(self, name: str, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.zk.exists(self.paths.topology(name)) and not self._heartbeats(name):
+                return True
+            time.sleep(0.2)
+        return False
+
+    # -- inspection --------------------------------------------------------------------------
+    def names(self) -> list[str]:
+        return sorted(self.zk.get_children(self.paths.topologies))
+
+    def _heartbeats(self, name: str) -> dict[str, dict[str, Any]]:
+        try:
+            children = self.zk.get_children(self.paths.workerbeats(name))
+        except NoNodeError:
+            return {}
+        beats = {}
+        for wid in children:
+            beat = self._get(self.paths.workerbeat(name, wid))
+            if beat:
+                beats[wid] = beat
+        return beats
+
+    def plan(self, name: str) -> dict[str, Any] | None:
+        return self._get(self.paths.assignment(name))
+
+    def list(self) -> list[dict[str, Any]]:
+        rows = []
+        for name in self.names():
+            status = (self._get(self.paths.status(name)) or {}).get("status", "?")
+            plan = self.plan(name) or {}
+            rows.append({
+                "name": name,
+                "status": status,
+                "plan_version": plan.get("version"),
+                "workers": len(plan.get("workers", {})),
+                "executors": len(plan.get("executors", {})),
+            })
+        return rows
+
+    def status(self, name: str) -> dict[str, Any]:
+        """The ``nstorm status --json`` document of ``name``."""
+        topo = self._require(name)
+        status = (self._get(self.paths.status(name)) or {}).get("status", "?")
+        plan = self.plan(name) or {}
+        beats = self._heartbeats(name)
+        definition = topo["definition"]
+        by_worker: dict[str, list[str]] = {}
+        for eid, wid in sorted(plan.get("executors", {}).items()):
+            by_worker.setdefault(wid, []).append(eid)
+        workers = []
+        for wid, w in sorted(plan.get("workers", {}).items()):
+            beat = beats.get(wid, {})
+            workers.append({
+                "id": wid, "node": w["node"], "host": w["host"], "port": w["port"],
+                "pid": beat.get("pid"), "executors": by_worker.get(wid, []),
+                "alive": bool(beat) and time.time() - float(beat.get("time", 0)) < 10,
+                "plan_version": beat.get("version"), "cpu": beat.get("cpu"),
+            })
+        counters: dict[str, dict[str, Any]] = {}
+        for beat in beats.values():
+            for eid, c in beat.get("executors", {}).items():
+                counters[eid] = c
+        components: dict[str, Any] = {}
+        spouts = {"pending": 0, "acked": 0, "failed": 0, "replayed": 0}
+        for cname, comp in definition["components"].items():
+            agg = {"parallelism": comp["parallelism"], "emitted": 0, "executed": 0, "acked": 0, "failed": 0,
+                   "queue": 0, "errors": 0, "last_error": None}
+            for i in range(comp["parallelism"]):
+                c = counters.get(f"{cname}:{i}", {})
+                for key in ("emitted", "executed", "acked", "failed", "queue", "errors"):
+                    agg[key] += int(c.get(key) or 0)
+                if c.get("last_error"):
+                    agg["last_error"] = c["last_error"]
+                if comp["kind"] == "spout":
+                    spouts["pending"] += int(c.get("pending") or 0)
+                    spouts["acked"] += int(c.get("acked") or 0)
+                    spouts["failed"] += int(c.get("failed") or 0)
+                    spouts["replayed"] += int(c.get("replayed") or 0)
+            components[cname] = agg
+        return {
+            "name": name,
+            "status": status,
+            "plan_version": plan.get("version"),
+            "workers": workers,
+            "components": components,
+            "spouts": spouts,
+            "migrations": plan.get("migrations", []),
+        }
+
+    def wait_running(self, name: str, timeout: float = 60.0) -> dict[str, Any]:
+        """Wait until every executor of ``name`` reports from its planned worker."""
+        deadline = time.monotonic() + timeout
+        while True:
+            plan = self.plan(name)
+            if plan:
+                beats = self._heartbeats(name)
+                reported = {e for wid, b in beats.items() if b.get("version") == plan["version"] for e in b.get("executors", {})}
+                if set(plan["executors"]) <= reported:
+                    return plan
+            if time.monotonic() > deadline:
+                msg = f"topology {name!r} did not start within {timeout:.0f}s"
+                raise ClusterError(msg)
+            time.sleep(0.2)

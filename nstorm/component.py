@@ -1,0 +1,234 @@
+"""The component API: :class:`Spout`, :class:`Bolt`, :class:`Tuple` and :class:`Context`.
+
+Users subclass :class:`Spout` or :class:`Bolt`. The framework owns the run loop:
+each executor is a thread of a worker process that calls the hooks below, always
+from that one thread, so a component never needs locks of its own.
+
+Call order for a spout: ``open`` once, then ``activate``; then ``next_tuple``
+in a loop while the topology is active (interleaved with ``ack`` / ``fail``
+for tracked tuples); ``deactivate`` when the topology is deactivated;
+``close`` when the executor stops (it may not be called if the worker is
+killed). For a bolt: ``prepare`` once, then ``process`` for every input tuple
+(``process_tick`` for tick tuples), ``cleanup`` when the executor stops.
+No hook may block for long: a spout's ``next_tuple`` that has nothing to emit
+should return at once (the executor backs off by itself).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+__all__ = ["Bolt", "Component", "Context", "Spout", "Tuple", "TICK_STREAM"]
+
+TICK_STREAM = "__tick"
+
+
+class Tuple:
+    """One data tuple as a bolt sees it: ``tup.values``, ``tup[0]``, ``tup["word"]``.
+
+    :ivar values: the tuple's values, a list or tuple.
+    :ivar source: the component that emitted it (``"__system"`` for ticks).
+    :ivar source_task: index of the emitting executor within its component.
+    :ivar stream: the stream it was emitted on (``"default"`` unless named).
+
+    Instances are created by the framework, one per delivered tuple; treat them
+    as immutable.
+    """
+
+    __slots__ = ("values", "source", "source_task", "stream", "anchors", "_fields", "_ackval")
+
+    def __init__(
+        self,
+        values: Sequence[Any],
+        source: str,
+        source_task: int,
+        stream: str,
+        anchors: Any,
+        fields: Mapping[str, int],
+    ) -> None:
+        self.values = values
+        self.source = source
+        self.source_task = source_task
+        self.stream = stream
+        self.anchors = anchors  # flat [root, edge, root, edge, ...] or None: acker bookkeeping
+        self._fields = fields
+        self._ackval = 0  # XOR of the edge ids of tuples anchored to this one
+
+    def __getitem__(self, key: int | str) -> Any:
+        if type(key) is str:
+            try:
+                return self.values[self._fields[key]]
+            except KeyError:
+                msg = f"stream {self.source}/{self.stream} has no field {key!r}"
+                raise KeyError(msg) from None
+        return self.values[key]
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    @property
+    def is_tick(self) -> bool:
+        """True for a tick tuple (``tick_secs`` on the component)."""
+        return self.stream == TICK_STREAM
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        """Names of the values, in order."""
+        return tuple(sorted(self._fields, key=self._fields.__getitem__))
+
+    def __repr__(self) -> str:
+        return f"Tuple({self.source}:{self.source_task}/{self.stream} {list(self.values)!r})"
+
+
+@dataclass(frozen=True)
+class Context:
+    """Where an executor runs and what the topology looks like, given to ``open``/``prepare``.
+
+    :ivar component: the component's name.
+    :ivar task_index: this executor's index within the component (0-based).
+    :ivar executor_id: ``"component:index"``.
+    :ivar topology: the topology's name.
+    :ivar worker_id: ``"node:port"`` of the hosting worker.
+    :ivar parallelism: executors per component name.
+    """
+
+    component: str
+    task_index: int
+    executor_id: str
+    topology: str
+    worker_id: str = ""
+    parallelism: Mapping[str, int] = field(default_factory=dict)
+
+
+class Component:
+    """What spouts and bolts share: outputs, per-component config and emitting.
+
+    :ivar outputs: field names of the default stream, as a tuple, or a dict
+        ``{stream: fields}`` for named streams.
+    :ivar tick_secs: deliver a tick tuple every this many seconds (None: no ticks).
+    :ivar config: component-level configuration merged over the topology's.
+    """
+
+    outputs: ClassVar[Sequence[str] | Mapping[str, Sequence[str]]] = ()
+    tick_secs: ClassVar[float | None] = None
+    config: ClassVar[Mapping[str, Any]] = {}
+
+    # Set by the executor; bound straight onto the instance so that a user's
+    # ``self.emit(...)`` is one call into the collector, with no extra frame.
+    def emit(self, values: Sequence[Any], stream: str = "default", **kwargs: Any) -> None:
+        """Emit a tuple on ``stream`` (see :class:`Spout` / :class:`Bolt` for the options)."""
+        msg = f"{type(self).__name__}.emit called outside a running executor"
+        raise RuntimeError(msg)
+
+    def emit_direct(self, task: int, values: Sequence[Any], stream: str = "default", **kwargs: Any) -> None:
+        """Emit to executor ``task`` of each component that subscribes with ``direct_grouping``."""
+        msg = f"{type(self).__name__}.emit_direct called outside a running executor"
+        raise RuntimeError(msg)
+
+    def log(self, message: str, *args: Any) -> None:
+        """Write a line to the worker's log, tagged with the executor id."""
+        import logging
+
+        logging.getLogger(f"nstorm.component.{type(self).__name__}").info(message, *args)
+
+
+class Spout(Component):
+    """A source of tuples. Subclass it and write :meth:`next_tuple`.
+
+    ``self.emit(values, stream="default", msg_id=None)``: with a ``msg_id`` the
+    tuple tree is tracked by the acker and :meth:`ack` or :meth:`fail` is called
+    with that id once it is fully processed, failed or timed out
+    (``topology.message.timeout.secs``). Replaying a failed tuple is the spout's
+    decision, as in Storm.
+
+    Example::
+
+        class Numbers(Spout):
+            outputs = ("n",)
+            def open(self, conf, context):
+                self.n = 0
+            def next_tuple(self):
+                self.n += 1
+                self.emit((self.n,), msg_id=self.n)
+    """
+
+    def open(self, conf: Mapping[str, Any], context: Context) -> None:
+        """Called once in the executor thread before anything else."""
+
+    def next_tuple(self) -> None:
+        """Emit zero or more tuples; must return quickly. Called in a loop while active."""
+        msg = f"{type(self).__name__} must implement next_tuple()"
+        raise NotImplementedError(msg)
+
+    def ack(self, msg_id: Any) -> None:
+        """The tuple tree of ``msg_id`` was fully processed."""
+
+    def fail(self, msg_id: Any) -> None:
+        """The tuple tree of ``msg_id`` failed or timed out; replay it if you want."""
+
+    def activate(self) -> None:
+        """The topology became active: ``next_tuple`` calls start (again)."""
+
+    def deactivate(self) -> None:
+        """The topology was deactivated: ``next_tuple`` is not called until reactivated."""
+
+    def close(self) -> None:
+        """The executor is stopping. May not be called if the worker is killed."""
+
+
+class Bolt(Component):
+    """An operator on tuples. Subclass it and write :meth:`process`.
+
+    Emits inside :meth:`process` are anchored to the input tuple and the input is
+    acked when :meth:`process` returns (failed if it raises), like streamparse.
+    Set ``auto_ack = False`` to call :meth:`ack` / :meth:`fail` yourself and
+    ``auto_anchor = False`` to emit unanchored tuples;
+    ``self.emit(values, anchors=[t1, t2])`` anchors explicitly.
+
+    :ivar auto_ack: ack each input after ``process`` returns (default True).
+    :ivar auto_anchor: anchor emits to the tuple being processed (default True).
+    :ivar auto_fail: fail the input if ``process`` raises (default True).
+    :ivar state: a dict that belongs to this executor and moves with it when it
+        migrates to another worker. Keep it to plain data (msgpack types).
+
+    Example::
+
+        class Count(Bolt):
+            outputs = ("word", "count")
+            def process(self, tup):
+                word = tup["word"]
+                self.state[word] = n = self.state.get(word, 0) + 1
+                self.emit((word, n))
+    """
+
+    auto_ack: ClassVar[bool] = True
+    auto_anchor: ClassVar[bool] = True
+    auto_fail: ClassVar[bool] = True
+    state: dict[Any, Any]
+
+    def prepare(self, conf: Mapping[str, Any], context: Context) -> None:
+        """Called once in the executor thread before the first tuple."""
+
+    def process(self, tup: Tuple) -> None:
+        """Handle one input tuple."""
+        msg = f"{type(self).__name__} must implement process(tup)"
+        raise NotImplementedError(msg)
+
+    def process_tick(self, tup: Tuple) -> None:
+        """Handle a tick tuple (``tick_secs``); by default passes it to :meth:`process`."""
+        self.process(tup)
+
+    def ack(self, tup: Tuple) -> None:
+        """Ack ``tup`` (only needed with ``auto_ack = False``)."""
+        msg = "ack called outside a running executor"
+        raise RuntimeError(msg)
+
+    def fail(self, tup: Tuple) -> None:
+        """Fail ``tup``: its spout tuple is failed at once (only with ``auto_ack = False``)."""
+        msg = "fail called outside a running executor"
+        raise RuntimeError(msg)
+
+    def cleanup(self) -> None:
+        """The executor is stopping. May not be called if the worker is killed."""

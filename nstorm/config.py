@@ -1,0 +1,83 @@
+"""Configuration: every default in one place, and parsing of ``-c key=value`` options.
+
+Keys follow Storm's dotted style. A topology's ``conf`` is, in order of
+precedence, the ``-c`` options of ``nstorm submit``/``nstorm local``, the
+topology's own ``build(conf=...)`` settings, then :data:`DEFAULTS`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from nstorm.errors import ConfigError
+
+__all__ = ["DEFAULTS", "merge_conf", "parse_conf_options"]
+
+DEFAULTS: dict[str, Any] = {
+    # ZooKeeper
+    "nstorm.zookeeper.servers": None,  # "host:port[,host:port]"; None = embedded of $NSTORM_HOME
+    "nstorm.zookeeper.root": "/nstorm",
+    "nstorm.zookeeper.session.timeout.secs": 10,
+    # topology
+    "topology.workers": 1,
+    "topology.acker.executors": None,  # None = one per worker; 0 turns acking off
+    "topology.message.timeout.secs": 30,
+    "topology.max.spout.pending": 1000,  # per spout executor; None or 0 = unbounded
+    "topology.batch.size": 100,  # tuples per message at most
+    "topology.batch.max.latency.ms": 5,  # a buffered tuple leaves within this bound
+    "topology.executor.queue.batches": 64,  # bounded input queue, in batches
+    "topology.hash.seed": 0,  # PYTHONHASHSEED of workers: fields grouping agrees across processes
+    "topology.debug": False,
+    "topology.scheduler": "static",
+    # daemons
+    "supervisor.slots": 4,
+    "supervisor.slots.port.base": 6700,  # 0 = pick free ports
+    "supervisor.sync.interval.ms": 1000,  # TS: periodic ZooKeeper -> LMDB sync (a watch acts at once)
+    "supervisor.worker.start.timeout.secs": 30,
+    "worker.sync.interval.ms": 100,  # TW: worker polls its LMDB plan
+    "worker.lazy.kill.ms": 2000,  # DK: a moved executor's old copy drains this long
+    "worker.heartbeat.interval.secs": 1.0,
+    "nimbus.supervisor.timeout.secs": 10,
+    "nimbus.monitor.interval.secs": 1.0,
+    # OTD
+    "otd.period.secs": 5,
+    "otd.threshold.asc": 0,
+}
+
+
+def _parse_value(text: str) -> Any:
+    """A value is JSON where it parses, else the string itself."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def parse_conf_options(options: Iterable[str]) -> dict[str, Any]:
+    """Parse ``key=value`` strings (``-c`` options) into a dict.
+
+    :raises ConfigError: for an option without ``=`` or with an empty key.
+    """
+    conf: dict[str, Any] = {}
+    for option in options:
+        key, sep, value = option.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            msg = f"malformed -c option {option!r}: expected key=value"
+            raise ConfigError(msg)
+        if any(ch.isspace() for ch in key):
+            msg = f"malformed -c option {option!r}: the key has whitespace"
+            raise ConfigError(msg)
+        conf[key] = _parse_value(value)
+    return conf
+
+
+def merge_conf(*layers: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Merge config layers, later layers winning, on top of :data:`DEFAULTS`."""
+    merged = dict(DEFAULTS)
+    for layer in layers:
+        if layer:
+            merged.update(layer)
+    return merged

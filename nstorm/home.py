@@ -1,0 +1,48 @@
+"""Where nstorm keeps its files: ``$NSTORM_HOME`` (default ``./.nstorm``).
+
+Layout: ``logs/`` (one file per process), ``run/`` (pid files and the
+embedded cluster's address), ``zookeeper/`` (embedded data), ``supervisor/<node>/``
+(LMDB store and code archives).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+__all__ = ["home_dir", "logs_dir", "run_dir", "supervisor_dir", "zk_address_file"]
+
+
+def home_dir() -> Path:
+    """The nstorm home directory, created if missing."""
+    path = Path(os.environ.get("NSTORM_HOME", ".nstorm")).resolve()
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _sub(name: str) -> Path:
+    path = home_dir() / name
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def logs_dir() -> Path:
+    """``$NSTORM_HOME/logs``: one log file per daemon or worker process."""
+    return _sub("logs")
+
+
+def run_dir() -> Path:
+    """``$NSTORM_HOME/run``: pid files of background daemons."""
+    return _sub("run")
+
+
+def supervisor_dir(node: str) -> Path:
+    """``$NSTORM_HOME/supervisor/<node>``: the node's LMDB store and code archives."""
+    path = home_dir() / "supervisor" / node
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def zk_address_file() -> Path:
+    """File holding ``host:port`` of the embedded ZooKeeper of this home."""
+    return run_dir() / "zookeeper.address"

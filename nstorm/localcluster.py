@@ -1,0 +1,242 @@
+"""A whole cluster on this machine: ZooKeeper, Nimbus and supervisors as real processes.
+
+Used by ``nstorm local`` (owned, torn down on exit), ``nstorm cluster up``
+(detached, pids under ``$NSTORM_HOME/run``, ended by ``cluster down``) and the
+integration tests. Daemons run as ``python -m nimbus`` / ``python -m supervisor``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from nstorm.errors import ClusterError
+from nstorm.home import home_dir, logs_dir, run_dir
+from nstorm.zkschema import ZkPaths, connect, decode
+from nstorm.zookeeper import EmbeddedZooKeeper
+
+__all__ = ["LocalCluster", "cluster_down", "cluster_status"]
+
+log = logging.getLogger(__name__)
+
+_STATE_FILE = "cluster.json"
+
+
+def _conf_args(conf: Mapping[str, Any]) -> list[str]:
+    args: list[str] = []
+    for key, value in conf.items():
+        args += ["-c", f"{key}={json.dumps(value) if not isinstance(value, str) else value}"]
+    return args
+
+
+class LocalCluster:
+    """ZooKeeper + Nimbus + ``supervisors`` supervisors, each with ``slots`` worker slots.
+
+    :arg zk_address: an existing ZooKeeper; None starts an embedded one on a free port.
+    :arg root: the ZooKeeper root of this cluster (tests use a fresh one each).
+    :arg conf: ``-c`` options given to every daemon.
+    :arg detach: daemons in their own sessions, surviving this process (``cluster up``).
+    :arg hosts: the address of each supervisor (default 127.0.0.1 for all).
+    """
+
+    def __init__(
+        self,
+        supervisors: int = 1,
+        slots: int = 4,
+        zk_address: str | None = None,
+        root: str = "/nstorm",
+        conf: Mapping[str, Any] | None = None,
+        detach: bool = False,
+        hosts: list[str] | None = None,
+        port_base: int = 0,
+    ) -> None:
+        self.n_supervisors = supervisors
+        self.slots = slots
+        self.zk_address = zk_address
+        self.root = root
+        self.conf = dict(conf or {})
+        self.detach = detach
+        self.hosts = hosts or ["127.0.0.1"] * supervisors
+        self.port_base = port_base
+        self.zookeeper: EmbeddedZooKeeper | None = None
+        self.nimbus: subprocess.Popen[bytes] | None = None
+        self.supervisors: dict[str, subprocess.Popen[bytes]] = {}
+
+    @property
+    def address(self) -> str:
+        assert self.zk_address is not None
+        return self.zk_address
+
+    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
+        out = open(logs_dir() / f"{name}.out", "ab")  # noqa: SIM115 - handed to the child
+        try:
+            return subprocess.Popen(
+                [sys.executable, *args],
+                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env={**os.environ, "NSTORM_HOME": str(home_dir())},
+                start_new_session=self.detach,
+            )
+        finally:
+            out.close()
+
+    def start_nimbus(self) -> subprocess.Popen[bytes]:
+        self.nimbus = self._spawn("nimbus", ["-m", "nimbus", "--zk", self.address, "--root", self.root, *_conf_args(self.conf)])
+        return self.nimbus
+
+    def start_supervisor(self, node: str, host: str = "127.0.0.1") -> subprocess.Popen[bytes]:
+        base = self.port_base + 100 * (int(node.lstrip("n") or 1) - 1) if self.port_base else 0
+        proc = self._spawn(
+            f"supervisor-{node}",
+            ["-m", "supervisor", "--node-id", node, "--host", host, "--slots", str(self.slots),
+             "--port-base", str(base), "--zk", self.address, "--root", self.root, *_conf_args(self.conf)],
+        )
+        self.supervisors[node] = proc
+        return proc
+
+    def start(self, timeout: float = 60.0) -> LocalCluster:
+        """Start everything and wait until every supervisor has registered."""
+        try:
+            if self.zk_address is None:
+                self.zookeeper = EmbeddedZooKeeper(home_dir() / "zookeeper-local", 0, logs_dir() / "zookeeper.log")
+                self.zookeeper.start(timeout=timeout)
+                self.zk_address = self.zookeeper.address
+            self.start_nimbus()
+            for i in range(self.n_supervisors):
+                self.start_supervisor(f"n{i + 1}", self.hosts[i])
+            self.wait_supervisors(set(self.supervisors), timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def wait_supervisors(self, nodes: set[str], timeout: float) -> None:
+        paths = ZkPaths(self.root)
+        zk = connect(self.address)
+        try:
+            deadline = time.monotonic() + timeout
+            while True:
+                registered = set(zk.get_children(paths.supervisors)) if zk.exists(paths.supervisors) else set()
+                if nodes <= registered:
+                    return
+                dead = [n for n, p in self.supervisors.items() if p.poll() is not None]
+                if dead or (self.nimbus is not None and self.nimbus.poll() is not None):
+                    msg = f"a daemon exited during start-up (supervisors {dead}); see {logs_dir()}"
+                    raise ClusterError(msg)
+                if time.monotonic() > deadline:
+                    msg = f"supervisors {sorted(nodes - registered)} did not register within {timeout:.0f}s"
+                    raise ClusterError(msg)
+                time.sleep(0.1)
+        finally:
+            zk.stop()
+            zk.close()
+
+    def pids(self) -> dict[str, int]:
+        pids = {}
+        if self.zookeeper is not None and self.zookeeper.pid:
+            pids["zookeeper"] = self.zookeeper.pid
+        if self.nimbus is not None:
+            pids["nimbus"] = self.nimbus.pid
+        for node, proc in self.supervisors.items():
+            pids[f"supervisor-{node}"] = proc.pid
+        return pids
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """Stop supervisors (they stop their workers), Nimbus, then ZooKeeper."""
+        procs = [*self.supervisors.values(), *([self.nimbus] if self.nimbus else [])]
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for proc in procs:
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+        _kill_orphan_workers(self.root)
+        if self.zookeeper is not None:
+            self.zookeeper.stop()
+        self.supervisors.clear()
+        self.nimbus = None
+
+    def save_state(self) -> Path:
+        """Record pids for ``cluster down`` (detached clusters)."""
+        path = run_dir() / _STATE_FILE
+        path.write_text(json.dumps({"zk": self.zk_address, "root": self.root, "pids": self.pids()}))
+        return path
+
+
+def _kill_orphan_workers(root: str) -> None:
+    """Workers outlive a supervisor killed with SIGKILL; end those of this home."""
+    home = str(home_dir())
+    for proc in psutil.process_iter(["cmdline", "environ"]):
+        try:
+            cmd = proc.info["cmdline"] or []
+            if "-m" in cmd and "worker" in cmd and "--root" in cmd and cmd[cmd.index("--root") + 1] == root:
+                env = proc.info.get("environ") or {}
+                store = cmd[cmd.index("--store") + 1] if "--store" in cmd else ""
+                if store.startswith(home) or env.get("NSTORM_HOME") == home:
+                    proc.terminate()
+        except (psutil.Error, ValueError, IndexError):
+            continue
+
+
+def cluster_status() -> dict[str, Any]:
+    """What ``nstorm cluster status`` shows: the daemons recorded by ``cluster up``."""
+    path = run_dir() / _STATE_FILE
+    if not path.exists():
+        return {"running": False, "daemons": {}}
+    state = json.loads(path.read_text())
+    daemons = {name: {"pid": pid, "alive": psutil.pid_exists(pid)} for name, pid in state["pids"].items()}
+    supervisors: list[str] = []
+    try:
+        zk = connect(state["zk"], timeout=3)
+        try:
+            paths = ZkPaths(state["root"])
+            for node in zk.get_children(paths.supervisors):
+                info = decode(zk.get(paths.supervisor(node))[0])
+                supervisors.append(f"{node} ({info['host']}, {len(info['slots'])} slots)")
+        finally:
+            zk.stop()
+            zk.close()
+    except Exception:  # noqa: BLE001 - status is best effort
+        pass
+    return {"running": any(d["alive"] for d in daemons.values()), "zk": state["zk"], "daemons": daemons,
+            "supervisors": supervisors}
+
+
+def cluster_down(timeout: float = 15.0) -> bool:
+    """End the daemons recorded by ``cluster up``; True if there was a cluster."""
+    path = run_dir() / _STATE_FILE
+    if not path.exists():
+        return False
+    state = json.loads(path.read_text())
+    pids = state["pids"]
+    order = [n for n in pids if n.startswith("supervisor")] + [n for n in pids if n == "nimbus"]
+    procs = []
+    for name in order:
+        try:
+            proc = psutil.Process(pids[name])
+            proc.terminate()
+            procs.append(proc)
+        except psutil.Error:
+            continue
+    _, alive = psutil.wait_procs(procs, timeout=timeout)
+    for proc in alive:
+        proc.kill()
+    _kill_orphan_workers(state["root"])
+    from nstorm.zookeeper import stop_background
+
+    stop_background()
+    path.unlink(missing_ok=True)
+    return True

@@ -1,0 +1,1 @@
+"""Example topologies: word count (the paper's benchmark) and the linear template."""

@@ -1,0 +1,95 @@
+"""Word count, the paper's benchmark: sentences -> split -> count (fields grouping on the word).
+
+Run it: ``nstorm local topologies/wordcount.py``. Settings (``-c key=value``):
+
+- ``wordcount.sentences``: sentences per spout executor, then the spout goes
+  quiet (default 0: endless);
+- ``wordcount.seed``: seed of the sentence source (default 42; spout executor i
+  uses ``seed + i``);
+- ``wordcount.rate``: sentences per second per spout executor (default 0: as fast as it can);
+- ``wordcount.spouts``, ``wordcount.splits``, ``wordcount.counts``: parallelism;
+- ``wordcount.workers``: worker processes (default 2);
+- ``wordcount.reliable``: emit with message ids, tracked by the acker (default true).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from nstorm import Bolt, Context, Spout, Topology, TopologyBuilder, Tuple
+from topologies.sentences import sentence_stream
+
+
+class Sentences(Spout):
+    """Emits the deterministic sentence stream; replays failed sentences."""
+
+    outputs = ("sentence",)
+
+    def open(self, conf: Mapping[str, Any], context: Context) -> None:
+        self.stream = sentence_stream(seed=int(conf.get("wordcount.seed", 42)) + context.task_index)
+        self.limit = int(conf.get("wordcount.sentences", 0))
+        self.rate = float(conf.get("wordcount.rate", 0))
+        self.reliable = bool(conf.get("wordcount.reliable", True))
+        self.sent = 0
+        self.started = time.monotonic()
+        self.replay: list[int] = []
+        self.in_flight: dict[int, str] = {}
+
+    def next_tuple(self) -> None:
+        if self.replay:
+            msg_id = self.replay.pop()
+            self.emit((self.in_flight[msg_id],), msg_id=msg_id)
+            return
+        if self.limit and self.sent >= self.limit:
+            return
+        if self.rate and self.sent >= self.rate * (time.monotonic() - self.started):
+            return
+        sentence = next(self.stream)
+        self.sent += 1
+        if self.reliable:
+            self.in_flight[self.sent] = sentence
+            self.emit((sentence,), msg_id=self.sent)
+        else:
+            self.emit((sentence,))
+
+    def ack(self, msg_id: Any) -> None:
+        self.in_flight.pop(msg_id, None)
+
+    def fail(self, msg_id: Any) -> None:
+        if msg_id in self.in_flight:
+            self.replay.append(msg_id)
+
+
+class Split(Bolt):
+    """Splits a sentence into words."""
+
+    outputs = ("word",)
+
+    def process(self, tup: Tuple) -> None:
+        emit = self.emit
+        for word in tup.values[0].split():
+            emit((word,))
+
+
+class Count(Bolt):
+    """Counts words in ``self.state`` (which moves with the executor on migration)."""
+
+    outputs = ("word", "count")
+
+    def process(self, tup: Tuple) -> None:
+        word = tup.values[0]
+        state = self.state
+        state[word] = state.get(word, 0) + 1
+
+
+def make_topology(conf: Mapping[str, Any]) -> Topology:
+    """The word count topology, sized by ``conf`` (see the module docstring)."""
+    builder = TopologyBuilder("wordcount")
+    builder.set_spout("sentences", Sentences, parallelism=int(conf.get("wordcount.spouts", 2)))
+    builder.set_bolt("split", Split, parallelism=int(conf.get("wordcount.splits", 4))).shuffle_grouping("sentences")
+    builder.set_bolt("count", Count, parallelism=int(conf.get("wordcount.counts", 4))).fields_grouping(
+        "split", ["word"]
+    )
+    return builder.build(workers=int(conf.get("wordcount.workers", 2)))

@@ -1,0 +1,39 @@
+"""``python -m worker``: a worker process, started by its supervisor."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+from nstorm.logs import setup_daemon_logging
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m worker", description="nstorm worker process")
+    parser.add_argument("--node", required=True)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--topology", required=True)
+    parser.add_argument("--store", required=True, type=Path)
+    parser.add_argument("--zk", default=None)
+    parser.add_argument("--root", default="/nstorm")
+    args = parser.parse_args()
+    setup_daemon_logging(f"worker-{args.node}-{args.port}", f"worker {args.node}:{args.port}")
+    from worker.process import Worker
+
+    worker = Worker(args.node, args.port, args.topology, args.store, args.zk, args.root)
+    worker.install_signal_handlers()
+    try:
+        code = worker.run()
+    except Exception:
+        logging.getLogger("worker").exception("worker %s:%s failed", args.node, args.port)
+        code = 1
+    logging.shutdown()
+    sys.stdout.flush()
+    os._exit(code)  # executor threads may still be blocked in sends: do not wait for them
+
+
+if __name__ == "__main__":
+    main()

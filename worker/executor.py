@@ -1,0 +1,509 @@
+"""Executors: one thread per spout, bolt or acker instance, run inside a worker process.
+
+Each executor owns a bounded data queue (batches of records from one upstream
+executor), an unbounded control queue (acker traffic, never blocks), an
+:class:`~worker.outbox.Outbox`, and its counters. The thread is named after the
+executor id, so every log line it writes names it.
+
+States: ``NEW -> RUNNING`` when the thread starts; ``RUNNING -> STOPPING`` when
+:meth:`Executor.stop` is called (lazy kill or shutdown); ``STOPPING -> STOPPED``
+when the loop has returned and the component's ``close``/``cleanup`` has run.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import queue
+import random
+import threading
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from nstorm.component import TICK_STREAM, Bolt, Context, Spout, Tuple
+from worker import wire
+from worker.outbox import Outbox
+
+if TYPE_CHECKING:
+    from worker.process import Worker
+
+__all__ = ["AckerExecutor", "BoltExecutor", "Executor", "SpoutExecutor"]
+
+log = logging.getLogger(__name__)
+_root_ids = random.Random()
+
+
+class Executor:
+    """What every executor has: a thread, queues, an outbox, counters."""
+
+    kind = "executor"
+
+    def __init__(self, worker: Worker, executor_id: str, task: int) -> None:
+        self.worker = worker
+        self.executor_id = executor_id
+        self.task = task
+        self.component, _, index = executor_id.rpartition(":")
+        self.index = int(index)
+        conf = worker.conf
+        self.data_q: queue.Queue[Any] = queue.Queue(maxsize=int(conf["topology.executor.queue.batches"]))
+        self.ctl_q: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.flush_interval = float(conf["topology.batch.max.latency.ms"]) / 1000.0
+        self.executed = 0
+        self.acked = 0
+        self.failed = 0
+        self.errors = 0
+        self.last_error: str | None = None
+        self.state = "NEW"
+        self._running = True
+        self.thread = threading.Thread(target=self._run, name=executor_id, daemon=True)
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def start(self) -> None:
+        self.state = "RUNNING"
+        self.thread.start()
+
+    def stop(self) -> None:
+        """Ask the loop to end; the thread finishes its current batch first."""
+        if self.state == "RUNNING":
+            self.state = "STOPPING"
+        self._running = False
+
+    def join(self, timeout: float | None = None) -> None:
+        self.thread.join(timeout)
+
+    def _run(self) -> None:
+        try:
+            self.setup()
+            self.loop()
+        except Exception:
+            log.exception("executor %s crashed", self.executor_id)
+            self.errors += 1
+        finally:
+            try:
+                self.teardown()
+            except Exception:
+                log.exception("executor %s failed to stop cleanly", self.executor_id)
+            self.state = "STOPPED"
+
+    def setup(self) -> None:
+        pass
+
+    def loop(self) -> None:
+        raise NotImplementedError
+
+    def teardown(self) -> None:
+        pass
+
+    def record_error(self, where: str, exc: BaseException) -> None:
+        self.errors += 1
+        self.last_error = f"{where}: {type(exc).__name__}: {exc}"
+        log.exception("executor %s: error in %s", self.executor_id, where)
+
+    def counters(self) -> dict[str, Any]:
+        return {
+            "emitted": getattr(getattr(self, "outbox", None), "emitted", 0),
+            "executed": self.executed,
+            "acked": self.acked,
+            "failed": self.failed,
+            "queue": self.data_q.qsize(),
+            "errors": self.errors,
+            "last_error": self.last_error,
+        }
+
+
+class _UserExecutor(Executor):
+    """An executor running user code: a spout or a bolt."""
+
+    def __init__(self, worker: Worker, executor_id: str, task: int, cls: type, definition: Mapping[str, Any]) -> None:
+        super().__init__(worker, executor_id, task)
+        self.definition = definition
+        self.spec = definition["components"][self.component]
+        self.instance = cls()
+        self.outbox = Outbox(worker, task, self.component, definition)
+        self.routing = None
+        comps = definition["components"]
+        self.context = Context(
+            component=self.component,
+            task_index=self.index,
+            executor_id=executor_id,
+            topology=definition["name"],
+            worker_id=worker.worker_id,
+            parallelism={n: int(c["parallelism"]) for n, c in comps.items()},
+        )
+        self.conf = {**worker.conf, **(self.spec.get("conf") or {})}
+        tick = self.spec.get("tick_secs")
+        self.tick_secs = float(tick) if tick else None
+        self.next_tick = time.monotonic() + (self.tick_secs or 0)
+
+    def refresh_routing(self) -> None:
+        """Pick up a swapped routing table (checked once per loop, never per tuple)."""
+        routing = self.worker.routing
+        if routing is not self.routing:
+            self.routing = routing
+            self.outbox.rebuild(routing)
+
+
+class SpoutExecutor(_UserExecutor):
+    """Calls ``next_tuple`` in a loop; tracks tuples emitted with a ``msg_id``."""
+
+    kind = "spout"
+
+    def setup(self) -> None:
+        self.refresh_routing()
+        self.pending: dict[int, Any] = {}
+        self.deadlines: collections.deque[tuple[float, int]] = collections.deque()
+        self.timeout = float(self.conf["topology.message.timeout.secs"])
+        max_pending = self.conf.get("topology.max.spout.pending")
+        self.max_pending = int(max_pending) if max_pending else 0
+        self.replayed = 0
+        self.failed_ids: set[Any] = set()
+        self.immediate_acks: list[Any] = []
+        spout: Spout = self.instance
+        spout.emit = self._emit  # type: ignore[method-assign]
+        spout.emit_direct = self.outbox.emit_direct  # type: ignore[method-assign]
+        spout.open(self.conf, self.context)
+        self.active = False
+
+    def _emit(self, values: Any, stream: str = "default", msg_id: Any = None, **_: Any) -> None:
+        outbox = self.outbox
+        if msg_id is None or not outbox.acking:
+            outbox.emit_plain(values, stream)
+            if msg_id is not None:
+                self.immediate_acks.append(msg_id)  # acking off: acked at once, as in Storm
+            return
+        if self.failed_ids and msg_id in self.failed_ids:
+            self.failed_ids.discard(msg_id)
+            self.replayed += 1
+        root = _root_ids.getrandbits(64)
+        init = outbox.emit_tracked(values, stream, root)
+        if init == 0:
+            self.immediate_acks.append(msg_id)  # nobody subscribes: complete at once
+            return
+        self.pending[root] = msg_id
+        self.deadlines.append((time.monotonic() + self.timeout, root))
+        outbox.control(wire.ACK_INIT, outbox.acker_for(root), (root, init, self.task))
+
+    def _handle_control(self) -> None:
+        spout: Spout = self.instance
+        get = self.ctl_q.get_nowait
+        while True:
+            try:
+                kind, _src, entries = get()
+            except queue.Empty:
+                break
+            if kind == wire.ACKED:
+                for root in entries:
+                    msg_id = self.pending.pop(root, None)
+                    if msg_id is not None:
+                        self.acked += 1
+                        self._call(spout.ack, msg_id)
+            elif kind == wire.FAILED:
+                for root in entries:
+                    msg_id = self.pending.pop(root, None)
+                    if msg_id is not None:
+                        self._fail(msg_id)
+        if self.immediate_acks:
+            ids, self.immediate_acks = self.immediate_acks, []
+            for msg_id in ids:
+                self.acked += 1
+                self._call(spout.ack, msg_id)
+
+    def _fail(self, msg_id: Any) -> None:
+        self.failed += 1
+        try:
+            self.failed_ids.add(msg_id)
+        except TypeError:
+            pass
+        self._call(self.instance.fail, msg_id)
+
+    def _expire(self, now: float) -> None:
+        deadlines = self.deadlines
+        while deadlines and deadlines[0][0] <= now:
+            _, root = deadlines.popleft()
+            msg_id = self.pending.pop(root, None)
+            if msg_id is not None:
+                self._fail(msg_id)
+
+    def _call(self, fn: Any, *args: Any) -> None:
+        try:
+            fn(*args)
+        except Exception as exc:
+            self.record_error(fn.__name__, exc)
+
+    def loop(self) -> None:
+        spout: Spout = self.instance
+        outbox = self.outbox
+        next_tuple = spout.next_tuple
+        batch = outbox.batch_size
+        flush_at = time.monotonic() + self.flush_interval
+        idle = 0.0
+        while self._running:
+            self.refresh_routing()
+            if not self.ctl_q.empty() or self.immediate_acks:
+                self._handle_control()
+            active = self.worker.active
+            if active != self.active:
+                self.active = active
+                self._call(spout.activate if active else spout.deactivate)
+            now = time.monotonic()
+            if self.deadlines and self.deadlines[0][0] <= now:
+                self._expire(now)
+            if active and not (self.max_pending and len(self.pending) >= self.max_pending):
+                before = outbox.emitted
+                for _ in range(batch):
+                    try:
+                        next_tuple()
+                    except Exception as exc:
+                        self.record_error("next_tuple", exc)
+                        break
+                    if self.max_pending and len(self.pending) >= self.max_pending:
+                        break
+                    if outbox.emitted == before:
+                        break
+                emitted = outbox.emitted != before
+            else:
+                emitted = False
+            now = time.monotonic()
+            if now >= flush_at:
+                outbox.flush()
+                flush_at = now + self.flush_interval
+            if not emitted:
+                outbox.flush()
+                # Nothing to do: wait for acks (or a short back-off) instead of spinning.
+                idle = min(max(idle * 2, 0.0005), 0.01)
+                try:
+                    item = self.ctl_q.get(timeout=idle)
+                except queue.Empty:
+                    pass
+                else:
+                    self.ctl_q.put(item)
+            else:
+                idle = 0.0
+        outbox.flush()
+
+    def teardown(self) -> None:
+        spout: Spout = self.instance
+        if getattr(self, "active", False):
+            self._call(spout.deactivate)
+        self._call(spout.close)
+        self.outbox.close()
+
+    def counters(self) -> dict[str, Any]:
+        data = super().counters()
+        data["pending"] = len(getattr(self, "pending", ()))
+        data["replayed"] = getattr(self, "replayed", 0)
+        return data
+
+
+class BoltExecutor(_UserExecutor):
+    """Takes batches from the data queue and calls ``process`` for each tuple."""
+
+    kind = "bolt"
+
+    def setup(self) -> None:
+        self.refresh_routing()
+        bolt: Bolt = self.instance
+        self.outbox.auto_anchor = bool(bolt.auto_anchor)
+        bolt.emit = self.outbox.emit_anchored if self.outbox.acking else self.outbox.emit_plain  # type: ignore[method-assign]
+        bolt.emit_direct = self.outbox.emit_direct  # type: ignore[method-assign]
+        bolt.ack = self._ack  # type: ignore[method-assign]
+        bolt.fail = self._fail  # type: ignore[method-assign]
+        if not hasattr(bolt, "state") or not isinstance(getattr(bolt, "state", None), dict):
+            bolt.state = {}
+        self.fields: dict[tuple[str, str], dict[str, int]] = {}
+        for name, comp in self.definition["components"].items():
+            for stream, fields in comp["outputs"].items():
+                self.fields[(name, stream)] = {f: i for i, f in enumerate(fields)}
+        bolt.prepare(self.conf, self.context)
+
+    def _ack(self, tup: Tuple) -> None:
+        self.acked += 1
+        self.outbox.ack_tuple(tup)
+
+    def _fail(self, tup: Tuple) -> None:
+        self.failed += 1
+        self.outbox.fail_tuple(tup)
+
+    def _process_batch(self, src: int, records: Any) -> None:
+        if type(records) is bytes:
+            records = wire.unpack(records)
+        routing = self.routing
+        source = routing.task_component[src]
+        source_task = routing.task_index[src]
+        bolt: Bolt = self.instance
+        process = bolt.process
+        outbox = self.outbox
+        fields_map = self.fields
+        auto_ack = bolt.auto_ack and outbox.acking
+        auto_fail = bolt.auto_fail and outbox.acking
+        stream = None
+        fields: Mapping[str, int] = {}
+        for rec in records:
+            if rec[0] != stream:
+                stream = rec[0]
+                fields = fields_map.get((source, stream), {})
+            tup = Tuple(rec[1], source, source_task, stream, rec[2] if len(rec) > 2 else None, fields)
+            outbox.current = tup
+            try:
+                process(tup)
+            except Exception as exc:
+                self.record_error("process", exc)
+                if auto_fail:
+                    self._fail(tup)
+                continue
+            if auto_ack and tup.anchors:
+                self.acked += 1
+                outbox.ack_tuple(tup)
+        outbox.current = None
+        self.executed += len(records)
+
+    def _tick(self) -> None:
+        bolt: Bolt = self.instance
+        tup = Tuple((), "__system", -1, TICK_STREAM, None, {})
+        try:
+            bolt.process_tick(tup)
+        except Exception as exc:
+            self.record_error("process_tick", exc)
+
+    def loop(self) -> None:
+        outbox = self.outbox
+        get = self.data_q.get
+        get_nowait = self.data_q.get_nowait
+        tick = self.tick_secs
+        flush_at = time.monotonic() + self.flush_interval
+        while self._running:
+            self.refresh_routing()
+            now = time.monotonic()
+            wait = 0.1
+            if tick:
+                wait = min(wait, max(0.0, self.next_tick - now))
+            if outbox.dirty:
+                wait = min(wait, max(0.0, flush_at - now))
+            try:
+                src, records = get(timeout=wait) if wait > 0 else get_nowait()
+            except queue.Empty:
+                pass
+            else:
+                self._process_batch(src, records)
+                # Keep batching while more input waits, up to the latency bound.
+                while time.monotonic() < flush_at:
+                    try:
+                        src, records = get_nowait()
+                    except queue.Empty:
+                        break
+                    self._process_batch(src, records)
+            now = time.monotonic()
+            if tick and now >= self.next_tick:
+                self.next_tick = now + tick
+                self._tick()
+            if outbox.dirty and (self.data_q.empty() or now >= flush_at):
+                outbox.flush()
+                flush_at = time.monotonic() + self.flush_interval
+            elif not outbox.dirty:
+                flush_at = now + self.flush_interval
+        outbox.flush()
+
+    def teardown(self) -> None:
+        try:
+            self.instance.cleanup()
+        except Exception as exc:
+            self.record_error("cleanup", exc)
+        self.outbox.close()
+
+
+class AckerExecutor(Executor):
+    """Storm's acker: XOR of 64-bit edge ids per spout tuple; zero means fully processed."""
+
+    kind = "acker"
+
+    def __init__(self, worker: Worker, executor_id: str, task: int) -> None:
+        super().__init__(worker, executor_id, task)
+        self.outbox = Outbox(worker, task, "__acker", {"components": {"__acker": {"outputs": {}, "inputs": []}}})
+        # root -> [xor, spout task or -1, created_at, failed]
+        self.entries: dict[int, list[Any]] = {}
+        self.timeout = float(worker.conf["topology.message.timeout.secs"])
+
+    def _complete(self, root: int, entry: list[Any]) -> None:
+        del self.entries[root]
+        if entry[3]:
+            self.failed += 1
+            self.outbox.control(wire.FAILED, entry[1], root)
+        else:
+            self.acked += 1
+            self.outbox.control(wire.ACKED, entry[1], root)
+
+    def _handle(self, kind: int, entries: Any) -> None:
+        table = self.entries
+        now = time.monotonic()
+        self.executed += len(entries)
+        if kind == wire.ACK:
+            for root, x in entries:
+                entry = table.get(root)
+                if entry is None:
+                    table[root] = [x, -1, now, False]
+                    continue
+                entry[0] ^= x
+                if entry[0] == 0 and entry[1] >= 0:
+                    self._complete(root, entry)
+        elif kind == wire.ACK_INIT:
+            for root, x, spout_task in entries:
+                entry = table.get(root)
+                if entry is None:
+                    table[root] = entry = [0, spout_task, now, False]
+                else:
+                    entry[1] = spout_task
+                entry[0] ^= x
+                if entry[0] == 0 or entry[3]:
+                    self._complete(root, entry)
+        elif kind == wire.FAIL:
+            for root in entries:
+                entry = table.get(root)
+                if entry is None:
+                    table[root] = [0, -1, now, True]
+                else:
+                    entry[3] = True
+                    if entry[1] >= 0:
+                        self._complete(root, entry)
+
+    def _expire(self, now: float) -> None:
+        cutoff = now - self.timeout
+        stale = [r for r, e in self.entries.items() if e[2] < cutoff]
+        for root in stale:
+            del self.entries[root]
+
+    def loop(self) -> None:
+        self.outbox.rebuild(self.worker.routing)
+        get = self.ctl_q.get
+        get_nowait = self.ctl_q.get_nowait
+        next_expiry = time.monotonic() + 1.0
+        while self._running:
+            if self.worker.routing is not self.outbox.routing:
+                self.outbox.rebuild(self.worker.routing)
+            try:
+                kind, _src, entries = get(timeout=0.1)
+            except queue.Empty:
+                pass
+            else:
+                self._handle(kind, entries)
+                for _ in range(1000):
+                    try:
+                        kind, _src, entries = get_nowait()
+                    except queue.Empty:
+                        break
+                    self._handle(kind, entries)
+                self.outbox.flush()
+            now = time.monotonic()
+            if now >= next_expiry:
+                next_expiry = now + 1.0
+                self._expire(now)
+        self.outbox.flush()
+
+    def teardown(self) -> None:
+        self.outbox.close()
+
+    def counters(self) -> dict[str, Any]:
+        data = super().counters()
+        data["queue"] = self.ctl_q.qsize()
+        data["pending"] = len(self.entries)
+        return data

@@ -1,0 +1,319 @@
+"""An executor's outgoing side: grouping, per-destination batching, acker bookkeeping.
+
+This is the per-tuple hot path, so it is written for speed: ``emit`` resolves the
+grouping to a destination executor and appends a record to that destination's
+buffer; a buffer leaves as one message when it holds ``topology.batch.size``
+records, when its executor finishes an input batch, or when the flush timer
+(``topology.batch.max.latency.ms``) fires. Local destinations get the record
+list put on their input queue (no serialisation); remote ones get one msgpack
+message on a zmq PUSH socket that this executor thread owns.
+
+Everything here runs in the owning executor's thread only.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import zmq
+
+from nstorm.component import Tuple
+from nstorm.topology import ALL, DIRECT, FIELDS, GLOBAL, LOCAL_OR_SHUFFLE
+from worker import wire
+from worker.routing import RoutingTable
+
+if TYPE_CHECKING:
+    from worker.process import Worker
+
+__all__ = ["Outbox"]
+
+_getrandbits = random.Random().getrandbits  # edge ids: fast, not for secrets
+
+# grouping kinds, compiled
+_K_SHUFFLE, _K_FIELD1, _K_FIELDS, _K_ALL, _K_GLOBAL, _K_DIRECT = range(6)
+
+
+class _Buffer(list):
+    """Records waiting for one destination task."""
+
+    __slots__ = ("dst", "header")
+
+    def __init__(self, dst: int, src: int) -> None:
+        super().__init__()
+        self.dst = dst
+        self.header = wire.data_header(dst, src)
+
+
+class _Target:
+    """One subscribing component of a stream, compiled for the current routing table."""
+
+    __slots__ = ("kind", "bufs", "n", "idx", "rr", "tasks")
+
+    def __init__(self, kind: int, bufs: list[_Buffer], idx: Any = None) -> None:
+        self.kind = kind
+        self.bufs = bufs
+        self.n = len(bufs)
+        self.idx = idx
+        self.rr = random.randrange(max(1, self.n))
+
+
+class Outbox:
+    """Emitting for one executor. See the module docstring."""
+
+    def __init__(self, worker: Worker, task: int, component: str, definition: Mapping[str, Any]) -> None:
+        self.worker = worker
+        self.task = task
+        self.component = component
+        self.definition = definition
+        conf = worker.conf
+        self.batch_size = max(1, int(conf["topology.batch.size"]))
+        self.acking = worker.acking
+        self.emitted = 0
+        self.routing: RoutingTable | None = None
+        self.targets: dict[str, list[_Target]] = {}
+        self.direct_targets: dict[str, list[tuple[str, list[_Buffer]]]] = {}
+        self.buffers: dict[int, _Buffer] = {}
+        self.ctl_buffers: dict[tuple[int, int], list[Any]] = {}  # (kind, dst) -> entries
+        self.acks: dict[int, int] = {}  # root -> xor, flushed per batch
+        self.dirty = False
+        self._data_socks: dict[str, zmq.Socket] = {}
+        self._ctl_socks: dict[str, zmq.Socket] = {}
+        self.current: Tuple | None = None
+        self.auto_anchor = True
+        self.streams = set(definition["components"][component]["outputs"])
+
+    # -- routing ------------------------------------------------------------------------
+    def rebuild(self, routing: RoutingTable) -> None:
+        """Compile the groupings against a new routing table (keeps buffered records)."""
+        self.routing = routing
+        targets: dict[str, list[_Target]] = {s: [] for s in self.streams}
+        direct: dict[str, list[tuple[str, list[_Buffer]]]] = {s: [] for s in self.streams}
+        me = self.worker.worker_id
+        for name, comp in self.definition["components"].items():
+            for inp in comp["inputs"]:
+                if inp["component"] != self.component:
+                    continue
+                tasks = list(routing.component_tasks.get(name, ()))
+                grouping = inp["grouping"]
+                stream = inp["stream"]
+                if grouping == LOCAL_OR_SHUFFLE:
+                    local = [t for t in tasks if routing.location[t] == me]
+                    tasks = local or tasks
+                bufs = [self._buffer(t) for t in tasks]
+                if grouping == FIELDS:
+                    out_fields = self.definition["components"][self.component]["outputs"][stream]
+                    idx = [out_fields.index(f) for f in inp["fields"]]
+                    target = _Target(_K_FIELD1, bufs, idx[0]) if len(idx) == 1 else _Target(_K_FIELDS, bufs, idx)
+                elif grouping == ALL:
+                    target = _Target(_K_ALL, bufs)
+                elif grouping == GLOBAL:
+                    target = _Target(_K_GLOBAL, bufs[:1])
+                elif grouping == DIRECT:
+                    direct[stream].append((name, bufs))
+                    continue
+                else:  # shuffle, none, local_or_shuffle
+                    target = _Target(_K_SHUFFLE, bufs)
+                targets[stream].append(target)
+        self.targets = targets
+        self.direct_targets = direct
+
+    def _buffer(self, dst: int) -> _Buffer:
+        buf = self.buffers.get(dst)
+        if buf is None:
+            buf = self.buffers[dst] = _Buffer(dst, self.task)
+        return buf
+
+    def _copies(self, values: Sequence[Any], stream: str) -> list[_Buffer]:
+        """The destination buffers of one emit (one per receiving executor copy)."""
+        try:
+            targets = self.targets[stream]
+        except KeyError:
+            msg = f"{self.component} emits on undeclared stream {stream!r}"
+            raise ValueError(msg) from None
+        out = []
+        for t in targets:
+            k = t.kind
+            if k == _K_FIELD1:
+                out.append(t.bufs[hash(values[t.idx]) % t.n])
+            elif k == _K_SHUFFLE:
+                t.rr += 1
+                out.append(t.bufs[t.rr % t.n])
+            elif k == _K_FIELDS:
+                out.append(t.bufs[hash(tuple([values[i] for i in t.idx])) % t.n])
+            elif k == _K_ALL:
+                out.extend(t.bufs)
+            else:
+                out.append(t.bufs[0])
+        return out
+
+    # -- emitting -------------------------------------------------------------------------
+    def emit_plain(self, values: Sequence[Any], stream: str = "default", **_: Any) -> None:
+        """Unanchored emit: the fast path when acking is off."""
+        self.emitted += 1
+        rec = (stream, values)
+        size = self.batch_size
+        for buf in self._copies(values, stream):
+            buf.append(rec)
+            if len(buf) >= size:
+                self.flush_buffer(buf)
+        self.dirty = True
+
+    def emit_anchored(
+        self, values: Sequence[Any], stream: str = "default", anchors: Sequence[Tuple] | None = None, **_: Any
+    ) -> None:
+        """A bolt's emit, anchored to the current tuple (or to ``anchors``)."""
+        if anchors is None:
+            cur = self.current if self.auto_anchor else None
+            anchor_tups: Sequence[Tuple] = (cur,) if cur is not None and cur.anchors else ()
+        else:
+            anchor_tups = [a for a in anchors if a.anchors]
+        if not anchor_tups:
+            self.emit_plain(values, stream)
+            return
+        self.emitted += 1
+        size = self.batch_size
+        for buf in self._copies(values, stream):
+            edge = _getrandbits(64)
+            anc: list[int] = []
+            for a in anchor_tups:
+                a._ackval ^= edge  # type: ignore[attr-defined]
+                roots = a.anchors
+                for i in range(0, len(roots), 2):
+                    anc.append(roots[i])
+                    anc.append(edge)
+            buf.append((stream, values, anc))
+            if len(buf) >= size:
+                self.flush_buffer(buf)
+        self.dirty = True
+
+    def emit_tracked(self, values: Sequence[Any], stream: str, root: int) -> int:
+        """A spout's tracked emit: returns the XOR of the edge ids sent (0 if none)."""
+        self.emitted += 1
+        init = 0
+        size = self.batch_size
+        for buf in self._copies(values, stream):
+            edge = _getrandbits(64)
+            init ^= edge
+            buf.append((stream, values, (root, edge)))
+            if len(buf) >= size:
+                self.flush_buffer(buf)
+        self.dirty = True
+        return init
+
+    def emit_direct(self, task: int, values: Sequence[Any], stream: str = "default", **_: Any) -> None:
+        """Send to executor ``task`` (index within each direct-subscribing component)."""
+        direct = self.direct_targets.get(stream)
+        if direct is None:
+            msg = f"{self.component} emits on undeclared stream {stream!r}"
+            raise ValueError(msg)
+        self.emitted += 1
+        cur = self.current if (self.acking and self.auto_anchor) else None
+        for name, bufs in direct:
+            if not 0 <= task < len(bufs):
+                msg = f"emit_direct to task {task} of {name!r}, which has {len(bufs)} executors"
+                raise ValueError(msg)
+            buf = bufs[task]
+            if cur is not None and cur.anchors:
+                edge = _getrandbits(64)
+                cur._ackval ^= edge
+                roots = cur.anchors
+                anc = []
+                for i in range(0, len(roots), 2):
+                    anc.extend((roots[i], edge))
+                buf.append((stream, values, anc))
+            else:
+                buf.append((stream, values))
+            if len(buf) >= self.batch_size:
+                self.flush_buffer(buf)
+        self.dirty = True
+
+    # -- acker bookkeeping ---------------------------------------------------------------
+    def ack_tuple(self, tup: Tuple) -> None:
+        """Record the ack of ``tup``: XOR of its edge and its children's, per root."""
+        anchors = tup.anchors
+        if not anchors:
+            return
+        x = tup._ackval  # type: ignore[attr-defined]
+        acks = self.acks
+        for i in range(0, len(anchors), 2):
+            r = anchors[i]
+            acks[r] = acks.get(r, 0) ^ anchors[i + 1] ^ x
+        self.dirty = True
+
+    def fail_tuple(self, tup: Tuple) -> None:
+        anchors = tup.anchors
+        if not anchors:
+            return
+        for i in range(0, len(anchors), 2):
+            r = anchors[i]
+            self.control(wire.FAIL, self.acker_for(r), r)
+
+    def acker_for(self, root: int) -> int:
+        ackers = self.routing.ackers  # type: ignore[union-attr]
+        return ackers[root % len(ackers)]
+
+    def control(self, kind: int, dst: int, entry: Any) -> None:
+        """Queue one control entry for ``dst``; sent with the next flush."""
+        key = (kind, dst)
+        buf = self.ctl_buffers.get(key)
+        if buf is None:
+            buf = self.ctl_buffers[key] = []
+        buf.append(entry)
+        self.dirty = True
+
+    # -- flushing ------------------------------------------------------------------------
+    def flush(self) -> None:
+        """Send every non-empty buffer, then the acks and other control entries."""
+        if not self.dirty:
+            return
+        self.dirty = False
+        for buf in self.buffers.values():
+            if buf:
+                self.flush_buffer(buf)
+        if self.acks:
+            acks = self.acks
+            self.acks = {}
+            ackers = self.routing.ackers  # type: ignore[union-attr]
+            n = len(ackers)
+            for r, x in acks.items():
+                self.control(wire.ACK, ackers[r % n], (r, x))
+            self.dirty = False
+        if self.ctl_buffers:
+            ctl = self.ctl_buffers
+            self.ctl_buffers = {}
+            for (kind, dst), entries in ctl.items():
+                self._send_control(kind, dst, entries)
+
+    def flush_buffer(self, buf: _Buffer) -> None:
+        records = buf.copy()
+        buf.clear()
+        routing = self.routing
+        wid = routing.location[buf.dst]  # type: ignore[union-attr]
+        local = self.worker.local_queue(buf.dst, wid)
+        if local is not None:
+            local.put((self.task, records))
+            return
+        sock = self._data_socks.get(wid)
+        if sock is None:
+            sock = self._data_socks[wid] = self.worker.transport.data_socket(routing.endpoints[wid])  # type: ignore[union-attr]
+        sock.send_multipart((buf.header, wire.pack(records)))
+
+    def _send_control(self, kind: int, dst: int, entries: list[Any]) -> None:
+        routing = self.routing
+        wid = routing.location[dst]  # type: ignore[union-attr]
+        local = self.worker.local_control(dst, wid)
+        if local is not None:
+            local.put((kind, self.task, entries))
+            return
+        sock = self._ctl_socks.get(wid)
+        if sock is None:
+            sock = self._ctl_socks[wid] = self.worker.transport.control_socket(routing.endpoints[wid])  # type: ignore[union-attr]
+        sock.send(wire.control_message(kind, dst, self.task, entries))
+
+    def close(self) -> None:
+        for sock in [*self._data_socks.values(), *self._ctl_socks.values()]:
+            sock.close(linger=1000)
+        self._data_socks.clear()
+        self._ctl_socks.clear()

@@ -1,0 +1,257 @@
+"""The worker process: runs a topology's executors on one slot of a node.
+
+It reads its node's plan from the LMDB store every ``worker.sync.interval.ms``
+(TW): on a new version it starts executor threads it gained, swaps its routing
+table in one assignment, and stops executors it lost after
+``worker.lazy.kill.ms`` (DK) so their queues drain. It reports a heartbeat
+with per-executor counters to ZooKeeper, and never needs ZooKeeper to keep
+processing tuples.
+
+States: ``STARTING -> RUNNING`` once the first plan is applied;
+``RUNNING -> STOPPING`` on SIGTERM/SIGINT or when the plan no longer has this
+worker; ``STOPPING -> STOPPED`` before the process exits.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from kvstore import LMDBPlanStore, StoreMissingError
+from nstorm.loader import load_topology
+from nstorm.zkschema import ACTIVE, ZkPaths, connect, encode
+from worker.executor import AckerExecutor, BoltExecutor, Executor, SpoutExecutor
+from worker.routing import RoutingTable
+from worker.transport import Transport
+
+__all__ = ["Worker"]
+
+log = logging.getLogger(__name__)
+
+
+class Worker:
+    """One worker process. See the module docstring."""
+
+    def __init__(
+        self, node: str, port: int, topology: str, store_path: Path, zk_address: str | None, zk_root: str
+    ) -> None:
+        self.node = node
+        self.port = port
+        self.topology = topology
+        self.worker_id = f"{node}:{port}"
+        self.store_path = store_path
+        self.zk_address = zk_address
+        self.paths = ZkPaths(zk_root)
+        self.state = "STARTING"
+        self.executors: dict[int, Executor] = {}
+        self.dying: list[tuple[float, Executor]] = []
+        self.routing: RoutingTable | None = None
+        self.version = 0
+        self.active = False
+        self.conf: dict[str, Any] = {}
+        self.acking = False
+        self.transport: Transport | None = None
+        self.classes: Mapping[str, type] = {}
+        self.definition: Mapping[str, Any] = {}
+        self._stop = threading.Event()
+        self._zk = None
+        self._process = psutil.Process()
+
+    # -- plan handling ---------------------------------------------------------------------
+    def local_queue(self, dst: int, wid: str) -> Any:
+        """The data queue of ``dst`` if it runs in this worker, else None."""
+        if wid != self.worker_id:
+            return None
+        ex = self.executors.get(dst)
+        return ex.data_q if ex is not None else None
+
+    def local_control(self, dst: int, wid: str) -> Any:
+        if wid != self.worker_id:
+            return None
+        ex = self.executors.get(dst)
+        return ex.ctl_q if ex is not None else None
+
+    def _load_code(self, plan: Mapping[str, Any]) -> None:
+        self.definition = plan["definition"]
+        self.conf = dict(plan["conf"])
+        self.acking = bool(any(t.startswith("__acker:") for t in plan["tasks"]))
+        main = Path(plan["code_dir"]) / plan["main"]
+        topology = load_topology(main, plan.get("user_conf") or {}, module_name=f"nstorm_topology_{self.topology}")
+        self.classes = topology.classes
+
+    def _make_executor(self, eid: str, task: int) -> Executor:
+        comp = eid.rpartition(":")[0]
+        if comp == "__acker":
+            return AckerExecutor(self, eid, task)
+        spec = self.definition["components"][comp]
+        cls = self.classes[comp]
+        if spec["kind"] == "spout":
+            return SpoutExecutor(self, eid, task, cls, self.definition)
+        return BoltExecutor(self, eid, task, cls, self.definition)
+
+    def apply_plan(self, plan: Mapping[str, Any]) -> bool:
+        """Move to ``plan``; False if this worker is no longer part of it."""
+        if not self.classes:
+            self._load_code(plan)
+        routing = RoutingTable.from_plan(plan)
+        if self.worker_id not in routing.endpoints:
+            return False
+        mine = {routing.tasks.index(e): e for e in routing.executors_of(self.worker_id)}
+        created = []
+        for task, eid in mine.items():
+            if task not in self.executors:
+                ex = self._make_executor(eid, task)
+                self.executors[task] = ex
+                created.append(ex)
+        lost = [t for t in self.executors if t not in mine]
+        self.active = plan.get("status") == ACTIVE
+        self.routing = routing  # the atomic swap: every executor sees it on its next loop
+        self.version = routing.version
+        for ex in created:
+            ex.start()
+        kill_at = time.monotonic() + float(self.conf["worker.lazy.kill.ms"]) / 1000.0
+        for task in lost:
+            ex = self.executors.pop(task)
+            self.dying.append((kill_at, ex))
+        if created or lost:
+            log.info(
+                "plan v%d: started %s, stopping %s lazily",
+                self.version, [e.executor_id for e in created], [routing.tasks[t] for t in lost],
+            )
+        return True
+
+    def _reap(self) -> None:
+        now = time.monotonic()
+        keep = []
+        for kill_at, ex in self.dying:
+            if now >= kill_at:
+                ex.stop()
+                log.info("executor %s stopped (lazy kill)", ex.executor_id)
+            else:
+                keep.append((kill_at, ex))
+        self.dying = keep
+
+    # -- heartbeat ---------------------------------------------------------------------------
+    def heartbeat(self) -> dict[str, Any]:
+        executors = {ex.executor_id: ex.counters() for ex in list(self.executors.values())}
+        return {
+            "worker_id": self.worker_id,
+            "pid": os.getpid(),
+            "time": time.time(),
+            "version": self.version,
+            "cpu": self._process.cpu_percent(None) / 100.0,
+            "executors": executors,
+            "dropped_frames": self.transport.dropped if self.transport else 0,
+            "forwarded": self.transport.forwarded if self.transport else 0,
+        }
+
+    def _heartbeat_loop(self) -> None:
+        interval = float(self.conf.get("worker.heartbeat.interval.secs", 1.0))
+        path = self.paths.workerbeat(self.topology, self.worker_id)
+        beat_file = self.store_path.parent / f"heartbeat-{self.port}.json"
+        while not self._stop.wait(interval):
+            beat = self.heartbeat()
+            try:
+                tmp = beat_file.with_suffix(".tmp")
+                tmp.write_text(json.dumps(beat))
+                tmp.replace(beat_file)
+            except OSError:
+                log.exception("cannot write local heartbeat")
+            if self._zk is None:
+                continue
+            try:
+                data = encode(beat)
+                if self._zk.exists(path):
+                    self._zk.set(path, data)
+                else:
+                    self._zk.create(path, data, ephemeral=True, makepath=True)
+            except Exception:  # noqa: BLE001 - ZooKeeper trouble must not stop processing
+                log.warning("heartbeat to ZooKeeper failed", exc_info=True)
+
+    # -- main loop --------------------------------------------------------------------------
+    def _open_store(self, timeout: float = 60.0) -> LMDBPlanStore:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return LMDBPlanStore(self.store_path, readonly=True)
+            except StoreMissingError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
+    def run(self) -> int:
+        store = self._open_store()
+        latest = store.latest(self.topology)
+        if latest is None:
+            log.error("no plan for topology %s in %s", self.topology, self.store_path)
+            return 1
+        _, plan = latest
+        self._load_code(plan)
+        endpoint = plan["workers"].get(self.worker_id)
+        if endpoint is None:
+            log.error("worker %s is not in plan v%s", self.worker_id, plan["version"])
+            return 1
+        self.transport = Transport(self, endpoint["host"], int(endpoint["port"]), int(endpoint["ctl_port"]))
+        if self.zk_address:
+            try:
+                self._zk = connect(self.zk_address)
+            except Exception:  # noqa: BLE001 - run without heartbeats to ZooKeeper
+                log.warning("cannot reach ZooKeeper at %s; running without heartbeats", self.zk_address)
+        self.apply_plan(plan)
+        self.transport.start()  # after the first plan: every frame then finds its executor or a route
+        self.state = "RUNNING"
+        log.info("worker %s running topology %s (plan v%d, pid %d)", self.worker_id, self.topology, self.version, os.getpid())
+        threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True).start()
+        interval = float(self.conf["worker.sync.interval.ms"]) / 1000.0
+        while not self._stop.wait(interval):
+            try:
+                version = store.latest_version(self.topology)
+            except Exception:  # noqa: BLE001 - a store being rebuilt: try again next cycle
+                log.warning("plan store unreadable", exc_info=True)
+                continue
+            if version is None:
+                log.info("topology %s removed from the plan store: stopping", self.topology)
+                break
+            if version != self.version:
+                got = store.latest(self.topology)
+                if got is not None and not self.apply_plan(got[1]):
+                    log.info("worker %s is not in plan v%d: stopping", self.worker_id, got[0])
+                    break
+            if self.dying:
+                self._reap()
+        self.shutdown()
+        return 0
+
+    def request_stop(self, *_: Any) -> None:
+        self._stop.set()
+
+    def shutdown(self) -> None:
+        self.state = "STOPPING"
+        log.info("worker %s stopping", self.worker_id)
+        everyone = list(self.executors.values()) + [ex for _, ex in self.dying]
+        for ex in everyone:
+            ex.stop()
+        for ex in everyone:
+            ex.join(timeout=2.0)
+        if self.transport:
+            self.transport.stop()
+        if self._zk is not None:
+            try:
+                self._zk.stop()
+                self._zk.close()
+            except Exception:  # noqa: BLE001
+                pass
+        self.state = "STOPPED"
+
+    def install_signal_handlers(self) -> None:
+        signal.signal(signal.SIGTERM, self.request_stop)
+        signal.signal(signal.SIGINT, self.request_stop)

@@ -1,0 +1,58 @@
+"""The wire format between workers: msgpack only, never pickle.
+
+Data messages are two zmq frames, ``[header, payload]``: the header
+``[DATA, dst_task, src_task]`` is tiny so that a receiver can route (or forward)
+a batch without decoding it; the payload is a msgpack list of records
+``[stream, values]`` or ``[stream, values, anchors]`` where ``anchors`` is a flat
+``[root, edge, root, edge, ...]`` list for the acker.
+
+Control messages (acker traffic, and later migration hand-over) are one frame
+``[kind, dst_task, src_task, entries]`` on the worker's separate control port,
+whose receiver never blocks, so acks cannot deadlock behind backpressured data.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+
+__all__ = [
+    "ACKED",
+    "ACK",
+    "ACK_INIT",
+    "DATA",
+    "FAIL",
+    "FAILED",
+    "control_message",
+    "data_header",
+    "pack",
+    "unpack",
+]
+
+DATA = 0
+ACK_INIT = 1  # entries: [[root, xor, spout_task], ...]   spout -> acker
+ACK = 2  # entries: [[root, xor], ...]                     bolt -> acker
+FAIL = 3  # entries: [root, ...]                           bolt -> acker
+ACKED = 4  # entries: [root, ...]                          acker -> spout
+FAILED = 5  # entries: [root, ...]                         acker -> spout
+
+MAX_FRAME_BYTES = 64 * 2**20  # larger frames are refused by the receiving socket
+
+
+def pack(obj: Any) -> bytes:
+    """msgpack-encode (bin type on) with a shared packer."""
+    return msgpack.packb(obj, use_bin_type=True)
+
+
+def unpack(data: bytes) -> Any:
+    """msgpack-decode into tuples (faster than lists); raises on garbage."""
+    return msgpack.unpackb(data, raw=False, use_list=False, strict_map_key=False)
+
+
+def data_header(dst: int, src: int) -> bytes:
+    return pack((DATA, dst, src))
+
+
+def control_message(kind: int, dst: int, src: int, entries: list[Any]) -> bytes:
+    return pack((kind, dst, src, entries))
