@@ -482,7 +482,16 @@ class LMDBPlanStore(PlanStore):
                 try:
                     env.set_mapsize(0)
                 except lmdb.Error as exc2:
-                    raise self._failed(exc2, what) from exc2
+                    # Seen when data.mdb is overwritten in place with garbage: the
+                    # "new size" is nonsense and the environment is left unusable.
+                    if self.readonly and self._env is env:
+                        self._env = None  # reopen (or report corruption) on the next call
+                        self._next_check = 0.0
+                        env.close()
+                    raise StoreCorruptError(
+                        f"{what} in {self.path}: cannot adopt the writer's map size "
+                        f"({exc2}); the store looks damaged"
+                    ) from exc2
             except lmdb.Error as exc:
                 raise self._failed(exc, what) from exc
         raise AssertionError("unreachable")  # pragma: no cover

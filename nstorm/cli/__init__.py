@@ -1,0 +1,1 @@
+"""The ``nstorm`` command line (typer), one module per group of commands."""

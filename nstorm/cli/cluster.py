@@ -1,0 +1,64 @@
+"""``nstorm cluster up|down|status``: a background cluster on this machine."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from nstorm.cli.common import ConfOption, ZkRootOption, cli_errors, exit_with_error, print_json
+
+app = typer.Typer(no_args_is_help=True, help="A background cluster on this machine: ZooKeeper, Nimbus, supervisors.")
+
+
+@app.command()
+@cli_errors
+def up(
+    supervisors: Annotated[int, typer.Option(min=1, help="supervisors (nodes) to start")] = 2,
+    slots: Annotated[int, typer.Option(min=1, help="worker slots per supervisor")] = 4,
+    port_base: Annotated[int, typer.Option(help="first worker port (0: free ports)")] = 6700,
+    zk_root: ZkRootOption = "/nstorm",
+    conf: ConfOption = None,
+) -> None:
+    """Start ZooKeeper, Nimbus and supervisors in the background (pids under $NSTORM_HOME/run)."""
+    from nstorm.config import parse_conf_options
+    from nstorm.localcluster import LocalCluster, cluster_status
+    from nstorm.zookeeper import start_background
+
+    overrides = parse_conf_options(conf or [])
+    if cluster_status()["running"]:
+        exit_with_error("a cluster is already running here: 'nstorm cluster down' first", 1)
+    address = start_background()
+    cluster = LocalCluster(supervisors, slots, zk_address=address, root=zk_root, conf=overrides,
+                           detach=True, port_base=port_base)
+    cluster.start()
+    cluster.save_state()
+    typer.echo(f"cluster up: ZooKeeper {address}, nimbus, {supervisors} supervisor(s) x {slots} slots")
+
+
+@app.command()
+@cli_errors
+def down() -> None:
+    """Stop the background cluster: supervisors (and their workers), Nimbus, ZooKeeper."""
+    from nstorm.localcluster import cluster_down
+
+    typer.echo("cluster down" if cluster_down() else "no cluster recorded here")
+
+
+@app.command()
+@cli_errors
+def status(as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False) -> None:
+    """Daemons of the background cluster and the supervisors registered."""
+    from nstorm.localcluster import cluster_status
+
+    info = cluster_status()
+    if as_json:
+        print_json(info)
+        return
+    if not info["daemons"]:
+        typer.echo("no cluster recorded here")
+        raise typer.Exit(1)
+    for name, d in info["daemons"].items():
+        typer.echo(f"{name}: pid {d['pid']} {'alive' if d['alive'] else 'dead'}")
+    for sup in info.get("supervisors", []):
+        typer.echo(f"supervisor registered: {sup}")

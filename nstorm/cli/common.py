@@ -1,0 +1,68 @@
+"""What every command shares: options, error handling, output helpers."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+
+from nstorm.errors import NStormError
+
+__all__ = [
+    "ConfOption",
+    "ZkOption",
+    "ZkRootOption",
+    "cli_errors",
+    "err_console",
+    "exit_with_error",
+    "print_json",
+]
+
+err_console = Console(stderr=True)
+
+ZkOption = Annotated[
+    str | None,
+    typer.Option("--zk", envvar="NSTORM_ZK", help="ZooKeeper HOST:PORT [default: the embedded one of $NSTORM_HOME]"),
+]
+ZkRootOption = Annotated[
+    str, typer.Option("--zk-root", envvar="NSTORM_ZK_ROOT", help="ZooKeeper root node of the cluster")
+]
+ConfOption = Annotated[
+    list[str] | None,
+    typer.Option("-c", "--conf", help="configuration override key=value (value parsed as JSON where it parses)"),
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def exit_with_error(message: str, code: int = 1) -> None:
+    """One red line on stderr, then exit with ``code`` (2 for bad input)."""
+    err_console.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def cli_errors(fn: F) -> F:
+    """Turn known errors into one-line messages; let typer/click exceptions pass."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (typer.Exit, typer.Abort, typer.TyperException):
+            raise
+        except NStormError as exc:
+            exit_with_error(str(exc), exc.exit_code)
+        except KeyboardInterrupt:
+            err_console.print("interrupted")
+            raise typer.Exit(130) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")

@@ -1,0 +1,56 @@
+"""``nstorm nimbus`` and ``nstorm supervisor``: the daemons in the foreground."""
+
+from __future__ import annotations
+
+import socket
+from typing import Annotated
+
+import typer
+
+from nstorm.cli.common import ConfOption, ZkOption, ZkRootOption, cli_errors
+
+
+def register(app: typer.Typer) -> None:
+    @app.command(rich_help_panel="Daemons")
+    @cli_errors
+    def nimbus(zk: ZkOption = None, zk_root: ZkRootOption = "/nstorm", conf: ConfOption = None) -> None:
+        """Run Nimbus in the foreground (log: $NSTORM_HOME/logs/nimbus.log)."""
+        from nimbus.daemon import Nimbus
+        from nstorm.config import parse_conf_options
+        from nstorm.home import logs_dir
+        from nstorm.logs import setup_daemon_logging
+        from nstorm.zkschema import resolve_zk_address
+
+        overrides = parse_conf_options(conf or [])
+        address = resolve_zk_address(zk)
+        typer.echo(f"nimbus on {address}{zk_root}; log {logs_dir() / 'nimbus.log'}", err=True)
+        setup_daemon_logging("nimbus", "nimbus")
+        daemon = Nimbus(address, zk_root, overrides)
+        daemon.install_signal_handlers()
+        raise typer.Exit(daemon.run())
+
+    @app.command(rich_help_panel="Daemons")
+    @cli_errors
+    def supervisor(
+        node_id: Annotated[str, typer.Option(help="node id (default: host name)")] = socket.gethostname(),
+        host: Annotated[str, typer.Option(help="address workers bind and peers reach")] = "127.0.0.1",
+        slots: Annotated[int, typer.Option(min=1, help="worker slots")] = 4,
+        port_base: Annotated[int, typer.Option(help="first worker port (0: free ports)")] = 6700,
+        zk: ZkOption = None,
+        zk_root: ZkRootOption = "/nstorm",
+        conf: ConfOption = None,
+    ) -> None:
+        """Run a supervisor in the foreground (log: $NSTORM_HOME/logs/supervisor-ID.log)."""
+        from nstorm.config import parse_conf_options
+        from nstorm.home import logs_dir
+        from nstorm.logs import setup_daemon_logging
+        from nstorm.zkschema import resolve_zk_address
+        from supervisor.daemon import Supervisor, pick_slots
+
+        overrides = parse_conf_options(conf or [])
+        address = resolve_zk_address(zk)
+        typer.echo(f"supervisor {node_id} on {address}{zk_root}; log {logs_dir() / f'supervisor-{node_id}.log'}", err=True)
+        setup_daemon_logging(f"supervisor-{node_id}", f"supervisor {node_id}")
+        daemon = Supervisor(node_id, host, pick_slots(slots, port_base, host), address, zk_root, overrides)
+        daemon.install_signal_handlers()
+        raise typer.Exit(daemon.run())

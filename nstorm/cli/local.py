@@ -1,0 +1,98 @@
+"""``nstorm local FILE``: the one-command demo on an embedded cluster of real processes."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.live import Live
+from rich.table import Table
+
+from nstorm.cli.common import ConfOption, cli_errors, err_console
+
+
+class _Rates:
+    """Per-component tuples/s from successive status snapshots."""
+
+    def __init__(self) -> None:
+        self.last: dict[str, tuple[float, int, int]] = {}
+
+    def table(self, status: dict[str, Any], elapsed: float) -> Table:
+        now = time.monotonic()
+        table = Table(title=f"{status['name']} {status['status']}  plan v{status['plan_version']}  {elapsed:5.0f}s",
+                      title_justify="left")
+        for col in ("component", "executors", "emitted/s", "executed/s", "emitted", "executed", "failed", "errors"):
+            table.add_column(col, justify="left" if col == "component" else "right")
+        for name, c in status["components"].items():
+            t0, e0, x0 = self.last.get(name, (now, c["emitted"], c["executed"]))
+            dt = max(now - t0, 1e-9)
+            rate_e = (c["emitted"] - e0) / dt if now > t0 else 0.0
+            rate_x = (c["executed"] - x0) / dt if now > t0 else 0.0
+            self.last[name] = (now, c["emitted"], c["executed"])
+            table.add_row(name, str(c["parallelism"]), f"{rate_e:,.0f}", f"{rate_x:,.0f}", f"{c['emitted']:,}",
+                          f"{c['executed']:,}", str(c["failed"]), str(c["errors"]))
+        s = status["spouts"]
+        table.caption = (f"spout tuples: acked {s['acked']:,}  pending {s['pending']:,}  failed {s['failed']:,}  "
+                         f"replayed {s['replayed']:,}   workers: "
+                         + ", ".join(f"{w['id']} (pid {w['pid']})" for w in status["workers"]))
+        table.caption_justify = "left"
+        return table
+
+
+def _raise_interrupt(*_: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def register(app: typer.Typer) -> None:
+    @app.command(rich_help_panel="Clusters")
+    @cli_errors
+    def local(
+        file: Annotated[Path, typer.Argument(help="topology file defining `topology` or `make_topology(conf)`")],
+        duration: Annotated[float, typer.Option(help="seconds to run (0: until Ctrl-C)")] = 0.0,
+        conf: ConfOption = None,
+        supervisors: Annotated[int, typer.Option(min=1, help="supervisors (nodes) to start")] = 1,
+        slots: Annotated[int | None, typer.Option(help="worker slots per supervisor (default: enough)")] = None,
+    ) -> None:
+        """Run a topology on an embedded cluster (ZooKeeper, Nimbus, supervisors), print progress, tear down."""
+        from nstorm.client import ClusterClient
+        from nstorm.config import parse_conf_options
+        from nstorm.loader import load_topology
+        from nstorm.localcluster import LocalCluster
+
+        overrides = parse_conf_options(conf or [])
+        topology = load_topology(file, overrides)  # bad input: exit 2 before anything starts
+        workers = int(overrides.get("topology.workers", topology.workers))
+        slots = slots or max(1, -(-workers // supervisors))
+        signal.signal(signal.SIGTERM, _raise_interrupt)
+        cluster = LocalCluster(supervisors=supervisors, slots=slots)
+        started = time.monotonic()
+        name = topology.name
+        try:
+            with err_console.status("starting ZooKeeper, nimbus and supervisors..."):
+                cluster.start()
+            err_console.print(f"cluster up in {time.monotonic() - started:.1f}s: ZooKeeper {cluster.address}, "
+                              f"{supervisors} supervisor(s) x {slots} slots")
+            with ClusterClient(cluster.address) as client:
+                info = client.submit(file, conf=overrides)
+                name = info["name"]
+                with err_console.status(f"starting {info['executors']} executors on {info['workers']} workers..."):
+                    client.wait_running(name, timeout=60)
+                rates = _Rates()
+                t0 = time.monotonic()
+                status = client.status(name)
+                with Live(rates.table(status, 0), console=err_console, refresh_per_second=2) as live:
+                    while not duration or time.monotonic() - t0 < duration:
+                        time.sleep(1.0)
+                        status = client.status(name)
+                        live.update(rates.table(status, time.monotonic() - t0))
+                s = status["spouts"]
+                err_console.print(f"done: {s['acked']:,} spout tuples acked, {s['failed']:,} failed")
+        except KeyboardInterrupt:
+            err_console.print("interrupted: tearing down")
+        finally:
+            with err_console.status("stopping the cluster..."):
+                cluster.stop()
+            err_console.print("cluster stopped")

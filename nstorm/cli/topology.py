@@ -1,0 +1,118 @@
+"""Commands on topologies: submit, list, status, activate, deactivate, kill."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from nstorm.cli.common import ConfOption, ZkOption, ZkRootOption, cli_errors, print_json
+
+JsonOption = Annotated[bool, typer.Option("--json", help="print JSON")]
+
+
+def _client(zk: str | None, zk_root: str) -> Any:
+    from nstorm.client import ClusterClient
+
+    return ClusterClient(zk, zk_root)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the topology commands to the root app."""
+
+    @app.command(rich_help_panel="Topologies")
+    @cli_errors
+    def submit(
+        file: Annotated[Path, typer.Argument(help="topology file defining `topology` or `make_topology(conf)`")],
+        name: Annotated[str | None, typer.Option(help="run under this name instead of the built one")] = None,
+        conf: ConfOption = None,
+        zk: ZkOption = None,
+        zk_root: ZkRootOption = "/nstorm",
+    ) -> None:
+        """Validate a topology file and submit it to the cluster."""
+        from nstorm.config import parse_conf_options
+        from nstorm.loader import load_topology
+
+        overrides = parse_conf_options(conf or [])
+        load_topology(file, overrides)  # bad input fails here, before touching the cluster
+        with _client(zk, zk_root) as client:
+            info = client.submit(file, name=name, conf=overrides)
+        typer.echo(f"submitted {info['name']}: {info['executors']} executors on {info['workers']} workers")
+
+    @app.command("list", rich_help_panel="Topologies")
+    @cli_errors
+    def list_(as_json: JsonOption = False, zk: ZkOption = None, zk_root: ZkRootOption = "/nstorm") -> None:
+        """Topologies of the cluster."""
+        with _client(zk, zk_root) as client:
+            rows = client.list()
+        if as_json:
+            print_json(rows)
+            return
+        if sys.stdout.isatty():
+            table = Table("name", "status", "plan", "workers", "executors")
+            for r in rows:
+                table.add_row(r["name"], r["status"], str(r["plan_version"]), str(r["workers"]), str(r["executors"]))
+            Console().print(table)
+        else:
+            for r in rows:
+                typer.echo(f"{r['name']} {r['status']} v{r['plan_version']} workers={r['workers']} executors={r['executors']}")
+
+    @app.command(rich_help_panel="Topologies")
+    @cli_errors
+    def status(
+        name: str, as_json: JsonOption = False, zk: ZkOption = None, zk_root: ZkRootOption = "/nstorm"
+    ) -> None:
+        """Workers, executors and counters of a topology."""
+        with _client(zk, zk_root) as client:
+            info = client.status(name)
+        if as_json:
+            print_json(info)
+            return
+        typer.echo(f"{info['name']} {info['status']} plan v{info['plan_version']}")
+        for w in info["workers"]:
+            typer.echo(f"  worker {w['id']} pid={w['pid']} executors={','.join(w['executors'])}")
+        for cname, c in info["components"].items():
+            typer.echo(
+                f"  {cname} x{c['parallelism']}: emitted={c['emitted']} executed={c['executed']} "
+                f"acked={c['acked']} failed={c['failed']}" + (f" last_error={c['last_error']}" if c["last_error"] else "")
+            )
+        s = info["spouts"]
+        typer.echo(f"  spouts: pending={s['pending']} acked={s['acked']} failed={s['failed']} replayed={s['replayed']}")
+
+    @app.command(rich_help_panel="Topologies")
+    @cli_errors
+    def activate(name: str, zk: ZkOption = None, zk_root: ZkRootOption = "/nstorm") -> None:
+        """Resume a deactivated topology's spouts."""
+        with _client(zk, zk_root) as client:
+            client.activate(name)
+        typer.echo(f"{name}: activate requested")
+
+    @app.command(rich_help_panel="Topologies")
+    @cli_errors
+    def deactivate(name: str, zk: ZkOption = None, zk_root: ZkRootOption = "/nstorm") -> None:
+        """Pause a topology's spouts (bolts keep draining)."""
+        with _client(zk, zk_root) as client:
+            client.deactivate(name)
+        typer.echo(f"{name}: deactivate requested")
+
+    @app.command(rich_help_panel="Topologies")
+    @cli_errors
+    def kill(
+        name: str,
+        wait: Annotated[float, typer.Option(help="seconds to stay deactivated before the kill (Storm uses the message timeout)")] = 0.0,
+        zk: ZkOption = None,
+        zk_root: ZkRootOption = "/nstorm",
+    ) -> None:
+        """Deactivate a topology, wait, then end its workers and remove it."""
+        from nstorm.errors import ClusterError
+
+        with _client(zk, zk_root) as client:
+            client.kill(name, wait)
+            if not client.wait_removed(name, wait + 30):
+                msg = f"{name}: kill requested, but it is still there after {wait + 30:.0f}s (is nimbus running?)"
+                raise ClusterError(msg)
+        typer.echo(f"{name}: killed")

@@ -1,0 +1,110 @@
+"""Test harness: one real ZooKeeper per session, real clusters per module, hermetic homes.
+
+Every process a test starts is ended in a fixture finaliser; ``atexit`` is the
+backstop for the ZooKeeper server. On a failure the daemon logs are printed.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+_HOME = Path(tempfile.mkdtemp(prefix="nstorm-test-home-"))
+os.environ["NSTORM_HOME"] = str(_HOME)
+os.environ.pop("NSTORM_ZK", None)
+
+TOPOLOGIES = Path(__file__).parent / "topologies"
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = 30.0, interval: float = 0.1, what: str = "") -> Any:
+    """Poll ``predicate`` until it returns something truthy, or fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what or predicate}")
+        time.sleep(interval)
+
+
+@pytest.fixture(scope="session")
+def zookeeper() -> Iterator[str]:
+    from nstorm.zookeeper import EmbeddedZooKeeper
+
+    zk = EmbeddedZooKeeper(_HOME / "zookeeper-tests", 0, _HOME / "logs" / "zookeeper-tests.log")
+    atexit.register(zk.stop)
+    zk.start(timeout=60)
+    try:
+        yield zk.address
+    finally:
+        zk.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster(zookeeper: str) -> Iterator[Any]:
+    """A real cluster: Nimbus and 2 supervisors with 4 slots each, on a fresh ZooKeeper root."""
+    from nstorm.localcluster import LocalCluster
+
+    c = LocalCluster(supervisors=2, slots=4, zk_address=zookeeper, root=f"/t-{uuid.uuid4().hex[:8]}")
+    try:
+        c.start(timeout=60)
+        yield c
+    finally:
+        c.stop()
+
+
+@pytest.fixture
+def client(cluster: Any) -> Iterator[Any]:
+    from nstorm.client import ClusterClient
+
+    with ClusterClient(cluster.address, cluster.root) as cl:
+        yield cl
+
+
+def run_cli(*args: str, cluster: Any = None, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m nstorm ARGS`` (against ``cluster`` if given) and capture its output."""
+    env = dict(os.environ)
+    if cluster is not None:
+        env["NSTORM_ZK"] = cluster.address
+        env["NSTORM_ZK_ROOT"] = cluster.root
+    env["COLUMNS"] = "200"
+    return subprocess.run(
+        [sys.executable, "-m", "nstorm", *args], capture_output=True, text=True, timeout=timeout, env=env,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def read_outputs(directory: Path) -> dict[str, Any]:
+    """JSON files written by test bolts, by file stem."""
+    result = {}
+    for path in directory.glob("*.json"):
+        try:
+            result[path.stem] = json.loads(path.read_text())
+        except ValueError:
+            continue  # being replaced right now
+    return result
+
+
+def pytest_exception_interact(node: Any, call: Any, report: Any) -> None:
+    """On failure, show the tail of every daemon log (after kazoo's conftest)."""
+    logs = _HOME / "logs"
+    if not logs.exists():
+        return
+    for path in sorted(logs.glob("*.log")):
+        if path.name.startswith("zookeeper"):
+            continue
+        lines = path.read_text(errors="replace").splitlines()[-15:]
+        print(f"\n----- {path.name} (last {len(lines)} lines) -----")
+        print("\n".join(lines))

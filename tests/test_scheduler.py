@@ -1,0 +1,52 @@
+"""Unit tests of the even scheduler and plan repair."""
+
+from __future__ import annotations
+
+from nimbus.scheduler import EvenScheduler, Slot, interleave_slots, task_list
+
+DEFINITION = {
+    "workers": 2,
+    "components": {"s": {"parallelism": 2}, "b": {"parallelism": 3}},
+}
+SUPERVISORS = {
+    "n1": {"host": "10.0.0.1", "slots": [[6701, 7701], [6700, 7700]]},
+    "n2": {"host": "10.0.0.2", "slots": [[6700, 7700], [6701, 7701]]},
+}
+
+
+def test_slots_interleave_nodes() -> None:
+    assert [s.worker_id for s in interleave_slots(SUPERVISORS)] == ["n1:6700", "n2:6700", "n1:6701", "n2:6701"]
+
+
+def test_task_list_includes_ackers() -> None:
+    assert task_list(DEFINITION, 2) == ["s:0", "s:1", "b:0", "b:1", "b:2", "__acker:0", "__acker:1"]
+
+
+def test_initial_plan_round_robin_over_nodes() -> None:
+    plan = EvenScheduler().initial_plan("t", DEFINITION, {}, interleave_slots(SUPERVISORS))
+    assert plan is not None
+    assert set(plan["workers"]) == {"n1:6700", "n2:6700"}
+    assert plan["executors"]["s:0"] == "n1:6700" and plan["executors"]["s:1"] == "n2:6700"
+    counts = [list(plan["executors"].values()).count(w) for w in plan["workers"]]
+    assert sorted(counts) == [3, 4]  # 7 executors (2 ackers by default) evenly
+    assert EvenScheduler().initial_plan("t", DEFINITION, {}, []) is None
+
+
+def test_repair_moves_only_lost_executors() -> None:
+    slots = interleave_slots(SUPERVISORS)
+    plan = EvenScheduler().initial_plan("t", DEFINITION, {}, slots)
+    live = {s.worker_id: s for s in slots if s.node == "n1"}
+    free = [s for s in live.values() if s.worker_id not in plan["workers"]]
+    repaired = EvenScheduler().repair_plan(plan, live, free)
+    assert repaired["version"] == plan["version"] + 1
+    assert set(repaired["workers"]) == {"n1:6700", "n1:6701"}
+    for e, w in plan["executors"].items():
+        if w == "n1:6700":
+            assert repaired["executors"][e] == "n1:6700"
+        else:
+            assert repaired["executors"][e] == "n1:6701"
+    assert EvenScheduler().repair_plan(repaired, live, []) is None
+
+
+def test_slot_ids() -> None:
+    assert Slot("n1", "h", 1, 2).worker_id == "n1:1"

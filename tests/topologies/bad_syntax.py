@@ -1,0 +1,3 @@
+from nstorm import TopologyBuilder
+
+builder = TopologyBuilder("bad"

@@ -1,0 +1,77 @@
+"""Word count over a fixed input, writing counts and acks to files so a test can check them.
+
+conf: ``test.output.dir`` (required), ``test.sentences`` per spout executor (default 2000).
+"""
+
+from __future__ import annotations
+
+import time
+
+from nstorm import Bolt, Spout, TopologyBuilder
+from topologies.sentences import sentences
+from topologies.wordcount import Split
+
+from _output import dump
+
+
+class FixedSentences(Spout):
+    outputs = ("sentence",)
+
+    def open(self, conf, context):
+        self.dir = conf["test.output.dir"]
+        self.name = f"spout-{context.task_index}"
+        self.todo = sentences(int(conf.get("test.sentences", 2000)), seed=100 + context.task_index)
+        self.next = 0
+        self.acks: dict[int, int] = {}
+        self.fails = 0
+        self.replay: list[int] = []
+        self.dumped = 0.0
+        self.dirty = True
+
+    def next_tuple(self):
+        now = time.monotonic()
+        if self.dirty and now - self.dumped > 0.2:
+            dump(self.dir, self.name, {"acks": self.acks, "fails": self.fails, "emitted": self.next})
+            self.dumped, self.dirty = now, False
+        if self.replay:
+            i = self.replay.pop()
+            self.emit((self.todo[i],), msg_id=i)
+        elif self.next < len(self.todo):
+            self.emit((self.todo[self.next],), msg_id=self.next)
+            self.next += 1
+
+    def ack(self, msg_id):
+        self.acks[msg_id] = self.acks.get(msg_id, 0) + 1
+        self.dirty = True
+
+    def fail(self, msg_id):
+        self.fails += 1
+        self.replay.append(msg_id)
+        self.dirty = True
+
+
+class DumpingCount(Bolt):
+    outputs = ("word", "count")
+    tick_secs = 0.2
+
+    def prepare(self, conf, context):
+        self.dir = conf["test.output.dir"]
+        self.name = f"count-{context.task_index}"
+        self.dirty = True
+
+    def process(self, tup):
+        if tup.is_tick:
+            if self.dirty:
+                dump(self.dir, self.name, self.state)
+                self.dirty = False
+            return
+        word = tup["word"]
+        self.state[word] = self.state.get(word, 0) + 1
+        self.dirty = True
+
+
+builder = TopologyBuilder("exactwc")
+builder.set_spout("sentences", FixedSentences, parallelism=2)
+builder.set_bolt("split", Split, parallelism=3).shuffle_grouping("sentences")
+builder.set_bolt("count", DumpingCount, parallelism=4).fields_grouping("split", ["word"])
+topology = builder.build(workers=2)
