@@ -25,9 +25,10 @@ DEFAULTS: dict[str, Any] = {
     "topology.acker.executors": None,  # None = one per worker; 0 turns acking off
     "topology.message.timeout.secs": 30,
     "topology.max.spout.pending": 1000,  # per spout executor; None or 0 = unbounded
-    "topology.batch.size": 100,  # tuples per message at most
+    "topology.batch.size": 256,  # tuples per message at most
     "topology.batch.max.latency.ms": 5,  # a buffered tuple leaves within this bound
-    "topology.executor.queue.batches": 64,  # bounded input queue, in batches
+    "topology.backpressure.high.batches": 64,  # a queue this deep pauses every spout of the topology
+    "topology.backpressure.low.batches": 16,  # ... until every such queue is back below this
     "topology.hash.seed": 0,  # PYTHONHASHSEED of workers: fields grouping agrees across processes
     "topology.debug": False,
     "topology.scheduler": "static",
@@ -39,6 +40,7 @@ DEFAULTS: dict[str, Any] = {
     "worker.sync.interval.ms": 100,  # TW: worker polls its LMDB plan
     "worker.lazy.kill.ms": 2000,  # DK: a moved executor's old copy drains this long
     "worker.heartbeat.interval.secs": 1.0,
+    "worker.gil.switch.interval.ms": 5.0,  # sys.setswitchinterval of workers
     "nimbus.supervisor.timeout.secs": 10,
     "nimbus.monitor.interval.secs": 1.0,
     # OTD

@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -71,6 +73,7 @@ class LocalCluster:
         self.zookeeper: EmbeddedZooKeeper | None = None
         self.nimbus: subprocess.Popen[bytes] | None = None
         self.supervisors: dict[str, subprocess.Popen[bytes]] = {}
+        self._zk_data = Path()
 
     @property
     def address(self) -> str:
@@ -107,7 +110,9 @@ class LocalCluster:
         """Start everything and wait until every supervisor has registered."""
         try:
             if self.zk_address is None:
-                self.zookeeper = EmbeddedZooKeeper(home_dir() / "zookeeper-local", 0, logs_dir() / "zookeeper.log")
+                # A fresh data directory: a local cluster starts empty, whatever ran before.
+                self._zk_data = Path(tempfile.mkdtemp(prefix="zk-local-", dir=home_dir()))
+                self.zookeeper = EmbeddedZooKeeper(self._zk_data, 0, logs_dir() / "zookeeper.log")
                 self.zookeeper.start(timeout=timeout)
                 self.zk_address = self.zookeeper.address
             self.start_nimbus()
@@ -166,6 +171,7 @@ class LocalCluster:
         _kill_orphan_workers(self.root)
         if self.zookeeper is not None:
             self.zookeeper.stop()
+            shutil.rmtree(self._zk_data, ignore_errors=True)
         self.supervisors.clear()
         self.nimbus = None
 

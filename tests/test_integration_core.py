@@ -201,3 +201,26 @@ def test_duplicate_topology_name_is_rejected_and_disturbs_nothing(cluster, clien
     finally:
         client.kill("dup")
         client.wait_removed("dup", 30)
+
+
+def test_slow_bolt_slows_its_spout(client) -> None:
+    client.submit(TOPOLOGIES / "slow_sink.py")
+    try:
+        client.wait_running("slowsink", 60)
+        conf_high = 64 * 256  # topology.backpressure.high.batches x topology.batch.size
+
+        def lag() -> tuple[int, int]:
+            comps = client.status("slowsink")["components"]
+            return comps["fast"]["emitted"], comps["slow"]["executed"]
+
+        wait_until(lambda: lag()[1] > 500, 30, what="the slow bolt to make progress")
+        samples = []
+        for _ in range(4):
+            emitted, executed = lag()
+            samples.append(emitted - executed)
+            wait_until(lambda e=executed: lag()[1] > e + 200, 30, what="progress")
+        # Without backpressure the spout would be millions of tuples ahead by now.
+        assert max(samples) < 4 * conf_high, samples
+    finally:
+        client.kill("slowsink")
+        client.wait_removed("slowsink", 30)

@@ -21,7 +21,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from nstorm.component import TICK_STREAM, Bolt, Context, Spout, Tuple
+from nstorm.component import TICK_STREAM, Bolt, Context, Spout, Tuple, TupleMeta
 from worker import wire
 from worker.outbox import Outbox
 
@@ -46,7 +46,8 @@ class Executor:
         self.component, _, index = executor_id.rpartition(":")
         self.index = int(index)
         conf = worker.conf
-        self.data_q: queue.Queue[Any] = queue.Queue(maxsize=int(conf["topology.executor.queue.batches"]))
+        # Unbounded: flow control is topology-wide backpressure at the spouts (worker/backpressure.py).
+        self.data_q: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.ctl_q: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.flush_interval = float(conf["topology.batch.max.latency.ms"]) / 1000.0
         self.executed = 0
@@ -142,6 +143,10 @@ class _UserExecutor(Executor):
         if routing is not self.routing:
             self.routing = routing
             self.outbox.rebuild(routing)
+            self.bind_emit()
+
+    def bind_emit(self) -> None:
+        """Point the component's ``emit`` at the outbox's compiled emit (rebuilt per routing)."""
 
 
 class SpoutExecutor(_UserExecutor):
@@ -159,16 +164,18 @@ class SpoutExecutor(_UserExecutor):
         self.replayed = 0
         self.failed_ids: set[Any] = set()
         self.immediate_acks: list[Any] = []
+        self.emit_calls = 0
         spout: Spout = self.instance
         spout.emit = self._emit  # type: ignore[method-assign]
         spout.emit_direct = self.outbox.emit_direct  # type: ignore[method-assign]
         spout.open(self.conf, self.context)
         self.active = False
 
-    def _emit(self, values: Any, stream: str = "default", msg_id: Any = None, **_: Any) -> None:
+    def _emit(self, values: Any, stream: str = "default", msg_id: Any = None) -> None:
         outbox = self.outbox
+        self.emit_calls += 1
         if msg_id is None or not outbox.acking:
-            outbox.emit_plain(values, stream)
+            outbox.emit(values, stream)
             if msg_id is not None:
                 self.immediate_acks.append(msg_id)  # acking off: acked at once, as in Storm
             return
@@ -249,9 +256,12 @@ class SpoutExecutor(_UserExecutor):
             now = time.monotonic()
             if self.deadlines and self.deadlines[0][0] <= now:
                 self._expire(now)
-            if active and not (self.max_pending and len(self.pending) >= self.max_pending):
-                before = outbox.emitted
+            if active and not self.worker.throttled and not (
+                self.max_pending and len(self.pending) >= self.max_pending
+            ):
+                before = self.emit_calls
                 for _ in range(batch):
+                    last = self.emit_calls
                     try:
                         next_tuple()
                     except Exception as exc:
@@ -259,9 +269,9 @@ class SpoutExecutor(_UserExecutor):
                         break
                     if self.max_pending and len(self.pending) >= self.max_pending:
                         break
-                    if outbox.emitted == before:
+                    if self.emit_calls == last:
                         break
-                emitted = outbox.emitted != before
+                emitted = self.emit_calls != before
             else:
                 emitted = False
             now = time.monotonic()
@@ -302,48 +312,87 @@ class BoltExecutor(_UserExecutor):
     kind = "bolt"
 
     def setup(self) -> None:
-        self.refresh_routing()
         bolt: Bolt = self.instance
         self.outbox.auto_anchor = bool(bolt.auto_anchor)
-        bolt.emit = self.outbox.emit_anchored if self.outbox.acking else self.outbox.emit_plain  # type: ignore[method-assign]
+        self.refresh_routing()
         bolt.emit_direct = self.outbox.emit_direct  # type: ignore[method-assign]
         bolt.ack = self._ack  # type: ignore[method-assign]
         bolt.fail = self._fail  # type: ignore[method-assign]
-        if not hasattr(bolt, "state") or not isinstance(getattr(bolt, "state", None), dict):
+        if not isinstance(getattr(bolt, "state", None), dict):
             bolt.state = {}
         self.fields: dict[tuple[str, str], dict[str, int]] = {}
         for name, comp in self.definition["components"].items():
             for stream, fields in comp["outputs"].items():
                 self.fields[(name, stream)] = {f: i for i, f in enumerate(fields)}
+        self.metas: dict[int, dict[str, TupleMeta]] = {}
         bolt.prepare(self.conf, self.context)
+
+    def bind_emit(self) -> None:
+        outbox = self.outbox
+        self.instance.emit = outbox.emit_anchored if outbox.acking else outbox.emit  # type: ignore[method-assign]
 
     def _ack(self, tup: Tuple) -> None:
         self.acked += 1
-        self.outbox.ack_tuple(tup)
+        if self.outbox.acking:
+            self.outbox.ack_tuple(tup)
 
     def _fail(self, tup: Tuple) -> None:
         self.failed += 1
-        self.outbox.fail_tuple(tup)
+        if self.outbox.acking:
+            self.outbox.fail_tuple(tup)
+
+    def _metas(self, src: int) -> dict[str, TupleMeta]:
+        """Per-stream tuple metadata of one upstream executor, built once."""
+        metas = self.metas.get(src)
+        if metas is None:
+            routing = self.routing
+            source, index = routing.task_component[src], routing.task_index[src]
+            metas = {
+                stream: TupleMeta(source, index, stream, self.fields[(source, stream)])
+                for (comp, stream) in self.fields if comp == source
+            }
+            self.metas[src] = metas
+        return metas
 
     def _process_batch(self, src: int, records: Any) -> None:
+        """Run ``process`` over one batch; the per-tuple hot path, so kept to a few bytecodes."""
         if type(records) is bytes:
             records = wire.unpack(records)
-        routing = self.routing
-        source = routing.task_component[src]
-        source_task = routing.task_index[src]
+        metas = self._metas(src)
+        process = self.instance.process
+        new = Tuple.__new__
+        stream = meta = None
+        if not self.outbox.acking:
+            for rec in records:
+                if rec[0] != stream:
+                    stream = rec[0]
+                    meta = metas[stream]
+                tup = new(Tuple)
+                tup.values = rec[1]
+                tup.meta = meta
+                tup.anchors = None
+                try:
+                    process(tup)
+                except Exception as exc:
+                    self.record_error("process", exc)
+            self.executed += len(records)
+            return
         bolt: Bolt = self.instance
-        process = bolt.process
         outbox = self.outbox
-        fields_map = self.fields
-        auto_ack = bolt.auto_ack and outbox.acking
-        auto_fail = bolt.auto_fail and outbox.acking
-        stream = None
-        fields: Mapping[str, int] = {}
+        auto_ack = bolt.auto_ack
+        auto_fail = bolt.auto_fail
+        ack_tuple = outbox.ack_tuple
+        acks = outbox.acks
+        acked = 0
         for rec in records:
             if rec[0] != stream:
                 stream = rec[0]
-                fields = fields_map.get((source, stream), {})
-            tup = Tuple(rec[1], source, source_task, stream, rec[2] if len(rec) > 2 else None, fields)
+                meta = metas[stream]
+            tup = new(Tuple)
+            tup.values = rec[1]
+            tup.meta = meta
+            tup.anchors = rec[2] if len(rec) > 2 else None
+            tup._ackval = 0
             outbox.current = tup
             try:
                 process(tup)
@@ -352,15 +401,22 @@ class BoltExecutor(_UserExecutor):
                 if auto_fail:
                     self._fail(tup)
                 continue
-            if auto_ack and tup.anchors:
-                self.acked += 1
-                outbox.ack_tuple(tup)
+            a = tup.anchors
+            if auto_ack and a:
+                acked += 1
+                if len(a) == 2:  # one root: inline the XOR bookkeeping of ack_tuple
+                    r = a[0]
+                    acks[r] = acks.get(r, 0) ^ a[1] ^ tup._ackval
+                else:
+                    ack_tuple(tup)
         outbox.current = None
+        self.acked += acked
         self.executed += len(records)
 
     def _tick(self) -> None:
         bolt: Bolt = self.instance
         tup = Tuple((), "__system", -1, TICK_STREAM, None, {})
+        tup._ackval = 0
         try:
             bolt.process_tick(tup)
         except Exception as exc:
@@ -370,21 +426,27 @@ class BoltExecutor(_UserExecutor):
         outbox = self.outbox
         get = self.data_q.get
         get_nowait = self.data_q.get_nowait
+        empty = self.data_q.empty
         tick = self.tick_secs
-        flush_at = time.monotonic() + self.flush_interval
+        interval = self.flush_interval
+        unflushed = False
+        flush_at = time.monotonic() + interval
         while self._running:
             self.refresh_routing()
             now = time.monotonic()
             wait = 0.1
             if tick:
                 wait = min(wait, max(0.0, self.next_tick - now))
-            if outbox.dirty:
+            if unflushed:
                 wait = min(wait, max(0.0, flush_at - now))
             try:
                 src, records = get(timeout=wait) if wait > 0 else get_nowait()
             except queue.Empty:
                 pass
             else:
+                if not unflushed:
+                    flush_at = now + interval
+                    unflushed = True
                 self._process_batch(src, records)
                 # Keep batching while more input waits, up to the latency bound.
                 while time.monotonic() < flush_at:
@@ -397,11 +459,10 @@ class BoltExecutor(_UserExecutor):
             if tick and now >= self.next_tick:
                 self.next_tick = now + tick
                 self._tick()
-            if outbox.dirty and (self.data_q.empty() or now >= flush_at):
+                unflushed = True
+            if unflushed and (now >= flush_at or empty()):
                 outbox.flush()
-                flush_at = time.monotonic() + self.flush_interval
-            elif not outbox.dirty:
-                flush_at = now + self.flush_interval
+                unflushed = False
         outbox.flush()
 
     def teardown(self) -> None:

@@ -13,6 +13,7 @@ Everything here runs in the owning executor's thread only.
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -71,13 +72,14 @@ class Outbox:
         self.batch_size = max(1, int(conf["topology.batch.size"]))
         self.acking = worker.acking
         self.emitted = 0
+        self.emit = self.emit_plain
+        self.emit_anchored = self.emit_anchored_general
         self.routing: RoutingTable | None = None
         self.targets: dict[str, list[_Target]] = {}
         self.direct_targets: dict[str, list[tuple[str, list[_Buffer]]]] = {}
         self.buffers: dict[int, _Buffer] = {}
         self.ctl_buffers: dict[tuple[int, int], list[Any]] = {}  # (kind, dst) -> entries
         self.acks: dict[int, int] = {}  # root -> xor, flushed per batch
-        self.dirty = False
         self._data_socks: dict[str, zmq.Socket] = {}
         self._ctl_socks: dict[str, zmq.Socket] = {}
         self.current: Tuple | None = None
@@ -118,6 +120,8 @@ class Outbox:
                 targets[stream].append(target)
         self.targets = targets
         self.direct_targets = direct
+        self.emit = self._make_plain_emit()
+        self.emit_anchored = self._make_anchored_emit()
 
     def _buffer(self, dst: int) -> _Buffer:
         buf = self.buffers.get(dst)
@@ -149,19 +153,96 @@ class Outbox:
         return out
 
     # -- emitting -------------------------------------------------------------------------
-    def emit_plain(self, values: Sequence[Any], stream: str = "default", **_: Any) -> None:
-        """Unanchored emit: the fast path when acking is off."""
-        self.emitted += 1
+    def emit_plain(self, values: Sequence[Any], stream: str = "default", anchors: Any = None) -> None:
+        """Unanchored emit, any grouping and stream (see :meth:`_make_plain_emit` for the fast path)."""
         rec = (stream, values)
         size = self.batch_size
         for buf in self._copies(values, stream):
             buf.append(rec)
             if len(buf) >= size:
                 self.flush_buffer(buf)
-        self.dirty = True
 
-    def emit_anchored(
-        self, values: Sequence[Any], stream: str = "default", anchors: Sequence[Tuple] | None = None, **_: Any
+    def _make_plain_emit(self) -> Any:
+        """An unanchored emit compiled for the current routing table.
+
+        The default stream with a single fields, shuffle or global subscriber (word
+        count's every hop) gets a closure that does one hash or one ``next`` and one
+        append; everything else goes through :meth:`emit_plain`.
+        """
+        general = self.emit_plain
+        targets = self.targets.get("default") or []
+        if len(targets) != 1:
+            return general
+        target = targets[0]
+        bufs, n, size, flush = target.bufs, target.n, self.batch_size, self.flush_buffer
+        if target.kind == _K_FIELD1:
+            idx = target.idx
+
+            def emit_fields(values: Sequence[Any], stream: str = "default", anchors: Any = None) -> None:
+                if stream != "default":
+                    return general(values, stream)
+                buf = bufs[hash(values[idx]) % n]
+                buf.append(("default", values))
+                if len(buf) >= size:
+                    flush(buf)
+                return None
+
+            return emit_fields
+        if target.kind in (_K_SHUFFLE, _K_GLOBAL):
+            start = random.randrange(n)
+            nxt = itertools.cycle(bufs[start:] + bufs[:start]).__next__
+
+            def emit_shuffle(values: Sequence[Any], stream: str = "default", anchors: Any = None) -> None:
+                if stream != "default":
+                    return general(values, stream)
+                buf = nxt()
+                buf.append(("default", values))
+                if len(buf) >= size:
+                    flush(buf)
+                return None
+
+            return emit_shuffle
+        return general
+
+    def _make_anchored_emit(self) -> Any:
+        """A bolt's anchored emit compiled for the current routing table.
+
+        The common case (default stream, one fields/shuffle/global subscriber,
+        anchored to the current tuple, which has a single root) costs one random
+        edge id and one append; the rest goes through :meth:`emit_anchored_general`.
+        """
+        general = self.emit_anchored_general
+        targets = self.targets.get("default") or []
+        if len(targets) != 1 or targets[0].kind not in (_K_FIELD1, _K_SHUFFLE, _K_GLOBAL) or not self.auto_anchor:
+            return general
+        target = targets[0]
+        bufs, n, size, flush = target.bufs, target.n, self.batch_size, self.flush_buffer
+        fields = target.kind == _K_FIELD1
+        idx = target.idx
+        start = random.randrange(n)
+        nxt = itertools.cycle(bufs[start:] + bufs[:start]).__next__
+        outbox = self
+        rand = _getrandbits
+
+        def emit(values: Sequence[Any], stream: str = "default", anchors: Sequence[Tuple] | None = None) -> None:
+            cur = outbox.current
+            if stream != "default" or anchors is not None or cur is None:
+                return general(values, stream, anchors)
+            a = cur.anchors
+            if not a or len(a) != 2:
+                return general(values, stream, anchors)
+            buf = bufs[hash(values[idx]) % n] if fields else nxt()
+            edge = rand(64)
+            cur._ackval ^= edge
+            buf.append(("default", values, (a[0], edge)))
+            if len(buf) >= size:
+                flush(buf)
+            return None
+
+        return emit
+
+    def emit_anchored_general(
+        self, values: Sequence[Any], stream: str = "default", anchors: Sequence[Tuple] | None = None
     ) -> None:
         """A bolt's emit, anchored to the current tuple (or to ``anchors``)."""
         if anchors is None:
@@ -172,7 +253,6 @@ class Outbox:
         if not anchor_tups:
             self.emit_plain(values, stream)
             return
-        self.emitted += 1
         size = self.batch_size
         for buf in self._copies(values, stream):
             edge = _getrandbits(64)
@@ -186,11 +266,9 @@ class Outbox:
             buf.append((stream, values, anc))
             if len(buf) >= size:
                 self.flush_buffer(buf)
-        self.dirty = True
 
     def emit_tracked(self, values: Sequence[Any], stream: str, root: int) -> int:
         """A spout's tracked emit: returns the XOR of the edge ids sent (0 if none)."""
-        self.emitted += 1
         init = 0
         size = self.batch_size
         for buf in self._copies(values, stream):
@@ -199,7 +277,6 @@ class Outbox:
             buf.append((stream, values, (root, edge)))
             if len(buf) >= size:
                 self.flush_buffer(buf)
-        self.dirty = True
         return init
 
     def emit_direct(self, task: int, values: Sequence[Any], stream: str = "default", **_: Any) -> None:
@@ -208,7 +285,6 @@ class Outbox:
         if direct is None:
             msg = f"{self.component} emits on undeclared stream {stream!r}"
             raise ValueError(msg)
-        self.emitted += 1
         cur = self.current if (self.acking and self.auto_anchor) else None
         for name, bufs in direct:
             if not 0 <= task < len(bufs):
@@ -227,7 +303,6 @@ class Outbox:
                 buf.append((stream, values))
             if len(buf) >= self.batch_size:
                 self.flush_buffer(buf)
-        self.dirty = True
 
     # -- acker bookkeeping ---------------------------------------------------------------
     def ack_tuple(self, tup: Tuple) -> None:
@@ -240,7 +315,6 @@ class Outbox:
         for i in range(0, len(anchors), 2):
             r = anchors[i]
             acks[r] = acks.get(r, 0) ^ anchors[i + 1] ^ x
-        self.dirty = True
 
     def fail_tuple(self, tup: Tuple) -> None:
         anchors = tup.anchors
@@ -261,14 +335,10 @@ class Outbox:
         if buf is None:
             buf = self.ctl_buffers[key] = []
         buf.append(entry)
-        self.dirty = True
 
     # -- flushing ------------------------------------------------------------------------
     def flush(self) -> None:
         """Send every non-empty buffer, then the acks and other control entries."""
-        if not self.dirty:
-            return
-        self.dirty = False
         for buf in self.buffers.values():
             if buf:
                 self.flush_buffer(buf)
@@ -279,7 +349,6 @@ class Outbox:
             n = len(ackers)
             for r, x in acks.items():
                 self.control(wire.ACK, ackers[r % n], (r, x))
-            self.dirty = False
         if self.ctl_buffers:
             ctl = self.ctl_buffers
             self.ctl_buffers = {}
@@ -289,6 +358,7 @@ class Outbox:
     def flush_buffer(self, buf: _Buffer) -> None:
         records = buf.copy()
         buf.clear()
+        self.emitted += len(records)
         routing = self.routing
         wid = routing.location[buf.dst]  # type: ignore[union-attr]
         local = self.worker.local_queue(buf.dst, wid)

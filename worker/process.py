@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -29,6 +30,7 @@ import psutil
 from kvstore import LMDBPlanStore, StoreMissingError
 from nstorm.loader import load_topology
 from nstorm.zkschema import ACTIVE, ZkPaths, connect, encode
+from worker.backpressure import BackpressureMonitor
 from worker.executor import AckerExecutor, BoltExecutor, Executor, SpoutExecutor
 from worker.routing import RoutingTable
 from worker.transport import Transport
@@ -60,11 +62,18 @@ class Worker:
         self.conf: dict[str, Any] = {}
         self.acking = False
         self.transport: Transport | None = None
+        self.backpressure: BackpressureMonitor | None = None
         self.classes: Mapping[str, type] = {}
         self.definition: Mapping[str, Any] = {}
         self._stop = threading.Event()
         self._zk = None
         self._process = psutil.Process()
+
+    @property
+    def throttled(self) -> bool:
+        """True while some worker of the topology is congested: spouts pause."""
+        bp = self.backpressure
+        return bp is not None and bp.throttled
 
     # -- plan handling ---------------------------------------------------------------------
     def local_queue(self, dst: int, wid: str) -> Any:
@@ -196,6 +205,9 @@ class Worker:
             return 1
         _, plan = latest
         self._load_code(plan)
+        # A thread woken by a socket or queue waits for the GIL until the running thread
+        # is forced to drop it; a short interval keeps hand-offs between executors quick.
+        sys.setswitchinterval(float(self.conf["worker.gil.switch.interval.ms"]) / 1000.0)
         endpoint = plan["workers"].get(self.worker_id)
         if endpoint is None:
             log.error("worker %s is not in plan v%s", self.worker_id, plan["version"])
@@ -206,8 +218,10 @@ class Worker:
                 self._zk = connect(self.zk_address)
             except Exception:  # noqa: BLE001 - run without heartbeats to ZooKeeper
                 log.warning("cannot reach ZooKeeper at %s; running without heartbeats", self.zk_address)
+        self.backpressure = BackpressureMonitor(self)
         self.apply_plan(plan)
-        self.transport.start()  # after the first plan: every frame then finds its executor or a route
+        self.transport.start()
+        self.backpressure.start()  # after the first plan: every frame then finds its executor or a route
         self.state = "RUNNING"
         log.info("worker %s running topology %s (plan v%d, pid %d)", self.worker_id, self.topology, self.version, os.getpid())
         threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True).start()
@@ -242,6 +256,8 @@ class Worker:
             ex.stop()
         for ex in everyone:
             ex.join(timeout=2.0)
+        if self.backpressure:
+            self.backpressure.stop()
         if self.transport:
             self.transport.stop()
         if self._zk is not None:

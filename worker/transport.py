@@ -25,7 +25,7 @@ __all__ = ["Transport"]
 
 log = logging.getLogger(__name__)
 
-DATA_HWM = 16  # messages (each up to topology.batch.size tuples)
+DATA_HWM = 1000  # messages; receivers never block, so this only bounds a burst to a slow peer
 
 
 class Transport:
@@ -137,6 +137,13 @@ class Transport:
                     raise ValueError("bad control header")
             except Exception as exc:  # noqa: BLE001 - garbage is dropped and counted
                 self._drop(f"control: {type(exc).__name__}")
+                continue
+            if dst == -1 and kind == wire.BACKPRESSURE:
+                try:
+                    wid, congested = entries
+                    worker.backpressure.on_announcement(str(wid), bool(congested))
+                except (TypeError, ValueError):
+                    self._drop("backpressure entry")
                 continue
             target: Any = worker.executors.get(dst)
             if target is None:

@@ -19,6 +19,7 @@ import msgpack
 
 __all__ = [
     "ACKED",
+    "BACKPRESSURE",
     "ACK",
     "ACK_INIT",
     "DATA",
@@ -36,6 +37,7 @@ ACK = 2  # entries: [[root, xor], ...]                     bolt -> acker
 FAIL = 3  # entries: [root, ...]                           bolt -> acker
 ACKED = 4  # entries: [root, ...]                          acker -> spout
 FAILED = 5  # entries: [root, ...]                         acker -> spout
+BACKPRESSURE = 6  # entries: [worker_id, congested]        worker -> worker (dst -1)
 
 MAX_FRAME_BYTES = 64 * 2**20  # larger frames are refused by the receiving socket
 

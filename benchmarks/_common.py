@@ -1,0 +1,59 @@
+"""Shared helpers for benchmarks: a cluster in a temporary home, sampling counters, output."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def machine() -> dict[str, Any]:
+    import psutil
+
+    return {
+        "cpus": os.cpu_count(),
+        "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+        "python": platform.python_version(),
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+    }
+
+
+def write_json(name: str, data: dict[str, Any]) -> Path:
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps(data, indent=2))
+    return path
+
+
+@contextmanager
+def temporary_home() -> Iterator[Path]:
+    """Run with ``NSTORM_HOME`` in a fresh directory (daemon logs end up there)."""
+    old = os.environ.get("NSTORM_HOME")
+    home = Path(tempfile.mkdtemp(prefix="nstorm-bench-"))
+    os.environ["NSTORM_HOME"] = str(home)
+    try:
+        yield home
+    finally:
+        if old is None:
+            os.environ.pop("NSTORM_HOME", None)
+        else:
+            os.environ["NSTORM_HOME"] = old
+
+
+def sample_rate(client: Any, name: str, component: str, key: str, warmup: float, seconds: float) -> float:
+    """Steady-state rate of a component counter (per second), after ``warmup`` seconds."""
+    time.sleep(warmup)
+    first = client.status(name)["components"][component][key]
+    t0 = time.monotonic()
+    time.sleep(seconds)
+    last = client.status(name)["components"][component][key]
+    return (last - first) / (time.monotonic() - t0)

@@ -1,0 +1,112 @@
+"""Topology-wide backpressure, after Storm 2: a congested worker pauses every spout.
+
+Receivers never block (a blocked receiver would stall every executor of its
+worker and can deadlock two workers that send to each other), so input queues
+are unbounded and flow control happens at the source instead: a monitor thread
+checks its executors' queues every few milliseconds; when one holds more than
+``topology.backpressure.high.batches`` batches the worker announces
+"congested" to every worker of the topology, and spouts everywhere stop calling
+``next_tuple`` until every congested worker has drained below the low mark.
+The announcement is repeated while it lasts and expires if not repeated, so a
+worker that dies cannot pause its topology for ever.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING
+
+import zmq
+
+from worker import wire
+
+if TYPE_CHECKING:
+    from worker.process import Worker
+
+__all__ = ["BackpressureMonitor"]
+
+log = logging.getLogger(__name__)
+
+WORKER_TASK = -1  # control messages addressed to a worker, not to an executor
+_REPEAT_SECS = 0.5
+_EXPIRE_SECS = 2.0
+
+
+class BackpressureMonitor:
+    """Watches local queues, tells peers, and keeps :attr:`throttled` for spouts."""
+
+    def __init__(self, worker: Worker, period: float = 0.005) -> None:
+        self.worker = worker
+        self.period = period
+        conf = worker.conf
+        self.high = int(conf["topology.backpressure.high.batches"])
+        self.low = int(conf["topology.backpressure.low.batches"])
+        self.congested = False
+        self.remote: dict[str, float] = {}  # worker id -> expiry of its "congested" announcement
+        self.throttled = False
+        self.events = 0
+        self._stop = threading.Event()
+        self._socks: dict[str, zmq.Socket] = {}
+        self._thread = threading.Thread(target=self._run, name="backpressure", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=1)
+
+    def on_announcement(self, worker_id: str, congested: bool) -> None:
+        """Called by the control receiver for a peer's announcement."""
+        if congested:
+            self.remote[worker_id] = time.monotonic() + _EXPIRE_SECS
+        else:
+            self.remote.pop(worker_id, None)
+        self._update()
+
+    def _update(self) -> None:
+        now = time.monotonic()
+        for wid, expiry in list(self.remote.items()):
+            if expiry < now:
+                self.remote.pop(wid, None)
+        self.throttled = self.congested or bool(self.remote)
+
+    def _local_depth(self) -> int:
+        return max((ex.data_q.qsize() for ex in list(self.worker.executors.values())), default=0)
+
+    def _announce(self, congested: bool) -> None:
+        routing = self.worker.routing
+        if routing is None:
+            return
+        message = wire.control_message(wire.BACKPRESSURE, WORKER_TASK, WORKER_TASK, [self.worker.worker_id, congested])
+        for wid, endpoint in routing.endpoints.items():
+            if wid == self.worker.worker_id:
+                continue
+            sock = self._socks.get(wid)
+            if sock is None:
+                sock = self._socks[wid] = self.worker.transport.control_socket(endpoint)  # type: ignore[union-attr]
+            sock.send(message)
+
+    def _run(self) -> None:
+        last_announce = 0.0
+        while not self._stop.wait(self.period):
+            depth = self._local_depth()
+            was = self.congested
+            if not was and depth > self.high:
+                self.congested = True
+            elif was and depth <= self.low:
+                self.congested = False
+            now = time.monotonic()
+            if self.congested != was:
+                self.events += 1
+                log.debug("backpressure %s (deepest queue %d batches)", "on" if self.congested else "off", depth)
+                self._announce(self.congested)
+                last_announce = now
+            elif self.congested and now - last_announce > _REPEAT_SECS:
+                self._announce(True)
+                last_announce = now
+            self._update()
+        for sock in self._socks.values():
+            sock.close(linger=0)
