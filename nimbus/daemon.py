@@ -24,6 +24,7 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
+from nimbus.rebalance import MODES, RebalanceError, apply_moves, random_moves, validate_moves
 from nimbus.scheduler import EvenScheduler, Scheduler, Slot, interleave_slots
 from nstorm.config import merge_conf
 from nstorm.zkschema import ACTIVE, INACTIVE, KILLED, ZkPaths, connect, decode, encode
@@ -31,6 +32,15 @@ from nstorm.zkschema import ACTIVE, INACTIVE, KILLED, ZkPaths, connect, decode, 
 __all__ = ["Nimbus"]
 
 log = logging.getLogger(__name__)
+
+
+def _plan_workers(plan: Mapping[str, Any]) -> set[str]:
+    """Slots a plan holds, including those a stop-mode rebalance has emptied for now."""
+    held = set(plan.get("workers", {}))
+    rebalance = plan.get("rebalance") or {}
+    held.update(rebalance.get("workers", {}))
+    held.update(target for _, target in rebalance.get("moves", []))
+    return held
 
 
 class Nimbus:
@@ -86,10 +96,12 @@ class Nimbus:
         plans: dict[str, tuple[dict[str, Any] | None, Any]] = {}
         for name in self.zk.get_children(self.paths.assignments):
             plans[name] = self._read(self.paths.assignment(name))
-        used = {w for plan, _ in plans.values() if plan for w in plan.get("workers", {})}
+        used = {w for plan, _ in plans.values() if plan for w in _plan_workers(plan)}
+        self._owners = {w: n for n, (plan, _) in plans.items() if plan for w in _plan_workers(plan)}
         for name in sorted(names):
             try:
                 self._reconcile_one(name, plans.get(name, (None, None)), slots, live, used)
+                self._handle_requests(name, live)
             except Exception:
                 log.exception("cannot reconcile topology %s", name)
         for name in plans:
@@ -124,6 +136,9 @@ class Nimbus:
             used.update(new["workers"])
             log.info("topology %s: plan v1 over workers %s", name, sorted(new["workers"]))
             return
+        if plan.get("rebalance"):
+            self._advance_stop_rebalance(name, plan, stat, desired)
+            return
         changed = False
         repaired = self.scheduler.repair_plan(plan, live, free)
         if repaired is not None:
@@ -140,6 +155,133 @@ class Nimbus:
             changed = True
         if changed:
             self.write_plan(name, plan, stat.version)
+
+    # -- rebalance ---------------------------------------------------------------------------
+    def _busy_executors(self, name: str) -> set[str]:
+        """Executors with a migration record not yet completed."""
+        assert self.zk is not None
+        busy = set()
+        try:
+            children = self.zk.get_children(self.paths.migrations(name))
+        except NoNodeError:
+            return busy
+        for child in children:
+            record, _ = self._read(f"{self.paths.migrations(name)}/{child}")
+            if record and not record.get("completed_at"):
+                busy.add(record["executor"])
+        return busy
+
+    def _create_records(self, name: str, plan: dict[str, Any], moves: list[tuple[str, str]], mode: str,
+                        by: str, requested_at: float, version: int) -> dict[str, str]:
+        assert self.zk is not None
+        records = {}
+        for executor, target in moves:
+            data = {"executor": executor, "from": plan["executors"][executor], "to": target, "mode": mode,
+                    "by": by, "requested_at": requested_at, "version": version, "completed_at": None}
+            path = self.zk.create(f"{self.paths.migrations(name)}/m-", encode(data), sequence=True, makepath=True)
+            records[executor] = path.rsplit("/", 1)[1]
+        return records
+
+    def _handle_requests(self, name: str, live: dict[str, Slot]) -> None:
+        """Apply pending rebalance requests of ``name`` in order; write each result back."""
+        assert self.zk is not None
+        try:
+            children = sorted(self.zk.get_children(self.paths.requests(name), watch=self._watch))
+        except NoNodeError:
+            return
+        for child in children:
+            path = f"{self.paths.requests(name)}/{child}"
+            request, stat = self._read(path)
+            if request is None or request.get("result"):
+                if request and time.time() - float(request["result"].get("at", 0)) > 300:
+                    self._delete(path)  # nobody collected it
+                continue
+            plan, plan_stat = self._read(self.paths.assignment(name))
+            try:
+                if plan is None:
+                    msg = f"topology {name!r} has no plan yet"
+                    raise RebalanceError(msg)
+                result = self.rebalance(name, plan, plan_stat.version, request, live)
+            except RebalanceError as exc:
+                result = {"ok": False, "error": str(exc)}
+                log.warning("rebalance of %s rejected: %s", name, exc)
+            result["at"] = time.time()
+            try:
+                self.zk.set(path, encode({**request, "result": result}), version=stat.version)
+            except (NoNodeError, BadVersionError):
+                pass
+
+    def rebalance(self, name: str, plan: dict[str, Any], zk_version: int, request: dict[str, Any],
+                  live: dict[str, Slot]) -> dict[str, Any]:
+        """Validate and apply one request; returns ``{"ok", "version", "records"}``."""
+        mode = request.get("mode", "thread")
+        if mode not in MODES:
+            msg = f"unknown mode {mode!r}: use one of {', '.join(MODES)}"
+            raise RebalanceError(msg)
+        busy = self._busy_executors(name)
+        by = request.get("by", "user")
+        if request.get("random"):
+            moves = random_moves(plan, int(request["random"]), exclude=busy)
+            by = "random"
+        else:
+            moves = [(str(e), str(w)) for e, w in request.get("moves", [])]
+        others = {w: t for w, t in getattr(self, "_owners", {}).items() if t != name}
+        validate_moves(plan, moves, live, busy, others)
+        requested_at = float(request.get("requested_at") or time.time())
+        if mode == "stop":
+            wait = float(request.get("wait_secs", 0))
+            records = self._create_records(name, plan, moves, mode, by, requested_at, int(plan["version"]) + 1)
+            new = {**plan, "version": int(plan["version"]) + 1, "status": INACTIVE,
+                   "rebalance": {"phase": "draining", "until": time.time() + wait, "moves": moves,
+                                 "records": records, "since": time.time()}}
+        else:
+            records = self._create_records(name, plan, moves, mode, by, requested_at, int(plan["version"]) + 1)
+            new = apply_moves(plan, moves, mode, live, records)
+        if not self.write_plan(name, new, zk_version):
+            msg = "the plan changed while the request was applied; try again"
+            raise RebalanceError(msg)
+        log.info("topology %s: %s-mode move of %s (v%d, by %s)", name, mode,
+                 ", ".join(f"{e}->{w}" for e, w in moves), new["version"], by)
+        return {"ok": True, "version": new["version"], "records": records, "moves": moves, "mode": mode}
+
+    def _advance_stop_rebalance(self, name: str, plan: dict[str, Any], stat: Any, desired: str) -> None:
+        """Storm's rebalance, one phase per call: draining -> stopped -> restarted."""
+        assert self.zk is not None
+        rb = dict(plan["rebalance"])
+        now = time.time()
+        if rb["phase"] == "draining" and now >= float(rb["until"]):
+            rb.update(phase="stopped", since=now, workers=plan["workers"])
+            new = {**plan, "version": int(plan["version"]) + 1, "workers": {}, "rebalance": rb}
+            if self.write_plan(name, new, stat.version):
+                log.info("topology %s: stop-mode rebalance stopped every worker (v%d)", name, new["version"])
+        elif rb["phase"] == "stopped":
+            try:
+                beats = self.zk.get_children(self.paths.workerbeats(name))
+            except NoNodeError:
+                beats = []
+            if beats and now - float(rb["since"]) < 30:
+                self._wake.set()
+                return
+            executors = dict(plan["executors"])
+            workers = dict(rb["workers"])
+            moved = dict(plan.get("moved") or {})
+            version = int(plan["version"]) + 1
+            for executor, target in rb["moves"]:
+                moved[executor] = {"from": executors[executor], "to": target, "mode": "stop", "version": version,
+                                   "record": rb["records"].get(executor)}
+                executors[executor] = target
+                if target not in workers:
+                    node, _, port = target.partition(":")
+                    sup, _ = self._read(self.paths.supervisor(node))
+                    slot = next((s for s in (sup or {}).get("slots", []) if int(s[0]) == int(port)), None)
+                    if sup and slot:
+                        workers[target] = {"node": node, "host": sup["host"], "port": int(port),
+                                           "ctl_port": int(slot[1])}
+            new = {k: v for k, v in plan.items() if k != "rebalance"}
+            new.update(version=version, executors=executors, workers=workers, moved=moved, status=desired,
+                       restart={})
+            if self.write_plan(name, new, stat.version):
+                log.info("topology %s: stop-mode rebalance restarted (v%d)", name, version)
 
     def write_plan(self, name: str, plan: dict[str, Any], expected_zk_version: int) -> bool:
         """Write ``plan`` if nobody wrote the assignment since we read it."""
@@ -160,6 +302,7 @@ class Nimbus:
 
     def _remove_topology(self, name: str) -> None:
         for path in (self.paths.assignment(name), self.paths.code(name), self.paths.requests(name),
+                     self.paths.migrations(name),
                      self.paths.workerbeats(name), self.paths.topology(name), self.paths.status(name)):
             self._delete(path)
         log.info("topology %s killed and removed", name)

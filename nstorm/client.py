@@ -154,6 +154,112 @@ class ClusterClient:
             time.sleep(0.2)
         return False
 
+    # -- rebalance ---------------------------------------------------------------------------
+    def migrations(self, name: str) -> list[dict[str, Any]]:
+        """Every migration record of ``name``, oldest first."""
+        try:
+            children = sorted(self.zk.get_children(self.paths.migrations(name)))
+        except NoNodeError:
+            return []
+        records = []
+        for child in children:
+            record = self._get(f"{self.paths.migrations(name)}/{child}")
+            if record:
+                records.append({**record, "id": child})
+        return records
+
+    def _check_moves(self, name: str, moves: list[tuple[str, str]]) -> None:
+        """The checks Nimbus makes, done here first so bad input fails fast with exit 2."""
+        from nimbus.rebalance import validate_moves
+        from nimbus.scheduler import interleave_slots
+
+        plan = self.plan(name)
+        if plan is None:
+            msg = f"topology {name!r} has no plan yet (is nimbus running?)"
+            raise ClusterError(msg)
+        supervisors = {}
+        for node in self.zk.get_children(self.paths.supervisors):
+            info = self._get(self.paths.supervisor(node))
+            if info and info.get("slots"):
+                supervisors[node] = info
+        live = {s.worker_id: s for s in interleave_slots(supervisors)}
+        busy = {r["executor"] for r in self.migrations(name) if not r.get("completed_at")}
+        others = {}
+        for other in self.names():
+            if other != name:
+                for wid in (self.plan(other) or {}).get("workers", {}):
+                    others[wid] = other
+        validate_moves(plan, moves, live, busy, others)
+
+    def rebalance(
+        self,
+        name: str,
+        mode: str = "thread",
+        moves: list[tuple[str, str]] | None = None,
+        random_count: int = 0,
+        wait_secs: float | None = None,
+        by: str = "user",
+        timeout: float = 60.0,
+    ) -> dict[str, Any]:
+        """Ask Nimbus to move executors; returns its result (``version``, ``records``, ``moves``).
+
+        :raises UsageError: bad input (unknown executor or worker, an acker, a busy executor).
+        """
+        from nimbus.rebalance import MODES, RebalanceError
+
+        topo = self._require(name)
+        if mode not in MODES:
+            msg = f"unknown mode {mode!r}: use one of {', '.join(MODES)}"
+            raise UsageError(msg)
+        moves = list(moves or [])
+        if moves and random_count:
+            msg = "give either --move or --random, not both"
+            raise UsageError(msg)
+        if random_count < 0:
+            msg = f"--random must be >= 1, got {random_count}"
+            raise UsageError(msg)
+        if not random_count:
+            self._check_moves(name, moves)
+        if wait_secs is None:
+            conf = {**topo["definition"].get("conf", {}), **topo.get("conf", {})}
+            wait_secs = float(conf.get("topology.message.timeout.secs", 30)) if mode == "stop" else 0.0
+        request = {"mode": mode, "moves": moves, "random": random_count, "wait_secs": wait_secs, "by": by,
+                   "requested_at": time.time()}
+        path = self.zk.create(f"{self.paths.requests(name)}/req-", encode(request), sequence=True, makepath=True)
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                data = self._get(path)
+                if data and data.get("result"):
+                    result = data["result"]
+                    break
+                if time.monotonic() > deadline:
+                    msg = f"nimbus did not take the rebalance request within {timeout:.0f}s (is it running?)"
+                    raise ClusterError(msg)
+                time.sleep(0.05)
+        finally:
+            try:
+                self.zk.delete(path)
+            except NoNodeError:
+                pass
+        if not result.get("ok"):
+            raise RebalanceError(result.get("error", "rejected"))
+        return result
+
+    def wait_migrations(self, name: str, records: Mapping[str, str], timeout: float = 60.0) -> list[dict[str, Any]]:
+        """Wait until every record (executor -> record id) is completed; returns them."""
+        deadline = time.monotonic() + timeout
+        wanted = set(records.values())
+        while True:
+            done = [r for r in self.migrations(name) if r["id"] in wanted and r.get("completed_at")]
+            if len(done) == len(wanted):
+                return done
+            if time.monotonic() > deadline:
+                missing = sorted(wanted - {r["id"] for r in done})
+                msg = f"migrations {missing} of {name!r} did not complete within {timeout:.0f}s"
+                raise ClusterError(msg)
+            time.sleep(0.05)
+
     # -- inspection --------------------------------------------------------------------------
     def names(self) -> list[str]:
         return sorted(self.zk.get_children(self.paths.topologies))
@@ -209,7 +315,13 @@ class ClusterClient:
         counters: dict[str, dict[str, Any]] = {}
         for beat in beats.values():
             for eid, c in beat.get("executors", {}).items():
-                counters[eid] = c
+                if eid in counters:  # a moved executor reported by its old and new worker
+                    merged = dict(counters[eid])
+                    for key in ("emitted", "executed", "acked", "failed", "queue", "errors", "pending", "replayed"):
+                        merged[key] = int(merged.get(key) or 0) + int(c.get(key) or 0)
+                    counters[eid] = merged
+                else:
+                    counters[eid] = c
         components: dict[str, Any] = {}
         spouts = {"pending": 0, "acked": 0, "failed": 0, "replayed": 0}
         for cname, comp in definition["components"].items():
@@ -234,7 +346,11 @@ class ClusterClient:
             "workers": workers,
             "components": components,
             "spouts": spouts,
-            "migrations": plan.get("migrations", []),
+            "migrations": [
+                {k: r.get(k) for k in ("executor", "from", "to", "mode", "by", "requested_at", "completed_at",
+                                       "stall_secs", "version")}
+                for r in self.migrations(name)
+            ],
         }
 
     def wait_running(self, name: str, timeout: float = 60.0) -> dict[str, Any]:

@@ -36,9 +36,10 @@ DEFAULTS: dict[str, Any] = {
     "supervisor.slots": 4,
     "supervisor.slots.port.base": 6700,  # 0 = pick free ports
     "supervisor.sync.interval.ms": 1000,  # TS: periodic ZooKeeper -> LMDB sync (a watch acts at once)
-    "supervisor.worker.start.timeout.secs": 30,
+    "supervisor.sync.watch": True,  # react to plan changes through a ZooKeeper watch (else only every TS)
     "worker.sync.interval.ms": 100,  # TW: worker polls its LMDB plan
-    "worker.lazy.kill.ms": 2000,  # DK: a moved executor's old copy drains this long
+    "worker.lazy.kill.ms": 2000,  # DK: a moved executor's old copy drains at most this long
+    "worker.state.wait.ms": 10000,  # a moved-in copy waits this long for its state, then starts empty
     "worker.heartbeat.interval.secs": 1.0,
     "worker.gil.switch.interval.ms": 5.0,  # sys.setswitchinterval of workers
     "nimbus.supervisor.timeout.secs": 10,

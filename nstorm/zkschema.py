@@ -8,7 +8,8 @@ Layout under the root (``nstorm.zookeeper.root``, default ``/nstorm``)::
     assignments/<name>        JSON: the versioned allocation plan (written by Nimbus only)
     supervisors/<node>        ephemeral JSON: {"node", "host", "slots": [[port, ctl_port]]}
     workerbeats/<name>/<wid>  ephemeral JSON: a worker's heartbeat and executor counters
-    requests/<name>/req-N     JSON: rebalance/migration requests for Nimbus
+    requests/<name>/req-N     JSON: rebalance requests for Nimbus (it writes the result back)
+    migrations/<name>/m-N     JSON: one record per executor move (the new copy completes it)
 
 Everything is JSON: nothing read from ZooKeeper is ever unpickled.
 """
@@ -101,6 +102,9 @@ class ZkPaths:
     def requests(self, name: str) -> str:
         return self._p("requests", name)
 
+    def migrations(self, name: str) -> str:
+        return self._p("migrations", name)
+
     @property
     def nimbus_election(self) -> str:
         return self._p("nimbus", "election")
@@ -108,7 +112,7 @@ class ZkPaths:
     def ensure(self, zk: KazooClient) -> None:
         """Create the top-level nodes (idempotent)."""
         for path in (self.topologies, self._p("code"), self.statuses, self.assignments,
-                     self.supervisors, self._p("workerbeats"), self._p("requests")):
+                     self.supervisors, self._p("workerbeats"), self._p("requests"), self._p("migrations")):
             zk.ensure_path(path)
 
 

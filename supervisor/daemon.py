@@ -75,10 +75,17 @@ class Supervisor:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._topo_cache: dict[str, tuple[str, dict[str, Any]]] = {}
+        self._restarted: set[tuple[str, int, int]] = set()  # process-mode restarts already done
+        # N-Storm+ reacts to a plan change through a watch at once; without it only TS applies.
+        self._use_watch = bool(self.conf.get("supervisor.sync.watch", True))
 
     # -- ZooKeeper ------------------------------------------------------------------------
     def _watch(self, *_: Any) -> None:
         self._wake.set()
+
+    @property
+    def _watcher(self) -> Any:
+        return self._watch if self._use_watch else None
 
     def _register(self) -> None:
         assert self.zk is not None
@@ -119,14 +126,14 @@ class Supervisor:
         assert self.zk is not None and self.store is not None
         zk = self.zk
         try:
-            names = zk.get_children(self.paths.assignments, watch=self._watch)
+            names = zk.get_children(self.paths.assignments, watch=self._watcher)
         except NoNodeError:
             names = []
         desired: set[tuple[str, int]] = set()
         planned: set[str] = set()
         for name in names:
             try:
-                raw, _ = zk.get(self.paths.assignment(name), watch=self._watch)
+                raw, _ = zk.get(self.paths.assignment(name), watch=self._watcher)
                 plan = decode(raw)
             except NoNodeError:
                 continue
@@ -156,6 +163,15 @@ class Supervisor:
                 log.exception("cannot write the plan of %s", name)
                 continue
             desired.update((name, p) for p in ports)
+            version = int(plan["version"])
+            for port in ports:
+                key = (name, port, version)
+                if (plan.get("restart") or {}).get(f"{self.node}:{port}") == version and key not in self._restarted:
+                    self._restarted.add(key)
+                    proc = self.workers.pop((name, port), None)
+                    if proc is not None:
+                        log.info("process-mode rebalance: restarting worker %s:%d of %s", self.node, port, name)
+                        self._stop_worker(proc)
         for name in self.store.topologies():
             if name not in planned:
                 self.store.remove(name)

@@ -148,6 +148,95 @@ class _UserExecutor(Executor):
     def bind_emit(self) -> None:
         """Point the component's ``emit`` at the outbox's compiled emit (rebuilt per routing)."""
 
+    # -- migration (thread mode) -------------------------------------------------------------
+    # A moved executor exists twice for a moment: the old copy drains (processes what its
+    # upstream executors sent before they switched, known from their markers) and then
+    # hands its state over; the new copy holds its input until that state arrives.
+    awaiting_until: float | None = None
+    draining = False
+    migration: Mapping[str, Any] | None = None
+
+    def await_state(self, timeout: float, migration: Mapping[str, Any]) -> None:
+        """This copy replaces one on another worker: hold input until its state arrives."""
+        self.awaiting_until = time.monotonic() + timeout
+        self.migration = migration
+        self.held_since: float | None = None
+
+    def begin_drain(self, upstream: set[int], timeout: float) -> None:
+        """This copy moved away: finish what upstream sent here, then hand the state over."""
+        self.drain_deadline = time.monotonic() + timeout
+        self.markers_needed = set(upstream)
+        self.markers_seen: set[int] = set()
+        self.draining = True
+
+    def _drain_done(self) -> bool:
+        raise NotImplementedError
+
+    def hand_over(self) -> None:
+        """Send ``state`` to the executor's current location, then stop this copy."""
+        self.refresh_routing()
+        self.outbox.flush()
+        state = getattr(self.instance, "state", None)
+        if not isinstance(state, dict):
+            state = {}
+        try:
+            payload = wire.pack(state)
+            error = None
+        except (TypeError, ValueError, OverflowError) as exc:
+            payload, error = wire.pack({}), f"state of {self.executor_id} is not msgpack data: {exc}"
+            self.record_error("hand_over", exc)
+        counters = {"executed": self.executed, "emitted": self.outbox.emitted, "acked": self.acked,
+                    "failed": self.failed, "errors": self.errors}
+        entry = {"state": payload, "sent_at": time.time(), "from": self.worker.worker_id, "error": error,
+                 "counters": counters}
+        self.outbox.send_control_to(self.routing.location[self.task], wire.STATE, self.task, entry)  # type: ignore[union-attr]
+        log.info("executor %s handed its state over (%d bytes) to %s", self.executor_id, len(payload),
+                 self.routing.location[self.task])  # type: ignore[union-attr]
+        self._running = False
+
+    def _take_state(self, entry: Mapping[str, Any]) -> None:
+        now = time.monotonic()
+        try:
+            self.instance.state = wire.unpack_state(entry["state"])
+        except Exception as exc:  # noqa: BLE001 - a broken hand-over starts empty, loudly
+            self.record_error("state", exc)
+            self.instance.state = {}
+        carried = entry.get("counters") or {}
+        self.executed += int(carried.get("executed", 0))
+        self.outbox.emitted += int(carried.get("emitted", 0))
+        self.acked += int(carried.get("acked", 0))
+        self.failed += int(carried.get("failed", 0))
+        self.errors += int(carried.get("errors", 0))
+        # The executor stood still from the old copy's last tuple (it sent its state then)
+        # or from the first tuple held here, whichever came first, until now.
+        stall = max(time.time() - float(entry.get("sent_at") or time.time()),
+                    now - self.held_since if self.held_since is not None else 0.0, 0.0)
+        self.awaiting_until = None
+        self.worker.migration_done(self, stall, lost=False)
+
+    def _give_up_waiting(self) -> None:
+        log.warning("executor %s: no state arrived in time; starting empty", self.executor_id)
+        self.awaiting_until = None
+        self.worker.migration_done(self, 0.0, lost=True)
+
+    def _wait_for_state(self, handle_other: Any = None) -> bool:
+        """One wait step while holding; True once the state is in (or given up)."""
+        if self.held_since is None and not self.data_q.empty():
+            self.held_since = time.monotonic()
+        try:
+            kind, _src, entries = self.ctl_q.get(timeout=0.01)
+        except queue.Empty:
+            if time.monotonic() > self.awaiting_until:  # type: ignore[operator]
+                self._give_up_waiting()
+                return True
+            return False
+        if kind == wire.STATE:
+            self._take_state(entries)
+            return True
+        if handle_other is not None:
+            handle_other(kind, entries)
+        return False
+
 
 class SpoutExecutor(_UserExecutor):
     """Calls ``next_tuple`` in a loop; tracks tuples emitted with a ``msg_id``."""
@@ -168,6 +257,8 @@ class SpoutExecutor(_UserExecutor):
         spout: Spout = self.instance
         spout.emit = self._emit  # type: ignore[method-assign]
         spout.emit_direct = self.outbox.emit_direct  # type: ignore[method-assign]
+        if not isinstance(getattr(spout, "state", None), dict):
+            spout.state = {}  # type: ignore[attr-defined]
         spout.open(self.conf, self.context)
         self.active = False
 
@@ -192,29 +283,42 @@ class SpoutExecutor(_UserExecutor):
         outbox.control(wire.ACK_INIT, outbox.acker_for(root), (root, init, self.task))
 
     def _handle_control(self) -> None:
-        spout: Spout = self.instance
         get = self.ctl_q.get_nowait
         while True:
             try:
                 kind, _src, entries = get()
             except queue.Empty:
                 break
-            if kind == wire.ACKED:
-                for root in entries:
-                    msg_id = self.pending.pop(root, None)
-                    if msg_id is not None:
-                        self.acked += 1
-                        self._call(spout.ack, msg_id)
-            elif kind == wire.FAILED:
-                for root in entries:
-                    msg_id = self.pending.pop(root, None)
-                    if msg_id is not None:
-                        self._fail(msg_id)
+            self._control(kind, entries)
         if self.immediate_acks:
+            spout: Spout = self.instance
             ids, self.immediate_acks = self.immediate_acks, []
             for msg_id in ids:
                 self.acked += 1
                 self._call(spout.ack, msg_id)
+
+    def _control(self, kind: int, entries: Any) -> None:
+        spout: Spout = self.instance
+        if kind in (wire.ACKED, wire.FAILED) and self.migration is not None and self.awaiting_until is not None:
+            # Acks for tuples the old copy emitted: it is still draining and owns them.
+            mine = [r for r in entries if r in self.pending]
+            theirs = [r for r in entries if r not in self.pending]
+            if theirs:
+                self.outbox.send_control_to(self.migration["from"], kind, self.task, theirs)
+            entries = mine
+        if kind == wire.ACKED:
+            for root in entries:
+                msg_id = self.pending.pop(root, None)
+                if msg_id is not None:
+                    self.acked += 1
+                    self._call(spout.ack, msg_id)
+        elif kind == wire.FAILED:
+            for root in entries:
+                msg_id = self.pending.pop(root, None)
+                if msg_id is not None:
+                    self._fail(msg_id)
+        elif kind == wire.STATE:
+            log.warning("executor %s: unexpected state hand-over ignored", self.executor_id)
 
     def _fail(self, msg_id: Any) -> None:
         self.failed += 1
@@ -247,8 +351,18 @@ class SpoutExecutor(_UserExecutor):
         idle = 0.0
         while self._running:
             self.refresh_routing()
+            if self.awaiting_until is not None:
+                self._wait_for_state(self._control)
+                continue
             if not self.ctl_q.empty() or self.immediate_acks:
                 self._handle_control()
+            if self.draining:
+                outbox.flush()
+                if self._drain_done():
+                    self.hand_over()
+                    break
+                time.sleep(0.001)
+                continue
             active = self.worker.active
             if active != self.active:
                 self.active = active
@@ -291,6 +405,10 @@ class SpoutExecutor(_UserExecutor):
             else:
                 idle = 0.0
         outbox.flush()
+
+    def _drain_done(self) -> bool:
+        """A moved spout stops emitting at once and hands over when its tuples are settled."""
+        return not self.pending or time.monotonic() > self.drain_deadline
 
     def teardown(self) -> None:
         spout: Spout = self.instance
@@ -356,6 +474,10 @@ class BoltExecutor(_UserExecutor):
 
     def _process_batch(self, src: int, records: Any) -> None:
         """Run ``process`` over one batch; the per-tuple hot path, so kept to a few bytecodes."""
+        if records is None:  # a marker: ``src`` sends no more to this copy
+            if self.draining:
+                self.markers_seen.add(src)
+            return
         if type(records) is bytes:
             records = wire.unpack(records)
         metas = self._metas(src)
@@ -433,8 +555,14 @@ class BoltExecutor(_UserExecutor):
         flush_at = time.monotonic() + interval
         while self._running:
             self.refresh_routing()
+            if self.awaiting_until is not None:
+                self._wait_for_state()
+                continue
+            if self.draining and self._drain_done():
+                self.hand_over()
+                break
             now = time.monotonic()
-            wait = 0.1
+            wait = 0.01 if self.draining else 0.1
             if tick:
                 wait = min(wait, max(0.0, self.next_tick - now))
             if unflushed:
@@ -464,6 +592,25 @@ class BoltExecutor(_UserExecutor):
                 outbox.flush()
                 unflushed = False
         outbox.flush()
+
+    def _drain_done(self) -> bool:
+        """Every upstream executor has switched (markers seen) and the queue is empty, or DK passed."""
+        if self.markers_needed <= self.markers_seen and self.data_q.empty():
+            return True
+        if time.monotonic() > self.drain_deadline:
+            dropped = 0
+            while True:  # DK passed: what is still queued is dropped; the acker replays it
+                try:
+                    _src, records = self.data_q.get_nowait()
+                except queue.Empty:
+                    break
+                if records is not None:
+                    dropped += len(wire.unpack(records) if type(records) is bytes else records)
+            if dropped or not self.markers_needed <= self.markers_seen:
+                log.warning("executor %s: lazy kill after DK; %d queued tuples dropped, markers missing from %s",
+                            self.executor_id, dropped, sorted(self.markers_needed - self.markers_seen))
+            return True
+        return False
 
     def teardown(self) -> None:
         try:

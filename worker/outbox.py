@@ -88,7 +88,21 @@ class Outbox:
 
     # -- routing ------------------------------------------------------------------------
     def rebuild(self, routing: RoutingTable) -> None:
-        """Compile the groupings against a new routing table (keeps buffered records)."""
+        """Compile the groupings against a new routing table.
+
+        For every destination that changed place, what is buffered still goes to the
+        old place, followed by a marker: the old copy of a moved executor knows it has
+        everything from this executor once the marker arrives (per-pipe FIFO), and only
+        then hands its state over. Tuples emitted from now on go to the new place.
+        """
+        old = self.routing
+        if old is not None and old is not routing:
+            for dst, buf in self.buffers.items():
+                was = old.location[dst]
+                if was and dst < len(routing.location) and routing.location[dst] != was:
+                    if buf:
+                        self.flush_buffer(buf)
+                    self._send_marker(dst, was, old)
         self.routing = routing
         targets: dict[str, list[_Target]] = {s: [] for s in self.streams}
         direct: dict[str, list[tuple[str, list[_Buffer]]]] = {s: [] for s in self.streams}
@@ -370,7 +384,34 @@ class Outbox:
             sock = self._data_socks[wid] = self.worker.transport.data_socket(routing.endpoints[wid])  # type: ignore[union-attr]
         sock.send_multipart((buf.header, wire.pack(records)))
 
-    def _send_control(self, kind: int, dst: int, entries: list[Any]) -> None:
+    def _send_marker(self, dst: int, wid: str, routing: RoutingTable) -> None:
+        local = self.worker.local_queue(dst, wid)
+        if local is not None:
+            local.put((self.task, None))
+            return
+        endpoint = routing.endpoints.get(wid)
+        if endpoint is None:
+            return
+        sock = self._data_socks.get(wid)
+        if sock is None:
+            sock = self._data_socks[wid] = self.worker.transport.data_socket(endpoint)  # type: ignore[union-attr]
+        sock.send_multipart((wire.marker_header(dst, self.task), b""))
+
+    def send_control_to(self, wid: str, kind: int, dst: int, entries: Any) -> None:
+        """A control message to ``dst`` at worker ``wid``, whatever the routing table says."""
+        local = self.worker.local_control(dst, wid)
+        if local is not None:
+            local.put((kind, self.task, entries))
+            return
+        endpoint = self.routing.endpoints.get(wid)  # type: ignore[union-attr]
+        if endpoint is None:
+            return
+        sock = self._ctl_socks.get(wid)
+        if sock is None:
+            sock = self._ctl_socks[wid] = self.worker.transport.control_socket(endpoint)  # type: ignore[union-attr]
+        sock.send(wire.control_message(kind, dst, self.task, entries))
+
+    def _send_control(self, kind: int, dst: int, entries: Any) -> None:
         routing = self.routing
         wid = routing.location[dst]  # type: ignore[union-attr]
         local = self.worker.local_control(dst, wid)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import queue
 import signal
 import sys
 import threading
@@ -55,7 +56,11 @@ class Worker:
         self.paths = ZkPaths(zk_root)
         self.state = "STARTING"
         self.executors: dict[int, Executor] = {}
-        self.dying: list[tuple[float, Executor]] = []
+        self.draining: dict[int, Executor] = {}  # moved-away copies still finishing their input
+        self.stash: dict[int, list[tuple[float, Any]]] = {}  # frames for tasks not (yet) here
+        self.lock = threading.Lock()  # executors/draining/stash changes vs the receivers' slow path
+        self.completions: queue.SimpleQueue[tuple[str, dict[str, Any]]] = queue.SimpleQueue()
+        self.restart_pending = False
         self.routing: RoutingTable | None = None
         self.version = 0
         self.active = False
@@ -66,6 +71,7 @@ class Worker:
         self.classes: Mapping[str, type] = {}
         self.definition: Mapping[str, Any] = {}
         self._stop = threading.Event()
+        self._wake = threading.Event()
         self._zk = None
         self._process = psutil.Process()
 
@@ -77,17 +83,43 @@ class Worker:
 
     # -- plan handling ---------------------------------------------------------------------
     def local_queue(self, dst: int, wid: str) -> Any:
-        """The data queue of ``dst`` if it runs in this worker, else None."""
+        """The data queue of ``dst`` if it runs (or still drains) in this worker, else None."""
         if wid != self.worker_id:
             return None
-        ex = self.executors.get(dst)
+        ex = self.executors.get(dst) or self.draining.get(dst)
         return ex.data_q if ex is not None else None
 
     def local_control(self, dst: int, wid: str) -> Any:
         if wid != self.worker_id:
             return None
-        ex = self.executors.get(dst)
+        ex = self.executors.get(dst) or self.draining.get(dst)
         return ex.ctl_q if ex is not None else None
+
+    def target(self, dst: int) -> Any:
+        """The executor a frame for ``dst`` goes to here: the running copy, else a draining one."""
+        return self.executors.get(dst) or self.draining.get(dst)
+
+    def stash_frame(self, dst: int, item: Any) -> None:
+        """Keep a frame for a task this worker does not host, until the next plan says where it is.
+
+        Called by a receiver: the task may be about to arrive here (the plan that moves it
+        is on its way) or may have left (the frame is forwarded). The main loop settles it.
+        """
+        with self.lock:
+            ex = self.target(dst)
+            if ex is not None:  # arrived while we looked
+                (ex.data_q if item[0] == "data" else ex.ctl_q).put(item[1])
+                return
+            self.stash.setdefault(dst, []).append((time.monotonic(), item))
+        self._wake.set()
+
+    def migration_done(self, ex: Executor, stall: float, lost: bool) -> None:
+        """Called by a moved-in copy when it resumes; reported to ZooKeeper by the main loop."""
+        migration = getattr(ex, "migration", None) or {}
+        record = migration.get("record")
+        if record:
+            self.completions.put((record, {"completed_at": time.time(), "stall_secs": round(stall, 4),
+                                           "state_lost": lost}))
 
     def _load_code(self, plan: Mapping[str, Any]) -> None:
         self.definition = plan["definition"]
@@ -107,6 +139,11 @@ class Worker:
             return SpoutExecutor(self, eid, task, cls, self.definition)
         return BoltExecutor(self, eid, task, cls, self.definition)
 
+    def _upstream_tasks(self, routing: RoutingTable, component: str) -> set[int]:
+        """Every executor that may send data to ``component`` (it waits for their markers)."""
+        sources = {i["component"] for i in self.definition["components"][component]["inputs"]}
+        return {t for c in sources for t in routing.component_tasks.get(c, ())}
+
     def apply_plan(self, plan: Mapping[str, Any]) -> bool:
         """Move to ``plan``; False if this worker is no longer part of it."""
         if not self.classes:
@@ -114,44 +151,100 @@ class Worker:
         routing = RoutingTable.from_plan(plan)
         if self.worker_id not in routing.endpoints:
             return False
+        if self.version and routing.restart.get(self.worker_id) == routing.version:
+            # process mode: the supervisor restarts this worker; move nothing as threads.
+            if not self.restart_pending:
+                log.info("plan v%d restarts this worker (process mode): waiting to be restarted", routing.version)
+            self.restart_pending = True
+            return True
+        state_wait = float(self.conf["worker.state.wait.ms"]) / 1000.0
+        drain = float(self.conf["worker.lazy.kill.ms"]) / 1000.0
         mine = {routing.tasks.index(e): e for e in routing.executors_of(self.worker_id)}
-        created = []
-        for task, eid in mine.items():
-            if task not in self.executors:
+        created: list[Executor] = []
+        with self.lock:
+            for task, eid in mine.items():
+                if task in self.executors:
+                    continue
                 ex = self._make_executor(eid, task)
+                moved = routing.moved.get(eid)
+                if moved and moved.get("to") == self.worker_id and ex.kind != "acker":
+                    if moved.get("mode") == "thread" and moved.get("from") != self.worker_id:
+                        ex.await_state(state_wait, moved)  # type: ignore[attr-defined]
+                    elif moved.get("mode") != "thread":
+                        ex.migration = moved  # type: ignore[attr-defined]  # process/stop: done once started
+                for _, item in self.stash.pop(task, []):
+                    (ex.data_q if item[0] == "data" else ex.ctl_q).put(item[1])
                 self.executors[task] = ex
                 created.append(ex)
-        lost = [t for t in self.executors if t not in mine]
-        self.active = plan.get("status") == ACTIVE
-        self.routing = routing  # the atomic swap: every executor sees it on its next loop
-        self.version = routing.version
+            lost = [t for t in self.executors if t not in mine]
+            for task in lost:
+                ex = self.executors.pop(task)
+                if ex.kind == "acker":
+                    ex.stop()
+                    continue
+                ex.begin_drain(self._upstream_tasks(routing, ex.component), drain)  # type: ignore[attr-defined]
+                self.draining[task] = ex
+            self.active = plan.get("status") == ACTIVE
+            self.routing = routing  # the atomic swap: every executor sees it on its next loop
+            self.version = routing.version
         for ex in created:
             ex.start()
-        kill_at = time.monotonic() + float(self.conf["worker.lazy.kill.ms"]) / 1000.0
-        for task in lost:
-            ex = self.executors.pop(task)
-            self.dying.append((kill_at, ex))
+            if getattr(ex, "migration", None) and getattr(ex, "awaiting_until", None) is None:
+                self.migration_done(ex, 0.0, lost=False)  # process/stop mode: started is done
         if created or lost:
-            log.info(
-                "plan v%d: started %s, stopping %s lazily",
-                self.version, [e.executor_id for e in created], [routing.tasks[t] for t in lost],
-            )
+            log.info("plan v%d: started %s; %s moved away (draining)", self.version,
+                     [e.executor_id for e in created], [routing.tasks[t] for t in lost])
         return True
 
-    def _reap(self) -> None:
+    def _settle(self) -> None:
+        """Reap finished draining copies; deliver or forward stashed frames."""
+        for task, ex in list(self.draining.items()):
+            if ex.state == "STOPPED":
+                with self.lock:
+                    if self.draining.get(task) is ex:
+                        del self.draining[task]
+        if not self.stash:
+            return
         now = time.monotonic()
-        keep = []
-        for kill_at, ex in self.dying:
-            if now >= kill_at:
-                ex.stop()
-                log.info("executor %s stopped (lazy kill)", ex.executor_id)
-            else:
-                keep.append((kill_at, ex))
-        self.dying = keep
+        patience = 2 * float(self.conf["worker.sync.interval.ms"]) / 1000.0 + 0.05
+        with self.lock:
+            for dst in list(self.stash):
+                ex = self.target(dst)
+                items = self.stash[dst]
+                if ex is not None:
+                    for _, item in items:
+                        (ex.data_q if item[0] == "data" else ex.ctl_q).put(item[1])
+                    del self.stash[dst]
+                elif items and now - items[0][0] > patience:
+                    del self.stash[dst]
+                    for _, item in items:
+                        self.transport.forward(dst, item)  # type: ignore[union-attr]
+
+    def _report_completions(self) -> None:
+        while True:
+            try:
+                record, update = self.completions.get_nowait()
+            except queue.Empty:
+                return
+            if self._zk is None:
+                continue
+            path = f"{self.paths.migrations(self.topology)}/{record}"
+            try:
+                data, stat = self._zk.get(path)
+                info = json.loads(data.decode())
+                if info.get("completed_at"):
+                    continue  # reported before (this worker restarted since)
+                info.update(update)
+                self._zk.set(path, encode(info), version=stat.version)
+                log.info("migration %s of %s completed (stall %.3fs)", record, info.get("executor"), update["stall_secs"])
+            except Exception:  # noqa: BLE001 - bookkeeping only
+                log.warning("cannot record completion of migration %s", record, exc_info=True)
 
     # -- heartbeat ---------------------------------------------------------------------------
     def heartbeat(self) -> dict[str, Any]:
         executors = {ex.executor_id: ex.counters() for ex in list(self.executors.values())}
+        for ex in list(self.draining.values()):
+            executors.setdefault(ex.executor_id, ex.counters())
         return {
             "worker_id": self.worker_id,
             "pid": os.getpid(),
@@ -226,7 +319,11 @@ class Worker:
         log.info("worker %s running topology %s (plan v%d, pid %d)", self.worker_id, self.topology, self.version, os.getpid())
         threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True).start()
         interval = float(self.conf["worker.sync.interval.ms"]) / 1000.0
-        while not self._stop.wait(interval):
+        while not self._stop.is_set():
+            self._wake.wait(interval)
+            self._wake.clear()
+            if self._stop.is_set():
+                break
             try:
                 version = store.latest_version(self.topology)
             except Exception:  # noqa: BLE001 - a store being rebuilt: try again next cycle
@@ -240,18 +337,19 @@ class Worker:
                 if got is not None and not self.apply_plan(got[1]):
                     log.info("worker %s is not in plan v%d: stopping", self.worker_id, got[0])
                     break
-            if self.dying:
-                self._reap()
+            self._settle()
+            self._report_completions()
         self.shutdown()
         return 0
 
     def request_stop(self, *_: Any) -> None:
         self._stop.set()
+        self._wake.set()
 
     def shutdown(self) -> None:
         self.state = "STOPPING"
         log.info("worker %s stopping", self.worker_id)
-        everyone = list(self.executors.values()) + [ex for _, ex in self.dying]
+        everyone = list(self.executors.values()) + list(self.draining.values())
         for ex in everyone:
             ex.stop()
         for ex in everyone:

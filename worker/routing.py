@@ -45,7 +45,8 @@ class RoutingTable:
     task_component: tuple[str, ...]
     task_index: tuple[int, ...]
     ackers: tuple[int, ...]
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    moved: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # executor -> last move
+    restart: Mapping[str, int] = field(default_factory=dict)  # worker id -> version (process mode)
 
     @classmethod
     def from_plan(cls, plan: Mapping[str, Any]) -> RoutingTable:
@@ -72,6 +73,8 @@ class RoutingTable:
             task_component=tuple(task_component),
             task_index=tuple(task_index),
             ackers=tuple(comp_tasks.get("__acker", ())),
+            moved=dict(plan.get("moved") or {}),
+            restart=dict(plan.get("restart") or {}),
         )
 
     def task_of(self, executor_id: str) -> int:

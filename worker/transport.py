@@ -25,7 +25,7 @@ __all__ = ["Transport"]
 
 log = logging.getLogger(__name__)
 
-DATA_HWM = 1000  # messages; receivers never block, so this only bounds a burst to a slow peer
+DATA_HWM = 32  # messages per pipe; receivers never block, so a full pipe only means a slow or absent peer
 
 
 class Transport:
@@ -37,6 +37,8 @@ class Transport:
         self.dropped = 0  # frames rejected as malformed
         self.forwarded = 0  # batches re-sent to an executor's new location
         self._stop = threading.Event()
+        self._forward_data: dict[str, zmq.Socket] = {}
+        self._forward_ctl: dict[str, zmq.Socket] = {}
         self.data_pull = self.context.socket(zmq.PULL)
         self.data_pull.setsockopt(zmq.RCVHWM, DATA_HWM)
         self.data_pull.setsockopt(zmq.MAXMSGSIZE, wire.MAX_FRAME_BYTES)
@@ -58,6 +60,8 @@ class Transport:
         self._stop.set()
         for t in self._threads:
             t.join(timeout=2)
+        for sock in [*self._forward_data.values(), *self._forward_ctl.values()]:
+            sock.close(linger=1000)
 
     # -- sockets for executors ---------------------------------------------------------
     def data_socket(self, endpoint: Endpoint) -> zmq.Socket:
@@ -82,7 +86,6 @@ class Transport:
 
     def _data_loop(self) -> None:
         sock = self.data_pull
-        forward: dict[str, zmq.Socket] = {}
         worker = self.worker
         while not self._stop.is_set():
             if not sock.poll(100):
@@ -95,31 +98,52 @@ class Transport:
                 self._drop(f"{len(frames)} frames")
                 continue
             try:
-                kind, dst, src = wire.unpack(frames[0])
-                if kind != wire.DATA or type(dst) is not int or type(src) is not int:
+                header = wire.unpack(frames[0])
+                kind, dst, src = header[0], header[1], header[2]
+                hops = header[3] if len(header) > 3 else 0
+                if kind not in (wire.DATA, wire.MARKER) or type(dst) is not int or type(src) is not int:
                     raise ValueError("bad header")
             except Exception as exc:  # noqa: BLE001 - any garbage is dropped, never raised
                 self._drop(f"header: {type(exc).__name__}")
                 continue
-            target = worker.executors.get(dst)
-            if target is not None and hasattr(target, "data_q"):
-                target.data_q.put((src, frames[1]))
+            payload = frames[1] if kind == wire.DATA else None
+            target = worker.target(dst)
+            if target is not None:
+                target.data_q.put((src, payload))
                 continue
             routing = worker.routing
-            if not (0 <= dst < len(routing.location)) or not (0 <= src < len(routing.location)):
+            if routing is None or not (0 <= dst < len(routing.location)) or not (0 <= src < len(routing.location)):
                 self._drop(f"unknown task {dst}")
                 continue
-            wid = routing.location[dst]
-            if wid == worker.worker_id or wid not in routing.endpoints:
-                self._drop(f"task {dst} has no executor here")
+            if hops >= wire.MAX_HOPS:
+                self._drop(f"task {dst} forwarded {hops} times")
                 continue
-            out = forward.get(wid)
+            # Not here: the plan that brings it may be on its way, or it has left. The main
+            # loop delivers or forwards it (worker.stash_frame), so receivers never block.
+            worker.stash_frame(dst, ("data", (src, payload), hops))
+
+    def forward(self, dst: int, item: Any) -> None:
+        """Send a stashed frame on to where the routing table now puts ``dst`` (main thread only)."""
+        routing = self.worker.routing
+        wid = routing.location[dst]
+        endpoint = routing.endpoints.get(wid)
+        if endpoint is None or wid == self.worker.worker_id:
+            self._drop(f"task {dst} has no location")
+            return
+        channel, queued, extra = item
+        if channel == "data":
+            src, payload = queued
+            out = self._forward_data.get(wid)
             if out is None:
-                out = forward[wid] = self.data_socket(routing.endpoints[wid])
-            out.send_multipart(frames)
-            self.forwarded += 1
-        for s in forward.values():
-            s.close(linger=1000)
+                out = self._forward_data[wid] = self.data_socket(endpoint)
+            header = wire.marker_header(dst, src) if payload is None else wire.data_header(dst, src, extra + 1)
+            out.send_multipart((header, payload or b""))
+        else:
+            out = self._forward_ctl.get(wid)
+            if out is None:
+                out = self._forward_ctl[wid] = self.control_socket(endpoint)
+            out.send(extra)
+        self.forwarded += 1
 
     def _ctl_loop(self) -> None:
         sock = self.ctl_pull
@@ -145,8 +169,10 @@ class Transport:
                 except (TypeError, ValueError):
                     self._drop("backpressure entry")
                 continue
-            target: Any = worker.executors.get(dst)
-            if target is None:
+            target: Any = worker.target(dst)
+            if target is not None:
+                target.ctl_q.put((kind, src, entries))
+            elif kind == wire.STATE:
+                worker.stash_frame(dst, ("ctl", (kind, src, entries), frame))  # the new copy is on its way
+            else:
                 self._drop(f"control for task {dst} not here")
-                continue
-            target.ctl_q.put((kind, src, entries))

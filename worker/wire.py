@@ -20,6 +20,9 @@ import msgpack
 __all__ = [
     "ACKED",
     "BACKPRESSURE",
+    "MARKER",
+    "MAX_HOPS",
+    "STATE",
     "ACK",
     "ACK_INIT",
     "DATA",
@@ -38,6 +41,9 @@ FAIL = 3  # entries: [root, ...]                           bolt -> acker
 ACKED = 4  # entries: [root, ...]                          acker -> spout
 FAILED = 5  # entries: [root, ...]                         acker -> spout
 BACKPRESSURE = 6  # entries: [worker_id, congested]        worker -> worker (dst -1)
+STATE = 7  # entries: {"state": msgpack bytes, "sent_at", "from"}   old copy -> new copy
+MARKER = 8  # data-channel header kind: "src sends no more to this location of dst"
+MAX_HOPS = 16  # a data frame forwarded more often than this is dropped (the acker replays it)
 
 MAX_FRAME_BYTES = 64 * 2**20  # larger frames are refused by the receiving socket
 
@@ -52,8 +58,17 @@ def unpack(data: bytes) -> Any:
     return msgpack.unpackb(data, raw=False, use_list=False, strict_map_key=False)
 
 
-def data_header(dst: int, src: int) -> bytes:
-    return pack((DATA, dst, src))
+def data_header(dst: int, src: int, hops: int = 0) -> bytes:
+    return pack((DATA, dst, src, hops) if hops else (DATA, dst, src))
+
+
+def marker_header(dst: int, src: int) -> bytes:
+    return pack((MARKER, dst, src))
+
+
+def unpack_state(data: bytes) -> Any:
+    """Decode a handed-over state: lists stay lists, so user code can keep mutating them."""
+    return msgpack.unpackb(data, raw=False, use_list=True, strict_map_key=False)
 
 
 def control_message(kind: int, dst: int, src: int, entries: list[Any]) -> bytes:

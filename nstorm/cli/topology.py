@@ -101,6 +101,38 @@ def register(app: typer.Typer) -> None:
 
     @app.command(rich_help_panel="Topologies")
     @cli_errors
+    def rebalance(
+        name: str,
+        mode: Annotated[str, typer.Option(help="thread (N-Storm, live), process (restart affected workers) or stop (Storm)")] = "thread",
+        move: Annotated[list[str] | None, typer.Option("--move", help="EXECUTOR=WORKER, e.g. count:3=n2:6701 (repeatable)")] = None,
+        random_count: Annotated[int, typer.Option("--random", help="move M random executors, keeping placement even")] = 0,
+        wait: Annotated[float | None, typer.Option(help="stop mode: seconds deactivated before the stop [default: message timeout]")] = None,
+        timeout: Annotated[float, typer.Option(help="seconds to wait for the moves to complete")] = 120.0,
+        zk: ZkOption = None,
+        zk_root: ZkRootOption = "/nstorm",
+    ) -> None:
+        """Move executors between workers; by default live, as threads, without stopping anything."""
+        from nstorm.errors import UsageError
+
+        moves = []
+        for item in move or []:
+            executor, sep, worker = item.partition("=")
+            if not sep or ":" not in executor or ":" not in worker:
+                msg = f"malformed --move {item!r}: expected EXECUTOR=WORKER, e.g. count:3=n2:6701"
+                raise UsageError(msg)
+            moves.append((executor.strip(), worker.strip()))
+        with _client(zk, zk_root) as client:
+            result = client.rebalance(name, mode=mode, moves=moves, random_count=random_count, wait_secs=wait)
+            typer.echo(f"{name}: plan v{result['version']}, {mode} mode: "
+                       + ", ".join(f"{e} -> {w}" for e, w in result["moves"]))
+            done = client.wait_migrations(name, result["records"], timeout=timeout)
+        for record in sorted(done, key=lambda r: r["executor"]):
+            took = float(record["completed_at"]) - float(record["requested_at"])
+            typer.echo(f"  {record['executor']}: {record['from']} -> {record['to']} in {took:.2f}s"
+                       + (f" (stall {record['stall_secs']:.3f}s)" if record.get("stall_secs") is not None else ""))
+
+    @app.command(rich_help_panel="Topologies")
+    @cli_errors
     def kill(
         name: str,
         wait: Annotated[float, typer.Option(help="seconds to stay deactivated before the kill (Storm uses the message timeout)")] = 0.0,
