@@ -51,12 +51,16 @@ def test_version() -> None:
 
 
 def test_local_demo_runs_and_tears_down(home: Path) -> None:
-    result = _nstorm(home, "local", str(ROOT / "topologies" / "wordcount.py"), "--duration", "4")
+    result = _nstorm(home, "local", str(ROOT / "topologies" / "wordcount.py"), "--duration", "7",
+                     "--migrate-every", "2")
     assert result.returncode == 0, result.stderr
     assert "cluster up" in result.stderr and "cluster stopped" in result.stderr
     assert "spout tuples acked" in result.stderr
     acked = int(result.stderr.split("done: ")[1].split(" spout")[0].replace(",", ""))
     assert acked > 0
+    assert "moved count:" in result.stderr and "no worker restarted" in result.stderr
+    migrations = int(result.stderr.split(" live migrations")[0].rsplit(" ", 1)[1])
+    assert migrations >= 1
     wait_until(lambda: not _processes_of(home), 20, what="every process of the demo to end")
     assert (home / "logs" / "nimbus.log").exists()
 
