@@ -353,6 +353,16 @@ class ClusterClient:
             ],
         }
 
+    def acked_per_second(self, name: str) -> dict[int, dict[str, int]]:
+        """Spout acks per wall-clock second and executor, from the last heartbeats (recent seconds only)."""
+        result: dict[int, dict[str, int]] = {}
+        for beat in self._heartbeats(name).values():
+            for eid, counters in beat.get("executors", {}).items():
+                for sec, n in (counters.get("acked_per_sec") or {}).items():
+                    slot = result.setdefault(int(sec), {})
+                    slot[eid] = max(slot.get(eid, 0), int(n))
+        return result
+
     def wait_running(self, name: str, timeout: float = 60.0) -> dict[str, Any]:
         """Wait until every executor of ``name`` reports from its planned worker."""
         deadline = time.monotonic() + timeout

@@ -16,7 +16,6 @@ Run it: ``nstorm local topologies/wordcount.py``. Settings (``-c key=value``):
 
 from __future__ import annotations
 
-import itertools
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -26,7 +25,11 @@ from topologies.sentences import sentences
 
 
 class Sentences(Spout):
-    """Emits the deterministic sentence stream; replays failed sentences."""
+    """Emits the deterministic sentence stream; replays failed sentences.
+
+    Its position and its sentences in flight live in ``self.state``, so a live
+    migration of the spout continues where the old copy stopped.
+    """
 
     outputs = ("sentence",)
 
@@ -34,37 +37,41 @@ class Sentences(Spout):
         self.limit = int(conf.get("wordcount.sentences", 0))
         pool = int(conf.get("wordcount.pool", 50_000))
         size = self.limit if 0 < self.limit <= 10 * pool else pool
-        self.stream = itertools.cycle(sentences(size, seed=int(conf.get("wordcount.seed", 42)) + context.task_index))
+        self.pool = sentences(size, seed=int(conf.get("wordcount.seed", 42)) + context.task_index)
         self.rate = float(conf.get("wordcount.rate", 0))
         self.reliable = bool(conf.get("wordcount.reliable", True))
-        self.sent = 0
         self.started = time.monotonic()
-        self.replay: list[int] = []
-        self.in_flight: dict[int, str] = {}
+        self.state.setdefault("sent", 0)
+        self.state.setdefault("in_flight", {})  # msg id -> index of the sentence
+        self.state.setdefault("replay", [])
 
     def next_tuple(self) -> None:
-        if self.replay:
-            msg_id = self.replay.pop()
-            self.emit((self.in_flight[msg_id],), msg_id=msg_id)
+        state = self.state
+        if state["replay"]:
+            msg_id = state["replay"].pop()
+            self.emit((self.pool[state["in_flight"][msg_id] % len(self.pool)],), msg_id=msg_id)
             return
-        if self.limit and self.sent >= self.limit:
+        sent = state["sent"]
+        if self.limit and sent >= self.limit:
             return
-        if self.rate and self.sent >= self.rate * (time.monotonic() - self.started):
+        if self.rate and sent >= self.rate * (time.monotonic() - self.started):
+            if sent < self.rate * (time.monotonic() - self.started) - 2 * self.rate:
+                self.started = time.monotonic() - sent / self.rate  # after a move: no catch-up burst
             return
-        sentence = next(self.stream)
-        self.sent += 1
+        sentence = self.pool[sent % len(self.pool)]
+        state["sent"] = sent = sent + 1
         if self.reliable:
-            self.in_flight[self.sent] = sentence
-            self.emit((sentence,), msg_id=self.sent)
+            state["in_flight"][sent] = sent - 1
+            self.emit((sentence,), msg_id=sent)
         else:
             self.emit((sentence,))
 
     def ack(self, msg_id: Any) -> None:
-        self.in_flight.pop(msg_id, None)
+        self.state["in_flight"].pop(msg_id, None)
 
     def fail(self, msg_id: Any) -> None:
-        if msg_id in self.in_flight:
-            self.replay.append(msg_id)
+        if msg_id in self.state["in_flight"]:
+            self.state["replay"].append(msg_id)
 
 
 class Split(Bolt):

@@ -136,6 +136,7 @@ class _UserExecutor(Executor):
         tick = self.spec.get("tick_secs")
         self.tick_secs = float(tick) if tick else None
         self.next_tick = time.monotonic() + (self.tick_secs or 0)
+        self.markers_seen: set[int] = set()
 
     def refresh_routing(self) -> None:
         """Pick up a swapped routing table (checked once per loop, never per tuple)."""
@@ -166,7 +167,6 @@ class _UserExecutor(Executor):
         """This copy moved away: finish what upstream sent here, then hand the state over."""
         self.drain_deadline = time.monotonic() + timeout
         self.markers_needed = set(upstream)
-        self.markers_seen: set[int] = set()
         self.draining = True
 
     def _drain_done(self) -> bool:
@@ -188,14 +188,21 @@ class _UserExecutor(Executor):
         counters = {"executed": self.executed, "emitted": self.outbox.emitted, "acked": self.acked,
                     "failed": self.failed, "errors": self.errors}
         entry = {"state": payload, "sent_at": time.time(), "from": self.worker.worker_id, "error": error,
-                 "counters": counters}
+                 "counters": counters, **self._handover_extra()}
         self.outbox.send_control_to(self.routing.location[self.task], wire.STATE, self.task, entry)  # type: ignore[union-attr]
         log.info("executor %s handed its state over (%d bytes) to %s", self.executor_id, len(payload),
                  self.routing.location[self.task])  # type: ignore[union-attr]
         self._running = False
 
+    def _handover_extra(self) -> dict[str, Any]:
+        return {}
+
+    def _adopt_extra(self, entry: Mapping[str, Any]) -> None:
+        pass
+
     def _take_state(self, entry: Mapping[str, Any]) -> None:
         now = time.monotonic()
+        self._adopt_extra(entry)
         try:
             self.instance.state = wire.unpack_state(entry["state"])
         except Exception as exc:  # noqa: BLE001 - a broken hand-over starts empty, loudly
@@ -253,6 +260,8 @@ class SpoutExecutor(_UserExecutor):
         self.replayed = 0
         self.failed_ids: set[Any] = set()
         self.immediate_acks: list[Any] = []
+        self.ack_buckets: dict[int, int] = {}
+        self.held_control: list[tuple[int, Any]] = []
         self.emit_calls = 0
         spout: Spout = self.instance
         spout.emit = self._emit  # type: ignore[method-assign]
@@ -296,22 +305,32 @@ class SpoutExecutor(_UserExecutor):
             for msg_id in ids:
                 self.acked += 1
                 self._call(spout.ack, msg_id)
+            self._count_acks(len(ids))
+
+    def _count_acks(self, n: int) -> None:
+        """Acks per wall-clock second (the last few go into heartbeats): exact per-second throughput."""
+        if n:
+            sec = int(time.time())
+            buckets = self.ack_buckets
+            buckets[sec] = buckets.get(sec, 0) + n
+            if len(buckets) > 30:
+                for old in sorted(buckets)[:-20]:
+                    del buckets[old]
 
     def _control(self, kind: int, entries: Any) -> None:
         spout: Spout = self.instance
-        if kind in (wire.ACKED, wire.FAILED) and self.migration is not None and self.awaiting_until is not None:
-            # Acks for tuples the old copy emitted: it is still draining and owns them.
-            mine = [r for r in entries if r in self.pending]
-            theirs = [r for r in entries if r not in self.pending]
-            if theirs:
-                self.outbox.send_control_to(self.migration["from"], kind, self.task, theirs)
-            entries = mine
+        if kind in (wire.ACKED, wire.FAILED) and self.awaiting_until is not None:
+            # Acks for tuples the old copy emitted: their msg ids come with the state.
+            self.held_control.append((kind, entries))
+            return
         if kind == wire.ACKED:
+            before = self.acked
             for root in entries:
                 msg_id = self.pending.pop(root, None)
                 if msg_id is not None:
                     self.acked += 1
                     self._call(spout.ack, msg_id)
+            self._count_acks(self.acked - before)
         elif kind == wire.FAILED:
             for root in entries:
                 msg_id = self.pending.pop(root, None)
@@ -407,8 +426,36 @@ class SpoutExecutor(_UserExecutor):
         outbox.flush()
 
     def _drain_done(self) -> bool:
-        """A moved spout stops emitting at once and hands over when its tuples are settled."""
-        return not self.pending or time.monotonic() > self.drain_deadline
+        """A moved spout has no input to finish: it hands over at once, pending tuples included."""
+        return True
+
+    def _handover_extra(self) -> dict[str, Any]:
+        """Tracked tuples move too: the new copy gets their acks and calls ``ack``/``fail``."""
+        now = time.monotonic()
+        expiry = {root: at for at, root in self.deadlines}
+        pending = []
+        for root, msg_id in self.pending.items():
+            pending.append([root, msg_id, max(0.0, expiry.get(root, now) - now)])
+        try:
+            wire.pack(pending)
+        except (TypeError, ValueError, OverflowError):
+            log.warning("executor %s: message ids are not msgpack data; %d tracked tuples will time out",
+                        self.executor_id, len(pending))
+            pending = []
+        return {"pending": pending}
+
+    def _adopt_extra(self, entry: Mapping[str, Any]) -> None:
+        self.awaiting_until = None
+        now = time.monotonic()
+        adopted = sorted(((now + float(left), root, msg_id) for root, msg_id, left in entry.get("pending") or ()),
+                         key=lambda x: x[0])
+        for _at, root, msg_id in adopted:
+            self.pending[root] = msg_id
+        merged = sorted([*self.deadlines, *((at, root) for at, root, _ in adopted)])
+        self.deadlines = collections.deque(merged)
+        held, self.held_control = self.held_control, []
+        for kind, entries in held:
+            self._control(kind, entries)
 
     def teardown(self) -> None:
         spout: Spout = self.instance
@@ -421,6 +468,8 @@ class SpoutExecutor(_UserExecutor):
         data = super().counters()
         data["pending"] = len(getattr(self, "pending", ()))
         data["replayed"] = getattr(self, "replayed", 0)
+        buckets = dict(getattr(self, "ack_buckets", {}))
+        data["acked_per_sec"] = {str(sec): n for sec, n in sorted(buckets.items())[-15:]}
         return data
 
 
@@ -474,9 +523,8 @@ class BoltExecutor(_UserExecutor):
 
     def _process_batch(self, src: int, records: Any) -> None:
         """Run ``process`` over one batch; the per-tuple hot path, so kept to a few bytecodes."""
-        if records is None:  # a marker: ``src`` sends no more to this copy
-            if self.draining:
-                self.markers_seen.add(src)
+        if records is None:  # a marker: ``src`` sends no more to this copy (it may come
+            self.markers_seen.add(src)  # before this worker itself learns of the move)
             return
         if type(records) is bytes:
             records = wire.unpack(records)

@@ -172,7 +172,9 @@ class Transport:
             target: Any = worker.target(dst)
             if target is not None:
                 target.ctl_q.put((kind, src, entries))
-            elif kind == wire.STATE:
-                worker.stash_frame(dst, ("ctl", (kind, src, entries), frame))  # the new copy is on its way
+            elif worker.routing is not None and 0 <= dst < len(worker.routing.location):
+                # A state or ack for an executor whose new copy is on its way (or that left):
+                # the main loop delivers it or forwards it (worker.stash_frame).
+                worker.stash_frame(dst, ("ctl", (kind, src, entries), frame))
             else:
-                self._drop(f"control for task {dst} not here")
+                self._drop(f"control for unknown task {dst}")
