@@ -207,7 +207,10 @@ class Nimbus:
                 log.warning("rebalance of %s rejected: %s", name, exc)
             result["at"] = time.time()
             try:
-                self.zk.set(path, encode({**request, "result": result}), version=stat.version)
+                if request.get("by") == "otd":
+                    self.zk.delete(path, version=stat.version)  # nobody waits for the scheduler's own requests
+                else:
+                    self.zk.set(path, encode({**request, "result": result}), version=stat.version)
             except (NoNodeError, BadVersionError):
                 pass
 
@@ -302,7 +305,7 @@ class Nimbus:
 
     def _remove_topology(self, name: str) -> None:
         for path in (self.paths.assignment(name), self.paths.code(name), self.paths.requests(name),
-                     self.paths.migrations(name),
+                     self.paths.migrations(name), self.paths.otd(name),
                      self.paths.workerbeats(name), self.paths.topology(name), self.paths.status(name)):
             self._delete(path)
         log.info("topology %s killed and removed", name)
@@ -314,6 +317,10 @@ class Nimbus:
         self.zk.add_listener(lambda state: self._wake.set())
         self.state = "RUNNING"
         log.info("nimbus running against %s%s", self.zk_address, self.paths.root)
+        from scheduler_otd.runner import OtdRunner
+
+        otd = OtdRunner(self.zk, self.paths, self.conf)
+        otd.start()
         interval = float(self.conf["nimbus.monitor.interval.secs"])
         self._wake.set()
         while not self._stop.is_set():
@@ -326,6 +333,7 @@ class Nimbus:
             except Exception:
                 log.exception("reconcile failed")
         self.state = "STOPPING"
+        otd.stop()
         self.zk.stop()
         self.zk.close()
         self.state = "STOPPED"

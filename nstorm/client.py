@@ -346,6 +346,7 @@ class ClusterClient:
             "workers": workers,
             "components": components,
             "spouts": spouts,
+            "otd": self._get(self.paths.otd(name)),
             "migrations": [
                 {k: r.get(k) for k in ("executor", "from", "to", "mode", "by", "requested_at", "completed_at",
                                        "stall_secs", "version")}
@@ -361,6 +362,15 @@ class ClusterClient:
                 for sec, n in (counters.get("acked_per_sec") or {}).items():
                     slot = result.setdefault(int(sec), {})
                     slot[eid] = max(slot.get(eid, 0), int(n))
+        return result
+
+    def latencies(self, name: str) -> dict[str, dict[str, float]]:
+        """Complete latency (spout emit -> fully acked) per spout executor: p50, p99 in ms."""
+        result = {}
+        for beat in self._heartbeats(name).values():
+            for eid, counters in beat.get("executors", {}).items():
+                if counters.get("latency_ms"):
+                    result[eid] = counters["latency_ms"]
         return result
 
     def wait_running(self, name: str, timeout: float = 60.0) -> dict[str, Any]:

@@ -41,12 +41,20 @@ DEFAULTS: dict[str, Any] = {
     "worker.lazy.kill.ms": 2000,  # DK: a moved executor's old copy drains at most this long
     "worker.state.wait.ms": 10000,  # a moved-in copy waits this long for its state, then starts empty
     "worker.heartbeat.interval.secs": 1.0,
-    "worker.gil.switch.interval.ms": 5.0,  # sys.setswitchinterval of workers
+    "worker.gil.switch.interval.ms": 5.0,
+    "worker.metrics.interval.secs": 1.0,  # load collection period (0 turns it off)
+    "nstorm.metrics.dir": None,  # None = $NSTORM_HOME/metrics  # sys.setswitchinterval of workers
     "nimbus.supervisor.timeout.secs": 10,
     "nimbus.monitor.interval.secs": 1.0,
     # OTD
     "otd.period.secs": 5,
     "otd.threshold.asc": 0,
+    "otd.window.secs": 20,  # traffic window of each round
+    "otd.cpu.high": 0.8,  # a worker above this share of a core is high-load
+    "otd.cpu.low": 0.5,  # ... below this (and a short queue) low-load
+    "otd.queue.high": 32,  # queued batches making a worker high-load
+    "otd.queue.low": 4,
+    "otd.spark.master": "local[2]",
 }
 
 

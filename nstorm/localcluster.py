@@ -61,6 +61,7 @@ class LocalCluster:
         detach: bool = False,
         hosts: list[str] | None = None,
         port_base: int = 0,
+        netns: list[Any] | None = None,
     ) -> None:
         self.n_supervisors = supervisors
         self.slots = slots
@@ -68,7 +69,8 @@ class LocalCluster:
         self.root = root
         self.conf = dict(conf or {})
         self.detach = detach
-        self.hosts = hosts or ["127.0.0.1"] * supervisors
+        self.netns = netns or []  # nstorm.netns.NodeNet per supervisor, or none
+        self.hosts = [n.address for n in self.netns] or hosts or ["127.0.0.1"] * supervisors
         self.port_base = port_base
         self.zookeeper: EmbeddedZooKeeper | None = None
         self.nimbus: subprocess.Popen[bytes] | None = None
@@ -80,11 +82,11 @@ class LocalCluster:
         assert self.zk_address is not None
         return self.zk_address
 
-    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
+    def _spawn(self, name: str, args: list[str], prefix: list[str] | None = None) -> subprocess.Popen[bytes]:
         out = open(logs_dir() / f"{name}.out", "ab")  # noqa: SIM115 - handed to the child
         try:
             return subprocess.Popen(
-                [sys.executable, *args],
+                [*(prefix or []), sys.executable, *args],
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 env={**os.environ, "NSTORM_HOME": str(home_dir())},
                 start_new_session=self.detach,
@@ -98,10 +100,12 @@ class LocalCluster:
 
     def start_supervisor(self, node: str, host: str = "127.0.0.1") -> subprocess.Popen[bytes]:
         base = self.port_base + 100 * (int(node.lstrip("n") or 1) - 1) if self.port_base else 0
+        net = next((n for n in self.netns if n.node == node), None)
         proc = self._spawn(
             f"supervisor-{node}",
             ["-m", "supervisor", "--node-id", node, "--host", host, "--slots", str(self.slots),
              "--port-base", str(base), "--zk", self.address, "--root", self.root, *_conf_args(self.conf)],
+            prefix=net.exec_prefix() if net else None,
         )
         self.supervisors[node] = proc
         return proc
@@ -112,7 +116,10 @@ class LocalCluster:
             if self.zk_address is None:
                 # A fresh data directory: a local cluster starts empty, whatever ran before.
                 self._zk_data = Path(tempfile.mkdtemp(prefix="zk-local-", dir=home_dir()))
-                self.zookeeper = EmbeddedZooKeeper(self._zk_data, 0, logs_dir() / "zookeeper.log")
+                from nstorm.netns import HOST_ADDRESS
+
+                host = HOST_ADDRESS if self.netns else "127.0.0.1"  # reachable from inside the namespaces
+                self.zookeeper = EmbeddedZooKeeper(self._zk_data, 0, logs_dir() / "zookeeper.log", host=host)
                 self.zookeeper.start(timeout=timeout)
                 self.zk_address = self.zookeeper.address
             self.start_nimbus()
@@ -178,7 +185,8 @@ class LocalCluster:
     def save_state(self) -> Path:
         """Record pids for ``cluster down`` (detached clusters)."""
         path = run_dir() / _STATE_FILE
-        path.write_text(json.dumps({"zk": self.zk_address, "root": self.root, "pids": self.pids()}))
+        path.write_text(json.dumps({"zk": self.zk_address, "root": self.root, "pids": self.pids(),
+                                    "netns": bool(self.netns)}))
         return path
 
 
@@ -244,5 +252,9 @@ def cluster_down(timeout: float = 15.0) -> bool:
     from nstorm.zookeeper import stop_background
 
     stop_background()
+    if state.get("netns"):
+        from nstorm.netns import destroy
+
+        destroy()
     path.unlink(missing_ok=True)
     return True

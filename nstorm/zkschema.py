@@ -10,6 +10,7 @@ Layout under the root (``nstorm.zookeeper.root``, default ``/nstorm``)::
     workerbeats/<name>/<wid>  ephemeral JSON: a worker's heartbeat and executor counters
     requests/<name>/req-N     JSON: rebalance requests for Nimbus (it writes the result back)
     migrations/<name>/m-N     JSON: one record per executor move (the new copy completes it)
+    otd/<name>                JSON: the last OTD round (case, move, warning, inter-node ratio)
 
 Everything is JSON: nothing read from ZooKeeper is ever unpickled.
 """
@@ -104,6 +105,9 @@ class ZkPaths:
 
     def migrations(self, name: str) -> str:
         return self._p("migrations", name)
+
+    def otd(self, name: str) -> str:
+        return self._p("otd", name)
 
     @property
     def nimbus_election(self) -> str:

@@ -559,7 +559,7 @@ def _background_process() -> psutil.Process | None:
     return None
 
 
-def start_background(port: int = 0, timeout: float = 30.0) -> str:
+def start_background(port: int = 0, timeout: float = 30.0, host: str = "127.0.0.1") -> str:
     """Start this home's ZooKeeper in the background and return its address.
 
     Data lives in ``$NSTORM_HOME/zookeeper``, the log in
@@ -589,7 +589,7 @@ def start_background(port: int = 0, timeout: float = 30.0) -> str:
             )
         _pid_file().unlink(missing_ok=True)
         zk_address_file().unlink(missing_ok=True)
-        zk = EmbeddedZooKeeper(_background_data_dir(), port, logs_dir() / "zookeeper.log")
+        zk = EmbeddedZooKeeper(_background_data_dir(), port, logs_dir() / "zookeeper.log", host=host)
         zk.start(timeout)
         assert zk._process is not None  # set by a successful start
         _background_handles[zk._process.pid] = zk._process

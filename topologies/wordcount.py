@@ -54,10 +54,14 @@ class Sentences(Spout):
         sent = state["sent"]
         if self.limit and sent >= self.limit:
             return
-        if self.rate and sent >= self.rate * (time.monotonic() - self.started):
-            if sent < self.rate * (time.monotonic() - self.started) - 2 * self.rate:
-                self.started = time.monotonic() - sent / self.rate  # after a move: no catch-up burst
-            return
+        if self.rate:
+            expected = self.rate * (time.monotonic() - self.started)
+            if abs(sent - expected) > self.rate:
+                # More than a second off schedule (this copy was just moved here with the
+                # state of the old one, or it fell behind): re-anchor, no burst, no pause.
+                self.started = time.monotonic() - sent / self.rate
+            elif sent >= expected:
+                return
         sentence = self.pool[sent % len(self.pool)]
         state["sent"] = sent = sent + 1
         if self.reliable:

@@ -76,10 +76,15 @@ class Executor:
     def _run(self) -> None:
         try:
             self.setup()
+        except Exception as exc:  # open/prepare raised: report it, keep the worker
+            self.record_error("open/prepare", exc)
+            self.broken()
+            self.state = "STOPPED"
+            return
+        try:
             self.loop()
-        except Exception:
-            log.exception("executor %s crashed", self.executor_id)
-            self.errors += 1
+        except Exception as exc:
+            self.record_error("executor loop", exc)
         finally:
             try:
                 self.teardown()
@@ -89,6 +94,24 @@ class Executor:
 
     def setup(self) -> None:
         pass
+
+    def broken(self) -> None:
+        """After a failed ``open``/``prepare``: keep draining input (failing tracked tuples) so
+        nothing piles up or pauses the topology, until the executor is stopped."""
+        outbox = getattr(self, "outbox", None)
+        while self._running:
+            try:
+                _src, records = self.data_q.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            if records is None or outbox is None or outbox.routing is None:
+                continue
+            for rec in wire.unpack(records) if type(records) is bytes else records:
+                if len(rec) > 2 and rec[2]:
+                    anchors = rec[2]
+                    for i in range(0, len(anchors), 2):
+                        outbox.control(wire.FAIL, outbox.acker_for(anchors[i]), anchors[i])
+            outbox.flush()
 
     def loop(self) -> None:
         raise NotImplementedError
@@ -137,6 +160,7 @@ class _UserExecutor(Executor):
         self.tick_secs = float(tick) if tick else None
         self.next_tick = time.monotonic() + (self.tick_secs or 0)
         self.markers_seen: set[int] = set()
+        self.ready_seen = False  # the new copy of this executor is set up and waits for the state
 
     def refresh_routing(self) -> None:
         """Pick up a swapped routing table (checked once per loop, never per tuple)."""
@@ -171,6 +195,11 @@ class _UserExecutor(Executor):
 
     def _drain_done(self) -> bool:
         raise NotImplementedError
+
+    def announce_ready(self) -> None:
+        """Tell the old copy this one is set up (``open``/``prepare`` done): it may hand over now."""
+        if self.awaiting_until is not None and self.migration:
+            self.outbox.send_control_to(self.migration["from"], wire.READY, self.task, {})
 
     def hand_over(self) -> None:
         """Send ``state`` to the executor's current location, then stop this copy."""
@@ -262,10 +291,12 @@ class SpoutExecutor(_UserExecutor):
         self.immediate_acks: list[Any] = []
         self.ack_buckets: dict[int, int] = {}
         self.held_control: list[tuple[int, Any]] = []
+        self.sampled: dict[int, float] = {}  # root -> emit time, for complete latency
+        self.latencies: collections.deque[float] = collections.deque(maxlen=2000)
         self.emit_calls = 0
         spout: Spout = self.instance
         spout.emit = self._emit  # type: ignore[method-assign]
-        spout.emit_direct = self.outbox.emit_direct  # type: ignore[method-assign]
+        spout.emit_direct = self._emit_direct  # type: ignore[method-assign]
         if not isinstance(getattr(spout, "state", None), dict):
             spout.state = {}  # type: ignore[attr-defined]
         spout.open(self.conf, self.context)
@@ -279,17 +310,33 @@ class SpoutExecutor(_UserExecutor):
             if msg_id is not None:
                 self.immediate_acks.append(msg_id)  # acking off: acked at once, as in Storm
             return
+        root = _root_ids.getrandbits(64)
+        self._track(msg_id, outbox.emit_tracked(values, stream, root), root)
+
+    def _emit_direct(self, task: int, values: Any, stream: str = "default", msg_id: Any = None) -> None:
+        outbox = self.outbox
+        self.emit_calls += 1
+        if msg_id is None or not outbox.acking:
+            outbox.emit_direct(task, values, stream)
+            if msg_id is not None:
+                self.immediate_acks.append(msg_id)
+            return
+        root = _root_ids.getrandbits(64)
+        self._track(msg_id, outbox.emit_direct_tracked(task, values, stream, root), root)
+
+    def _track(self, msg_id: Any, init: int, root: int) -> None:
         if self.failed_ids and msg_id in self.failed_ids:
             self.failed_ids.discard(msg_id)
             self.replayed += 1
-        root = _root_ids.getrandbits(64)
-        init = outbox.emit_tracked(values, stream, root)
         if init == 0:
             self.immediate_acks.append(msg_id)  # nobody subscribes: complete at once
             return
         self.pending[root] = msg_id
-        self.deadlines.append((time.monotonic() + self.timeout, root))
-        outbox.control(wire.ACK_INIT, outbox.acker_for(root), (root, init, self.task))
+        now = time.monotonic()
+        self.deadlines.append((now + self.timeout, root))
+        if not root & 15:  # complete latency of one tracked tuple in 16
+            self.sampled[root] = now
+        self.outbox.control(wire.ACK_INIT, self.outbox.acker_for(root), (root, init, self.task))
 
     def _handle_control(self) -> None:
         get = self.ctl_q.get_nowait
@@ -325,17 +372,24 @@ class SpoutExecutor(_UserExecutor):
             return
         if kind == wire.ACKED:
             before = self.acked
+            sampled = self.sampled
             for root in entries:
                 msg_id = self.pending.pop(root, None)
                 if msg_id is not None:
                     self.acked += 1
                     self._call(spout.ack, msg_id)
+                    if sampled:
+                        t = sampled.pop(root, None)
+                        if t is not None:
+                            self.latencies.append(time.monotonic() - t)
             self._count_acks(self.acked - before)
         elif kind == wire.FAILED:
             for root in entries:
                 msg_id = self.pending.pop(root, None)
                 if msg_id is not None:
                     self._fail(msg_id)
+        elif kind == wire.READY:
+            self.ready_seen = True
         elif kind == wire.STATE:
             log.warning("executor %s: unexpected state hand-over ignored", self.executor_id)
 
@@ -351,6 +405,7 @@ class SpoutExecutor(_UserExecutor):
         deadlines = self.deadlines
         while deadlines and deadlines[0][0] <= now:
             _, root = deadlines.popleft()
+            self.sampled.pop(root, None)
             msg_id = self.pending.pop(root, None)
             if msg_id is not None:
                 self._fail(msg_id)
@@ -368,6 +423,7 @@ class SpoutExecutor(_UserExecutor):
         batch = outbox.batch_size
         flush_at = time.monotonic() + self.flush_interval
         idle = 0.0
+        self.announce_ready()
         while self._running:
             self.refresh_routing()
             if self.awaiting_until is not None:
@@ -375,13 +431,11 @@ class SpoutExecutor(_UserExecutor):
                 continue
             if not self.ctl_q.empty() or self.immediate_acks:
                 self._handle_control()
-            if self.draining:
+            if self.draining and self._drain_done():
+                # The new copy is set up: it continues exactly where this one stops.
                 outbox.flush()
-                if self._drain_done():
-                    self.hand_over()
-                    break
-                time.sleep(0.001)
-                continue
+                self.hand_over()
+                break
             active = self.worker.active
             if active != self.active:
                 self.active = active
@@ -426,8 +480,9 @@ class SpoutExecutor(_UserExecutor):
         outbox.flush()
 
     def _drain_done(self) -> bool:
-        """A moved spout has no input to finish: it hands over at once, pending tuples included."""
-        return True
+        """A moved spout keeps emitting until its new copy is set up, then hands over (pending
+        tuples included); at the latest after DK."""
+        return self.ready_seen or time.monotonic() > self.drain_deadline
 
     def _handover_extra(self) -> dict[str, Any]:
         """Tracked tuples move too: the new copy gets their acks and calls ``ack``/``fail``."""
@@ -470,6 +525,11 @@ class SpoutExecutor(_UserExecutor):
         data["replayed"] = getattr(self, "replayed", 0)
         buckets = dict(getattr(self, "ack_buckets", {}))
         data["acked_per_sec"] = {str(sec): n for sec, n in sorted(buckets.items())[-15:]}
+        lat = sorted(getattr(self, "latencies", ()))
+        if lat:
+            data["latency_ms"] = {"p50": round(1000 * lat[len(lat) // 2], 3),
+                                  "p99": round(1000 * lat[min(len(lat) - 1, int(len(lat) * 0.99))], 3),
+                                  "samples": len(lat)}
         return data
 
 
@@ -601,11 +661,14 @@ class BoltExecutor(_UserExecutor):
         interval = self.flush_interval
         unflushed = False
         flush_at = time.monotonic() + interval
+        self.announce_ready()
         while self._running:
             self.refresh_routing()
             if self.awaiting_until is not None:
                 self._wait_for_state()
                 continue
+            if not self.ctl_q.empty():
+                self._handle_control()
             if self.draining and self._drain_done():
                 self.hand_over()
                 break
@@ -641,9 +704,21 @@ class BoltExecutor(_UserExecutor):
                 unflushed = False
         outbox.flush()
 
+    def _handle_control(self) -> None:
+        while True:
+            try:
+                kind, _src, _entries = self.ctl_q.get_nowait()
+            except queue.Empty:
+                return
+            if kind == wire.READY:
+                self.ready_seen = True
+            else:
+                log.warning("executor %s: unexpected control message %d ignored", self.executor_id, kind)
+
     def _drain_done(self) -> bool:
-        """Every upstream executor has switched (markers seen) and the queue is empty, or DK passed."""
-        if self.markers_needed <= self.markers_seen and self.data_q.empty():
+        """Every upstream executor has switched (markers seen), the queue is empty and the new
+        copy is set up; or DK passed."""
+        if self.markers_needed <= self.markers_seen and self.data_q.empty() and self.ready_seen:
             return True
         if time.monotonic() > self.drain_deadline:
             dropped = 0

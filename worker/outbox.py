@@ -80,6 +80,9 @@ class Outbox:
         self.buffers: dict[int, _Buffer] = {}
         self.ctl_buffers: dict[tuple[int, int], list[Any]] = {}  # (kind, dst) -> entries
         self.acks: dict[int, int] = {}  # root -> xor, flushed per batch
+        # Load collection (paper Fig. 5): cumulative [tuples, wire bytes] per destination task,
+        # counted per batch; the metrics thread turns them into per-interval deltas.
+        self.traffic: dict[int, list[int]] = {}
         self._data_socks: dict[str, zmq.Socket] = {}
         self._ctl_socks: dict[str, zmq.Socket] = {}
         self.current: Tuple | None = None
@@ -318,6 +321,25 @@ class Outbox:
             if len(buf) >= self.batch_size:
                 self.flush_buffer(buf)
 
+    def emit_direct_tracked(self, task: int, values: Sequence[Any], stream: str, root: int) -> int:
+        """A spout's tracked direct emit: returns the XOR of the edge ids sent."""
+        direct = self.direct_targets.get(stream)
+        if direct is None:
+            msg = f"{self.component} emits on undeclared stream {stream!r}"
+            raise ValueError(msg)
+        init = 0
+        for name, bufs in direct:
+            if not 0 <= task < len(bufs):
+                msg = f"emit_direct to task {task} of {name!r}, which has {len(bufs)} executors"
+                raise ValueError(msg)
+            buf = bufs[task]
+            edge = _getrandbits(64)
+            init ^= edge
+            buf.append((stream, values, (root, edge)))
+            if len(buf) >= self.batch_size:
+                self.flush_buffer(buf)
+        return init
+
     # -- acker bookkeeping ---------------------------------------------------------------
     def ack_tuple(self, tup: Tuple) -> None:
         """Record the ack of ``tup``: XOR of its edge and its children's, per root."""
@@ -372,7 +394,12 @@ class Outbox:
     def flush_buffer(self, buf: _Buffer) -> None:
         records = buf.copy()
         buf.clear()
-        self.emitted += len(records)
+        n = len(records)
+        self.emitted += n
+        traffic = self.traffic.get(buf.dst)
+        if traffic is None:
+            traffic = self.traffic[buf.dst] = [0, 0]
+        traffic[0] += n
         routing = self.routing
         wid = routing.location[buf.dst]  # type: ignore[union-attr]
         local = self.worker.local_queue(buf.dst, wid)
@@ -382,7 +409,9 @@ class Outbox:
         sock = self._data_socks.get(wid)
         if sock is None:
             sock = self._data_socks[wid] = self.worker.transport.data_socket(routing.endpoints[wid])  # type: ignore[union-attr]
-        sock.send_multipart((buf.header, wire.pack(records)))
+        payload = wire.pack(records)
+        traffic[1] += len(payload)
+        sock.send_multipart((buf.header, payload))
 
     def _send_marker(self, dst: int, wid: str, routing: RoutingTable) -> None:
         local = self.worker.local_queue(dst, wid)

@@ -26,13 +26,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from kvstore import LMDBPlanStore, StoreMissingError
 from nstorm.loader import load_topology
 from nstorm.zkschema import ACTIVE, ZkPaths, connect, encode
 from worker.backpressure import BackpressureMonitor
 from worker.executor import AckerExecutor, BoltExecutor, Executor, SpoutExecutor
+from worker.metrics import MetricsCollector
 from worker.routing import RoutingTable
 from worker.transport import Transport
 
@@ -68,12 +67,12 @@ class Worker:
         self.acking = False
         self.transport: Transport | None = None
         self.backpressure: BackpressureMonitor | None = None
+        self.metrics: MetricsCollector | None = None
         self.classes: Mapping[str, type] = {}
         self.definition: Mapping[str, Any] = {}
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._zk = None
-        self._process = psutil.Process()
 
     @property
     def throttled(self) -> bool:
@@ -250,7 +249,8 @@ class Worker:
             "pid": os.getpid(),
             "time": time.time(),
             "version": self.version,
-            "cpu": self._process.cpu_percent(None) / 100.0,
+            "cpu": self.metrics.last_load["cpu"] if self.metrics else 0.0,
+            "queue": self.metrics.last_load["queue"] if self.metrics else 0,
             "executors": executors,
             "dropped_frames": self.transport.dropped if self.transport else 0,
             "forwarded": self.transport.forwarded if self.transport else 0,
@@ -314,7 +314,9 @@ class Worker:
         self.backpressure = BackpressureMonitor(self)
         self.apply_plan(plan)
         self.transport.start()
-        self.backpressure.start()  # after the first plan: every frame then finds its executor or a route
+        self.backpressure.start()
+        self.metrics = MetricsCollector(self)
+        self.metrics.start()  # after the first plan: every frame then finds its executor or a route
         self.state = "RUNNING"
         log.info("worker %s running topology %s (plan v%d, pid %d)", self.worker_id, self.topology, self.version, os.getpid())
         threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True).start()
@@ -354,6 +356,8 @@ class Worker:
             ex.stop()
         for ex in everyone:
             ex.join(timeout=2.0)
+        if self.metrics:
+            self.metrics.stop()
         if self.backpressure:
             self.backpressure.stop()
         if self.transport:

@@ -21,6 +21,7 @@ __all__ = [
     "ACKED",
     "BACKPRESSURE",
     "MARKER",
+    "READY",
     "MAX_HOPS",
     "STATE",
     "ACK",
@@ -43,6 +44,7 @@ FAILED = 5  # entries: [root, ...]                         acker -> spout
 BACKPRESSURE = 6  # entries: [worker_id, congested]        worker -> worker (dst -1)
 STATE = 7  # entries: {"state": msgpack bytes, "sent_at", "from"}   old copy -> new copy
 MARKER = 8  # data-channel header kind: "src sends no more to this location of dst"
+READY = 9  # entries: {}                                  new copy -> old copy: "set up, send the state"
 MAX_HOPS = 16  # a data frame forwarded more often than this is dropped (the acker replays it)
 
 MAX_FRAME_BYTES = 64 * 2**20  # larger frames are refused by the receiving socket

@@ -17,6 +17,8 @@ def up(
     supervisors: Annotated[int, typer.Option(min=1, help="supervisors (nodes) to start")] = 2,
     slots: Annotated[int, typer.Option(min=1, help="worker slots per supervisor")] = 4,
     port_base: Annotated[int, typer.Option(help="first worker port (0: free ports)")] = 6700,
+    netns: Annotated[bool, typer.Option(help="each supervisor in its own network namespace (10.77.0.x)")] = False,
+    link_rate: Annotated[str | None, typer.Option(help="with --netns: limit each node's link, e.g. 20mbit")] = None,
     zk_root: ZkRootOption = "/nstorm",
     conf: ConfOption = None,
 ) -> None:
@@ -28,12 +30,32 @@ def up(
     overrides = parse_conf_options(conf or [])
     if cluster_status()["running"]:
         exit_with_error("a cluster is already running here: 'nstorm cluster down' first", 1)
-    address = start_background()
+    from nstorm import netns as nets
+    from nstorm.errors import UsageError
+
+    if link_rate and not netns:
+        msg = "--link-rate needs --netns"
+        raise UsageError(msg)
+    nodes: list = []
+    hosts = None
+    if netns:
+        if nets.available():
+            nodes = nets.create(supervisors, link_rate)
+        else:
+            typer.echo("--netns needs root and iproute2: falling back to 127.0.0.x addresses", err=True)
+            hosts = [f"127.0.0.{10 + i}" for i in range(1, supervisors + 1)]
+    address = start_background(host=nets.HOST_ADDRESS if nodes else "127.0.0.1")
     cluster = LocalCluster(supervisors, slots, zk_address=address, root=zk_root, conf=overrides,
-                           detach=True, port_base=port_base)
-    cluster.start()
+                           detach=True, port_base=port_base, hosts=hosts, netns=nodes)
+    try:
+        cluster.start()
+    except BaseException:
+        if nodes:
+            nets.destroy()
+        raise
     cluster.save_state()
-    typer.echo(f"cluster up: ZooKeeper {address}, nimbus, {supervisors} supervisor(s) x {slots} slots")
+    where = f" in namespaces {', '.join(n.namespace + ' ' + n.address for n in nodes)}" if nodes else ""
+    typer.echo(f"cluster up: ZooKeeper {address}, nimbus, {supervisors} supervisor(s) x {slots} slots{where}")
 
 
 @app.command()

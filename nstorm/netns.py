@@ -1,0 +1,139 @@
+"""Network namespaces for a cluster on one machine whose nodes really talk over links.
+
+Each supervisor (and its workers) runs in its own namespace ``nstorm-n<i>`` with address
+``10.77.0.<10+i>`` on a veth pair plugged into the bridge ``nstorm-br0`` (10.77.0.1, where
+ZooKeeper and Nimbus listen), so inter-node tuples cross an interface and the kernel counts
+their bytes. ``link_rate`` (e.g. ``20mbit``) limits each node's link in both directions with
+``tc ... tbf``. Needs root and iproute2; :func:`available` says whether they are there.
+Everything created is recorded in ``$NSTORM_HOME/run/netns.json`` and removed by
+:func:`destroy`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import subprocess
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from nstorm.errors import ClusterError
+from nstorm.home import run_dir
+
+__all__ = ["BRIDGE", "HOST_ADDRESS", "NodeNet", "available", "create", "destroy", "link_bytes"]
+
+log = logging.getLogger(__name__)
+
+BRIDGE = "nstorm-br0"
+SUBNET = "10.77.0"
+HOST_ADDRESS = f"{SUBNET}.1"
+
+
+@dataclass(frozen=True)
+class NodeNet:
+    """One node's namespace: its name, address and the host side of its veth."""
+
+    node: str
+    namespace: str
+    address: str
+    veth: str
+
+    def exec_prefix(self) -> list[str]:
+        return ["ip", "netns", "exec", self.namespace]
+
+
+def available() -> bool:
+    """True when namespaces can be made here (root and the ``ip`` command)."""
+    return os.geteuid() == 0 and shutil.which("ip") is not None
+
+
+def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(["ip", *args], capture_output=True, text=True)
+    if check and result.returncode != 0:
+        msg = f"ip {' '.join(args)} failed: {result.stderr.strip()}"
+        raise ClusterError(msg)
+    return result
+
+
+def _tc(*args: str) -> None:
+    result = subprocess.run(["tc", *args], capture_output=True, text=True)
+    if result.returncode != 0:
+        msg = f"tc {' '.join(args)} failed: {result.stderr.strip()}"
+        raise ClusterError(msg)
+
+
+def _state_file() -> Path:
+    return run_dir() / "netns.json"
+
+
+def create(count: int, link_rate: str | None = None) -> list[NodeNet]:
+    """Make the bridge and ``count`` namespaces n1..n<count> (after removing leftovers)."""
+    if not available():
+        msg = "network namespaces need root and iproute2"
+        raise ClusterError(msg)
+    destroy()
+    nodes: list[NodeNet] = []
+    try:
+        _ip("link", "add", BRIDGE, "type", "bridge")
+        _ip("addr", "add", f"{HOST_ADDRESS}/24", "dev", BRIDGE)
+        _ip("link", "set", BRIDGE, "up")
+        for i in range(1, count + 1):
+            net = NodeNet(f"n{i}", f"nstorm-n{i}", f"{SUBNET}.{10 + i}", f"nstorm-v{i}")
+            nodes.append(net)
+            _ip("netns", "add", net.namespace)
+            _ip("link", "add", net.veth, "type", "veth", "peer", "name", "eth0", "netns", net.namespace)
+            _ip("link", "set", net.veth, "master", BRIDGE, "up")
+            _ip("-n", net.namespace, "addr", "add", f"{net.address}/24", "dev", "eth0")
+            _ip("-n", net.namespace, "link", "set", "eth0", "up")
+            _ip("-n", net.namespace, "link", "set", "lo", "up")
+            _ip("-n", net.namespace, "route", "add", "default", "via", HOST_ADDRESS)
+            if link_rate:  # both directions: host side shapes what enters the node, eth0 what leaves
+                tbf = ["root", "tbf", "rate", link_rate, "burst", "64kb", "latency", "100ms"]
+                _tc("qdisc", "add", "dev", net.veth, *tbf)
+                _tc("-n", net.namespace, "qdisc", "add", "dev", "eth0", *tbf)
+    except Exception:
+        _state_file().write_text(json.dumps({"nodes": [asdict(n) for n in nodes]}))
+        destroy()
+        raise
+    _state_file().write_text(json.dumps({"nodes": [asdict(n) for n in nodes], "link_rate": link_rate}))
+    log.info("created %d network namespaces on %s (link rate %s)", count, BRIDGE, link_rate or "unlimited")
+    return nodes
+
+
+def destroy() -> bool:
+    """Remove every namespace, veth and the bridge this home made; True if there was any."""
+    path = _state_file()
+    found = False
+    names = set()
+    if path.exists():
+        for n in json.loads(path.read_text()).get("nodes", []):
+            names.add((n["namespace"], n["veth"]))
+        path.unlink()
+    existing = _ip("netns", "list", check=False).stdout if shutil.which("ip") else ""
+    for line in existing.splitlines():
+        ns = line.split()[0] if line.strip() else ""
+        if ns.startswith("nstorm-n"):
+            names.add((ns, "nstorm-v" + ns[len("nstorm-n"):]))
+    for namespace, veth in sorted(names):
+        found = True
+        _ip("netns", "pids", namespace, check=False)
+        pids = _ip("netns", "pids", namespace, check=False).stdout.split()
+        for pid in pids:
+            try:
+                os.kill(int(pid), 9)
+            except (ProcessLookupError, ValueError):
+                pass
+        _ip("link", "del", veth, check=False)
+        _ip("netns", "del", namespace, check=False)
+    if shutil.which("ip") and _ip("link", "show", BRIDGE, check=False).returncode == 0:
+        found = True
+        _ip("link", "del", BRIDGE, check=False)
+    return found
+
+
+def link_bytes(veth: str) -> tuple[int, int]:
+    """(rx, tx) bytes the kernel counted on a node's veth (host side)."""
+    base = Path("/sys/class/net") / veth / "statistics"
+    return int((base / "rx_bytes").read_text()), int((base / "tx_bytes").read_text())

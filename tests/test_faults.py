@@ -1,0 +1,111 @@
+"""Faults on a real cluster: a worker killed, garbage on a worker's ports, user code that raises."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import socket
+from pathlib import Path
+
+import psutil
+import zmq
+
+from conftest import TOPOLOGIES, read_outputs, wait_until
+
+
+def test_killed_worker_is_restarted_and_its_tuples_replayed(client, tmp_path: Path) -> None:
+    per_spout = 4000
+    client.submit(TOPOLOGIES / "exact_wordcount.py", name="wckill",
+                  conf={"test.output.dir": str(tmp_path), "test.sentences": per_spout,
+                        "topology.message.timeout.secs": 4, "topology.max.spout.pending": 300})
+    try:
+        client.wait_running("wckill", 60)
+        wait_until(lambda: any(k.startswith("count-") for k in read_outputs(tmp_path)), 30, what="counting")
+        victim = client.status("wckill")["workers"][1]
+        os.kill(victim["pid"], signal.SIGKILL)
+
+        def restarted():
+            w = next(w for w in client.status("wckill")["workers"] if w["id"] == victim["id"])
+            return w["pid"] and w["pid"] != victim["pid"] and psutil.pid_exists(w["pid"])
+
+        wait_until(restarted, 60, what="the supervisor to restart the worker")
+
+        def all_acked():
+            out = read_outputs(tmp_path)
+            return all(len(out.get(f"spout-{i}", {}).get("acks", {})) >= per_spout for i in range(2))
+
+        wait_until(all_acked, 120, what="every sentence acked (replays included)")
+        out = read_outputs(tmp_path)
+        for i in range(2):
+            assert sorted(int(k) for k in out[f"spout-{i}"]["acks"]) == list(range(per_spout))
+    finally:
+        client.kill("wckill")
+        client.wait_removed("wckill", 30)
+
+
+def test_garbage_on_worker_ports_is_dropped_and_counted(client, cluster) -> None:
+    client.submit(Path(__file__).parents[1] / "topologies" / "linear.py", name="garbage",
+                  conf={"linear.rate": 300})
+    try:
+        plan = client.wait_running("garbage", 60)
+        worker = sorted(plan["workers"].values(), key=lambda w: w["port"])[0]
+        wid = f"{worker['node']}:{worker['port']}"
+        pid = next(w["pid"] for w in client.status("garbage")["workers"] if w["id"] == wid)
+        rng = random.Random(5)
+        context = zmq.Context()
+        try:
+            for port in (worker["port"], worker["ctl_port"]):
+                push = context.socket(zmq.PUSH)
+                push.setsockopt(zmq.LINGER, 2000)
+                push.connect(f"tcp://{worker['host']}:{port}")
+                for size in (0, 1, 7, 100, 5000):
+                    push.send(bytes(rng.getrandbits(8) for _ in range(size)))
+                    push.send_multipart([b"\x93\x00\x05", bytes(rng.getrandbits(8) for _ in range(size))])
+                    push.send_multipart([b"a", b"b", b"c"])
+                push.send_multipart([b"\x93\x00\xcd\x30\x39\x00", b"\x91"])  # a task id that does not exist
+                push.close()
+                raw = socket.create_connection((worker["host"], port), timeout=2)  # not even zmq
+                raw.sendall(b"GET / HTTP/1.1\r\n\r\n" + bytes(rng.getrandbits(8) for _ in range(3000)))
+                raw.close()
+        finally:
+            context.term()
+
+        def dropped():
+            beat = client.zk.get(client.paths.workerbeat("garbage", wid))[0]
+            import json
+
+            return json.loads(beat).get("dropped_frames", 0) > 0
+
+        wait_until(dropped, 20, what="the worker to count dropped frames")
+        assert psutil.pid_exists(pid)
+        assert next(w["pid"] for w in client.status("garbage")["workers"] if w["id"] == wid) == pid
+        before = client.status("garbage")["spouts"]["acked"]
+        wait_until(lambda: client.status("garbage")["spouts"]["acked"] > before + 100, 30, what="processing goes on")
+    finally:
+        client.kill("garbage")
+        client.wait_removed("garbage", 30)
+
+
+def test_user_code_errors_are_reported_and_contained(client) -> None:
+    client.submit(TOPOLOGIES / "faulty.py")
+    try:
+        client.wait_running("faulty", 60)
+        pids = {w["id"]: w["pid"] for w in client.status("faulty")["workers"]}
+
+        def reported():
+            comps = client.status("faulty")["components"]
+            return comps if comps["flaky"]["errors"] > 5 and comps["broken"]["errors"] >= 1 else None
+
+        comps = wait_until(reported, 30, what="errors in status")
+        assert "ValueError: bad tuple" in comps["flaky"]["last_error"]
+        assert "cannot connect to the database" in comps["broken"]["last_error"]
+        assert "process" in comps["flaky"]["last_error"] and "open/prepare" in comps["broken"]["last_error"]
+        assert {w["id"]: w["pid"] for w in client.status("faulty")["workers"]} == pids
+        assert all(psutil.pid_exists(p) for p in pids.values())
+        executed = comps["flaky"]["executed"]
+        wait_until(lambda: client.status("faulty")["components"]["flaky"]["executed"] > executed + 100, 30,
+                   what="the worker to keep processing")
+    finally:
+        client.kill("faulty")
+        client.wait_removed("faulty", 30)

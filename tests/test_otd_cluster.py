@@ -1,0 +1,132 @@
+"""Load collection, the PySpark traffic job and OTD on a real cluster (real Spark, real workers)."""
+
+from __future__ import annotations
+
+import collections
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import TOPOLOGIES, run_cli, wait_until
+
+
+def _records(topology: str) -> list[dict]:
+    from worker.metrics import metrics_root
+
+    records = []
+    for path in (metrics_root() / topology).rglob("*.jsonl"):
+        for line in path.read_text().splitlines():
+            if line.strip():
+                records.append(json.loads(line))
+    return records
+
+
+def _python_matrix(records: list[dict], start: float, end: float) -> dict[tuple[str, str], tuple[int, int]]:
+    matrix: dict[tuple[str, str], list[int]] = collections.defaultdict(lambda: [0, 0])
+    for r in records:
+        if r["kind"] == "edge" and start < r["ts"] <= end:
+            matrix[(r["src"], r["dst"])][0] += r["tuples"]
+            matrix[(r["src"], r["dst"])][1] += r["bytes"]
+    return {k: (v[0], v[1]) for k, v in matrix.items()}
+
+
+@pytest.fixture(scope="module")
+def spark_job():
+    from scheduler_otd.traffic import TrafficJob
+
+    job = TrafficJob()
+    try:
+        yield job
+    finally:
+        job.stop()
+
+
+def test_spark_matrix_equals_python_and_the_tuples_sent(client, spark_job) -> None:
+    count = 1500
+    client.submit(TOPOLOGIES / "pairs.py", name="spark-pairs", conf={"test.rate": 1000, "test.count": count})
+    try:
+        client.wait_running("spark-pairs", 60)
+        wait_until(lambda: client.status("spark-pairs")["spouts"]["acked"] >= 3 * count, 60, what="all tuples acked")
+        time.sleep(2.5)  # two more load-collection intervals: every counter is in the store
+
+        now = time.time()
+        result = spark_job.run("spark-pairs", window_secs=3600, now=now)
+        records = _records("spark-pairs")
+        expected = _python_matrix(records, now - 3600, now)
+        got = {(e["src"], e["dst"]): (e["tuples"], e["bytes"]) for e in result["edges"]}
+        assert got == expected
+        assert got == {(f"src:{i}", f"dst:{i}"): got[(f"src:{i}", f"dst:{i}")] for i in range(3)}
+        # totals equal what the topology sent: every spout tuple once to its pair
+        assert {k: v[0] for k, v in got.items()} == {(f"src:{i}", f"dst:{i}"): count for i in range(3)}
+        assert result["total_tuples"] == 3 * count
+        status = client.status("spark-pairs")
+        assert status["components"]["src"]["emitted"] == 3 * count
+        assert status["components"]["dst"]["executed"] == 3 * count
+        inter = sum(v[0] for (s, d), v in got.items() if any(
+            e["src"] == s and e["dst"] == d and e["inter_node"] for e in result["edges"]))
+        assert result["inter_node_ratio"] == pytest.approx(inter / (3 * count))
+        assert {w["id"] for w in result["workers"]} == set(client.plan("spark-pairs")["workers"])
+    finally:
+        client.kill("spark-pairs")
+        client.wait_removed("spark-pairs", 30)
+
+
+def test_otd_brings_fixed_pairs_together_without_losing_tuples(client, cluster, tmp_path: Path) -> None:
+    conf = ["-c", "topology.scheduler=otd", "-c", "otd.period.secs=2", "-c", "otd.window.secs=4",
+            "-c", "test.rate=300"]
+    assert run_cli("submit", str(TOPOLOGIES / "pairs.py"), "--name", "otd-pairs", *conf, cluster=cluster).returncode == 0
+    try:
+        plan = client.wait_running("otd-pairs", 60)
+        nodes = {w: info["node"] for w, info in plan["workers"].items()}
+        split = [i for i in range(3) if nodes[plan["executors"][f"src:{i}"]] != nodes[plan["executors"][f"dst:{i}"]]]
+        assert split, "the test needs a bad initial placement"
+
+        def together():
+            p = client.plan("otd-pairs")
+            node = {e: p["workers"][w]["node"] for e, w in p["executors"].items()}
+            return all(node[f"src:{i}"] == node[f"dst:{i}"] for i in range(3))
+
+        wait_until(together, 150, interval=0.5, what="OTD to bring every pair onto one node")
+        time.sleep(4)
+        end = time.time()
+        recent = [r for r in _records("otd-pairs") if r["kind"] == "edge" and end - 3 < r["ts"] <= end]
+        total = sum(r["tuples"] for r in recent)
+        inter = sum(r["tuples"] for r in recent if r["inter_node"])
+        assert total > 0 and inter / total < 0.10
+        status = client.status("otd-pairs")
+        assert status["migrations"] and {m["by"] for m in status["migrations"]} == {"otd"}
+        assert status["otd"]["case"] in (3, 4)
+        run_cli("deactivate", "otd-pairs", cluster=cluster)
+        wait_until(lambda: client.status("otd-pairs")["spouts"]["pending"] == 0, 60, what="in-flight tuples to settle")
+        spouts = client.status("otd-pairs")["spouts"]
+        assert spouts["failed"] == 0
+        assert spouts["acked"] == client.status("otd-pairs")["components"]["src"]["emitted"]
+    finally:
+        client.kill("otd-pairs")
+        client.wait_removed("otd-pairs", 30)
+
+
+def test_traffic_cli_json_and_png(client, cluster, tmp_path: Path) -> None:
+    assert run_cli("submit", str(TOPOLOGIES / "pairs.py"), "--name", "cli-pairs", "-c", "test.count=300",
+                   cluster=cluster).returncode == 0
+    try:
+        client.wait_running("cli-pairs", 60)
+        wait_until(lambda: client.status("cli-pairs")["spouts"]["acked"] >= 900, 60, what="acks")
+        time.sleep(2.5)
+        png = tmp_path / "matrix.png"
+        result = run_cli("traffic", "cli-pairs", "--window", "600", "--json", "--png", str(png), cluster=cluster,
+                         timeout=180)
+        assert result.returncode == 0, result.stderr
+        data = json.loads(result.stdout)
+        assert {"window_secs", "edges", "inter_node_ratio", "workers"} <= set(data)
+        assert sum(e["tuples"] for e in data["edges"]) == 900
+        assert all({"src", "dst", "tuples", "bytes", "inter_node"} <= set(e) for e in data["edges"])
+        assert all({"id", "cpu", "queue"} <= set(w) for w in data["workers"])
+        assert png.stat().st_size > 1000
+        bad = run_cli("traffic", "nope", cluster=cluster)
+        assert bad.returncode == 2 and "no topology named 'nope'" in bad.stderr
+    finally:
+        client.kill("cli-pairs")
+        client.wait_removed("cli-pairs", 30)
