@@ -55,7 +55,7 @@ def run_mode(mode: str, args: argparse.Namespace, m: int, console: Console) -> d
 
     rebalance_mode, daemon_conf = _mode_settings(mode, args)
     topo_conf = {
-        "wordcount.spouts": 2, "wordcount.splits": 4, "wordcount.counts": 4, "topology.workers": 4,
+        "wordcount.spouts": 2, "wordcount.splits": args.splits, "wordcount.counts": args.counts, "topology.workers": 4,
         "wordcount.rate": args.rate, "topology.message.timeout.secs": args.timeout,
         "worker.heartbeat.interval.secs": 0.5, **daemon_conf,
     }
@@ -178,6 +178,8 @@ def main() -> None:
     parser.add_argument("--tw", type=int, default=100, help="TW for nstorm+ (ms)")
     parser.add_argument("--dk", type=int, default=2000, help="DK for nstorm+ (ms)")
     parser.add_argument("--warmup", type=float, default=5.0)
+    parser.add_argument("--splits", type=int, default=4, help="split executors (M may not exceed the movable ones)")
+    parser.add_argument("--counts", type=int, default=4, help="count executors")
     parser.add_argument("--modes", default="baseline,storm,storm*,nstorm,nstorm+")
     parser.add_argument("--sweep", action="store_true", help="also N-Storm+ with M = 1, 2, 4, 8, 16")
     args = parser.parse_args()

@@ -120,6 +120,7 @@ class OtdRunner:
             self._job = TrafficJob(master=str(conf.get("otd.spark.master", "local[2]")),
                                    metrics_dir=conf.get("nstorm.metrics.dir"))
         window = float(conf.get("otd.window.secs", 20))
+        started = time.monotonic()
         traffic = self._job.run(name, window_secs=window)
         worker_node = {w: info["node"] for w, info in plan["workers"].items()}
         executors = sorted(plan["executors"])
@@ -127,6 +128,8 @@ class OtdRunner:
         decision = otd_round(executors, plan["executors"], worker_node, self.loads(name), edges, conf)
         record = {**decision.as_json(), "at": time.time(), "inter_node_ratio": traffic["inter_node_ratio"],
                   "window_tuples": traffic["total_tuples"]}
+        log.info("OTD %s: round in %.1fs, case %d, inter-node ratio %.1f%% over %d tuples", name,
+                 time.monotonic() - started, decision.case, 100 * traffic["inter_node_ratio"], traffic["total_tuples"])
         if decision.warning:
             log.warning("OTD %s: %s", name, decision.warning)
         if decision.executor and decision.target:

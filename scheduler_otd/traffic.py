@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -80,9 +81,20 @@ class TrafficJob:
         root = self.metrics_dir / topology
         if not root.exists() or not any(root.rglob("*.jsonl")):
             return empty_traffic(window_secs)
-        spark = self.session()
         now = time.time() if now is None else now
-        frame = (spark.read.schema(_SCHEMA).option("recursiveFileLookup", "true").json(str(root))
+        # Only the hour partitions the window touches (the store grows for as long as the topology runs).
+        hours = []
+        t = now - window_secs
+        while t < now + 3600:
+            stamp = datetime.fromtimestamp(min(t, now), UTC)
+            part = root / f"date={stamp:%Y-%m-%d}" / f"hour={stamp:%H}"
+            if part.exists() and str(part) not in hours:
+                hours.append(str(part))
+            t += 3600
+        if not hours:
+            return empty_traffic(window_secs)
+        spark = self.session()
+        frame = (spark.read.schema(_SCHEMA).json(hours)
                  .where((F.col("ts") > now - window_secs) & (F.col("ts") <= now)))
         edges_df = frame.where(F.col("kind") == "edge")
         edges = [

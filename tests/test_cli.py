@@ -97,3 +97,35 @@ def test_cluster_up_submit_status_down(home: Path) -> None:
     assert down.returncode == 0, down.stderr
     wait_until(lambda: not _processes_of(home), 30, what="every cluster process to end")
     assert _nstorm(home, "zookeeper", "status").returncode == 1
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
+def test_cluster_up_netns_puts_nodes_on_their_own_links(home: Path) -> None:
+    from nstorm import netns
+
+    up = _nstorm(home, "cluster", "up", "--netns", "--supervisors", "2", "--slots", "1", "--port-base", "0",
+                 "--link-rate", "50mbit")
+    try:
+        assert up.returncode == 0, up.stderr
+        assert "nstorm-n1 10.77.0.11" in up.stdout
+        namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        assert "nstorm-n1" in namespaces and "nstorm-n2" in namespaces
+        sub = _nstorm(home, "submit", str(ROOT / "topologies" / "wordcount.py"), "-c", "wordcount.rate=200")
+        assert sub.returncode == 0, sub.stderr
+
+        def running():
+            out = _nstorm(home, "status", "wordcount", "--json")
+            data = json.loads(out.stdout) if out.returncode == 0 else None
+            return data if data and data["spouts"]["acked"] > 200 else None
+
+        data = wait_until(running, 90, interval=1.0, what="word count to run across namespaces")
+        assert {w["host"] for w in data["workers"]} == {"10.77.0.11", "10.77.0.12"}
+        rx, tx = netns.link_bytes("nstorm-v1")
+        assert rx > 10_000 and tx > 10_000  # tuples really crossed the veth
+    finally:
+        down = _nstorm(home, "cluster", "down")
+    assert down.returncode == 0, down.stderr
+    namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert "nstorm-n" not in namespaces
+    assert subprocess.run(["ip", "link", "show", "nstorm-br0"], capture_output=True).returncode != 0
+    wait_until(lambda: not _processes_of(home), 30, what="every cluster process to end")

@@ -497,10 +497,13 @@ class SpoutExecutor(_UserExecutor):
             log.warning("executor %s: message ids are not msgpack data; %d tracked tuples will time out",
                         self.executor_id, len(pending))
             pending = []
-        return {"pending": pending}
+        # Acks per second move too: the hand-over second is counted by both copies.
+        return {"pending": pending, "ack_buckets": [[sec, n] for sec, n in self.ack_buckets.items()]}
 
     def _adopt_extra(self, entry: Mapping[str, Any]) -> None:
         self.awaiting_until = None
+        for sec, n in entry.get("ack_buckets") or ():
+            self.ack_buckets[int(sec)] = self.ack_buckets.get(int(sec), 0) + int(n)
         now = time.monotonic()
         adopted = sorted(((now + float(left), root, msg_id) for root, msg_id, left in entry.get("pending") or ()),
                          key=lambda x: x[0])
