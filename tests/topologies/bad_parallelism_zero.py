@@ -1,19 +1,6 @@
-from nstorm import Bolt, Spout, TopologyBuilder
+from nstorm import TopologyBuilder
 
-
-class S(Spout):
-    outputs = ("x",)
-
-    def next_tuple(self):
-        pass
-
-
-class B(Bolt):
-    outputs = ("x",)
-
-    def process(self, tup):
-        pass
-
+from _parts import B, S
 
 builder = TopologyBuilder("t")
 builder.set_spout("s", S)
