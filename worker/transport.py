@@ -9,6 +9,7 @@ and counted; nothing is ever unpickled.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import threading
 from typing import TYPE_CHECKING, Any
@@ -24,6 +25,15 @@ if TYPE_CHECKING:
 __all__ = ["Transport"]
 
 log = logging.getLogger(__name__)
+
+def _bind_address(host: str) -> str:
+    """Bind to ``host`` if it is an IP address; a host name (docker-compose) binds every interface."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return "*"
+    return host
+
 
 DATA_HWM = 32  # messages per pipe; receivers never block, so a full pipe only means a slow or absent peer
 
@@ -42,11 +52,12 @@ class Transport:
         self.data_pull = self.context.socket(zmq.PULL)
         self.data_pull.setsockopt(zmq.RCVHWM, DATA_HWM)
         self.data_pull.setsockopt(zmq.MAXMSGSIZE, wire.MAX_FRAME_BYTES)
-        self.data_pull.bind(f"tcp://{host}:{port}")
+        bind = _bind_address(host)
+        self.data_pull.bind(f"tcp://{bind}:{port}")
         self.ctl_pull = self.context.socket(zmq.PULL)
         self.ctl_pull.setsockopt(zmq.RCVHWM, 0)
         self.ctl_pull.setsockopt(zmq.MAXMSGSIZE, wire.MAX_FRAME_BYTES)
-        self.ctl_pull.bind(f"tcp://{host}:{ctl_port}")
+        self.ctl_pull.bind(f"tcp://{bind}:{ctl_port}")
         self._threads = [
             threading.Thread(target=self._data_loop, name="recv-data", daemon=True),
             threading.Thread(target=self._ctl_loop, name="recv-ctl", daemon=True),

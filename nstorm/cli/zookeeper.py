@@ -43,3 +43,42 @@ def status(as_json: Annotated[bool, typer.Option("--json", help="print JSON")] =
     else:
         typer.echo("not running")
         raise typer.Exit(1)
+
+
+@app.command()
+@cli_errors
+def run(
+    port: Annotated[int, typer.Option(help="client port")] = 2181,
+    host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
+) -> None:
+    """Run ZooKeeper in the foreground until Ctrl-C or SIGTERM (for containers)."""
+    import signal
+    import threading
+
+    from nstorm.home import home_dir, logs_dir
+    from nstorm.zookeeper import EmbeddedZooKeeper
+
+    zk = EmbeddedZooKeeper(home_dir() / "zookeeper", port, logs_dir() / "zookeeper.log", host=host)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    zk.start()
+    typer.echo(f"ZooKeeper on {zk.address} (pid {zk.pid})", err=True)
+    try:
+        while not stop.wait(1.0) and zk.running:
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        zk.stop()
+
+
+@app.command()
+@cli_errors
+def ping(zk: Annotated[str, typer.Option("--zk", help="HOST:PORT")] = "127.0.0.1:2181") -> None:
+    """Exit 0 if the ZooKeeper at --zk answers (a health check)."""
+    from nstorm.zookeeper import ruok
+
+    if not ruok(zk):
+        typer.echo(f"ZooKeeper at {zk} does not answer", err=True)
+        raise typer.Exit(1)
+    typer.echo("imok")
