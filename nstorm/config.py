@@ -33,7 +33,6 @@ DEFAULTS: dict[str, Any] = {
     "topology.debug": False,
     "topology.scheduler": "static",
     # daemons
-    "supervisor.slots": 4,
     "supervisor.slots.port.base": 6700,  # 0 = pick free ports
     "supervisor.sync.interval.ms": 1000,  # TS: periodic ZooKeeper -> LMDB sync (a watch acts at once)
     "supervisor.sync.watch": True,  # react to plan changes through a ZooKeeper watch (else only every TS)

@@ -22,7 +22,6 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from kazoo.client import KazooClient
@@ -294,7 +293,3 @@ def pick_slots(count: int, port_base: int, host: str) -> list[tuple[int, int]]:
         if p not in ports:
             ports.append(p)
     return [(ports[2 * i], ports[2 * i + 1]) for i in range(count)]
-
-
-def default_store_path(node: str) -> Path:
-    return supervisor_dir(node) / "store"

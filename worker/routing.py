@@ -77,8 +77,5 @@ class RoutingTable:
             restart=dict(plan.get("restart") or {}),
         )
 
-    def task_of(self, executor_id: str) -> int:
-        return self.tasks.index(executor_id)
-
     def executors_of(self, worker_id: str) -> list[str]:
         return [self.tasks[t] for t, w in enumerate(self.location) if w == worker_id]
