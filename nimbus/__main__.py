@@ -14,8 +14,10 @@ def main() -> None:
     parser.add_argument("--zk", required=True)
     parser.add_argument("--root", default="/nstorm")
     parser.add_argument("-c", "--conf", action="append", default=[])
+    parser.add_argument("--id", default="", help="names the log file when several Nimbus processes share a home")
     args = parser.parse_args()
-    setup_daemon_logging("nimbus", "nimbus")
+    name = f"nimbus-{args.id}" if args.id else "nimbus"
+    setup_daemon_logging(name, name)
     from nimbus.daemon import Nimbus
 
     nimbus = Nimbus(args.zk, args.root, parse_conf_options(args.conf))

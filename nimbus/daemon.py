@@ -8,8 +8,10 @@ free slots), the plan's status following the desired status, executors of
 workers whose supervisor disappeared reassigned to live slots, and a killed
 topology removed after its ``kill_at`` time.
 
-States: ``STARTING -> RUNNING`` once connected; ``RUNNING -> STOPPING`` on
-SIGTERM/SIGINT; ``STOPPING -> STOPPED``.
+Several Nimbus processes may run (HA); one leads (``nimbus/leader.py``).
+States: ``STARTING -> STANDBY`` once connected; ``STANDBY -> LEADING`` when it
+holds the leader lock, and back when the ZooKeeper session is lost;
+``STOPPING -> STOPPED`` on SIGTERM/SIGINT.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from nimbus.rebalance import MODES, RebalanceError, apply_moves, random_moves, validate_moves
 from nimbus.scheduler import EvenScheduler, Scheduler, Slot, interleave_slots
 from nstorm.config import merge_conf
+from nstorm.plans import PlanError, check_plan
 from nstorm.zkschema import ACTIVE, INACTIVE, KILLED, ZkPaths, connect, decode, encode
 
 __all__ = ["Nimbus"]
@@ -56,6 +59,7 @@ class Nimbus:
         self.zk: KazooClient | None = None
         self._wake = threading.Event()
         self._stop = threading.Event()
+        self._bad_plans: dict[str, int] = {}  # topology or path -> zxid of the malformed data already logged
 
     def _watch(self, *_: Any) -> None:
         self._wake.set()
@@ -73,6 +77,28 @@ class Nimbus:
                 result[node] = info
         return result
 
+    def _beating_workers(self, name: str, plan: Mapping[str, Any], live: Mapping[str, Slot]) -> dict[str, Slot]:
+        """Workers of ``plan`` whose supervisor is gone but whose own heartbeat node still exists.
+
+        A supervisor killed (or restarting) leaves its workers running; they keep
+        their executors for as long as their ZooKeeper sessions live, as in Storm,
+        where Nimbus judges executors by their heartbeats.
+        """
+        assert self.zk is not None
+        missing = [w for w in plan.get("workers", {}) if w not in live]
+        if not missing:
+            return {}
+        try:
+            beating = set(self.zk.get_children(self.paths.workerbeats(name), watch=self._watch))
+        except NoNodeError:
+            return {}
+        result = {}
+        for wid in missing:
+            if wid in beating:
+                w = plan["workers"][wid]
+                result[wid] = Slot(str(w["node"]), str(w["host"]), int(w["port"]), int(w["ctl_port"]))
+        return result
+
     def _read(self, path: str, watch: bool = False) -> tuple[Any, Any]:
         assert self.zk is not None
         try:
@@ -82,7 +108,9 @@ class Nimbus:
         try:
             return decode(raw), stat
         except ValueError:
-            log.error("malformed JSON in %s: ignored", path)
+            if self._bad_plans.get(path) != stat.mzxid:  # one line per bad write, not per pass
+                self._bad_plans[path] = stat.mzxid
+                log.error("malformed JSON in %s: ignored", path)
             return None, stat
 
     # -- reconcile ---------------------------------------------------------------------------
@@ -94,11 +122,26 @@ class Nimbus:
         live = {s.worker_id: s for s in slots}
         names = self.zk.get_children(self.paths.topologies, watch=self._watch)
         plans: dict[str, tuple[dict[str, Any] | None, Any]] = {}
+        names_bad: set[str] = set()
         for name in self.zk.get_children(self.paths.assignments):
-            plans[name] = self._read(self.paths.assignment(name))
+            plan, stat = self._read(self.paths.assignment(name))
+            if plan is not None or stat is not None:
+                try:
+                    plan = check_plan(name, plan)
+                except PlanError as exc:
+                    if self._bad_plans.get(name) != stat.mzxid:  # one line per bad write
+                        self._bad_plans[name] = stat.mzxid
+                        log.error("%s: topology left alone until a good plan is written", exc)
+                    names_bad.add(name)
+            plans[name] = (plan, stat)
+        for name, (plan, _) in plans.items():
+            if plan:
+                live.update(self._beating_workers(name, plan, live))
+        for name in names_bad:
+            plans.pop(name)
         used = {w for plan, _ in plans.values() if plan for w in _plan_workers(plan)}
         self._owners = {w: n for n, (plan, _) in plans.items() if plan for w in _plan_workers(plan)}
-        for name in sorted(names):
+        for name in sorted(set(names) - names_bad):
             try:
                 self._reconcile_one(name, plans.get(name, (None, None)), slots, live, used)
                 self._handle_requests(name, live)
@@ -312,37 +355,52 @@ class Nimbus:
 
     # -- main loop ----------------------------------------------------------------------------
     def run(self) -> int:
+        from nimbus.leader import Leadership
+
         self.zk = connect(self.zk_address, session_timeout=float(self.conf["nstorm.zookeeper.session.timeout.secs"]))
         self.paths.ensure(self.zk)
         self.zk.add_listener(lambda state: self._wake.set())
-        self.state = "RUNNING"
-        log.info("nimbus running against %s%s", self.zk_address, self.paths.root)
-        from scheduler_otd.runner import OtdRunner
-
-        otd = OtdRunner(self.zk, self.paths, self.conf)
-        otd.start()
-        interval = float(self.conf["nimbus.monitor.interval.secs"])
-        self._wake.set()
-        while not self._stop.is_set():
-            self._wake.wait(interval)
-            self._wake.clear()
-            if self._stop.is_set():
-                break
-            try:
-                self.reconcile()
-            except Exception:
-                log.exception("reconcile failed")
+        self.leadership = Leadership(self.zk, self.paths)
+        self.state = "STANDBY"
+        log.info("nimbus %s running against %s%s", self.leadership.identity, self.zk_address, self.paths.root)
+        self.leadership.run(self._lead, self._stop)
         self.state = "STOPPING"
-        otd.stop()
         self.zk.stop()
         self.zk.close()
         self.state = "STOPPED"
         log.info("nimbus stopped")
         return 0
 
+    def _lead(self) -> None:
+        """The leader's loop: reconcile on every watch event and every monitor interval."""
+        from scheduler_otd.runner import OtdRunner
+
+        assert self.zk is not None
+        self.state = "LEADING"
+        otd = OtdRunner(self.zk, self.paths, self.conf)
+        otd.start()
+        interval = float(self.conf["nimbus.monitor.interval.secs"])
+        self._wake.set()
+        try:
+            while not self._stop.is_set() and not self.leadership.lost.is_set():
+                self._wake.wait(interval)
+                self._wake.clear()
+                if self._stop.is_set() or not self.leadership.leading:
+                    continue  # suspended: another Nimbus may lead by now, so write nothing
+                try:
+                    self.reconcile()
+                except Exception:
+                    log.exception("reconcile failed")
+        finally:
+            otd.stop()
+            self.state = "STANDBY"
+
     def request_stop(self, *_: Any) -> None:
         self._stop.set()
         self._wake.set()
+        leadership = getattr(self, "leadership", None)
+        if leadership is not None:
+            leadership.cancel()
 
     def install_signal_handlers(self) -> None:
         signal.signal(signal.SIGTERM, self.request_stop)

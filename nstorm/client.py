@@ -279,6 +279,13 @@ class ClusterClient:
     def plan(self, name: str) -> dict[str, Any] | None:
         return self._get(self.paths.assignment(name))
 
+    def nimbuses(self) -> dict[str, Any]:
+        """The running Nimbus processes: ``{"leader": "host:pid" | None, "standby": [...]}``."""
+        from nimbus.leader import nimbus_contenders
+
+        contenders = nimbus_contenders(self.zk, self.paths)
+        return {"leader": contenders[0] if contenders else None, "standby": contenders[1:]}
+
     def list(self) -> list[dict[str, Any]]:
         rows = []
         for name in self.names():

@@ -62,6 +62,7 @@ class LocalCluster:
         hosts: list[str] | None = None,
         port_base: int = 0,
         netns: list[Any] | None = None,
+        nimbuses: int = 1,
     ) -> None:
         self.n_supervisors = supervisors
         self.slots = slots
@@ -73,7 +74,8 @@ class LocalCluster:
         self.hosts = [n.address for n in self.netns] or hosts or ["127.0.0.1"] * supervisors
         self.port_base = port_base
         self.zookeeper: EmbeddedZooKeeper | None = None
-        self.nimbus: subprocess.Popen[bytes] | None = None
+        self.n_nimbuses = nimbuses
+        self.nimbuses: dict[str, subprocess.Popen[bytes]] = {}  # "nimbus", "nimbus-2", ...
         self.supervisors: dict[str, subprocess.Popen[bytes]] = {}
         self._zk_data = Path()
 
@@ -94,9 +96,17 @@ class LocalCluster:
         finally:
             out.close()
 
-    def start_nimbus(self) -> subprocess.Popen[bytes]:
-        self.nimbus = self._spawn("nimbus", ["-m", "nimbus", "--zk", self.address, "--root", self.root, *_conf_args(self.conf)])
-        return self.nimbus
+    @property
+    def nimbus(self) -> subprocess.Popen[bytes] | None:
+        """The first Nimbus process (the only one unless HA is tested)."""
+        return self.nimbuses.get("nimbus")
+
+    def start_nimbus(self, name: str = "nimbus") -> subprocess.Popen[bytes]:
+        """Start (or restart) Nimbus ``name``: ``nimbus``, ``nimbus-2``, ..."""
+        id_args = ["--id", name.partition("-")[2]] if "-" in name else []
+        self.nimbuses[name] = self._spawn(
+            name, ["-m", "nimbus", "--zk", self.address, "--root", self.root, *id_args, *_conf_args(self.conf)])
+        return self.nimbuses[name]
 
     def start_supervisor(self, node: str, host: str = "127.0.0.1") -> subprocess.Popen[bytes]:
         base = self.port_base + 100 * (int(node.lstrip("n") or 1) - 1) if self.port_base else 0
@@ -110,6 +120,21 @@ class LocalCluster:
         self.supervisors[node] = proc
         return proc
 
+    def restart_supervisor(self, node: str) -> subprocess.Popen[bytes]:
+        """Start supervisor ``node`` again (after it was killed); it adopts the workers it left."""
+        index = int(node.lstrip("n") or 1) - 1
+        return self.start_supervisor(node, self.hosts[index])
+
+    def kill_daemon(self, name: str, sig: int = signal.SIGKILL) -> int:
+        """Send ``sig`` to daemon ``name`` (``nimbus``, ``nimbus-2``, ``supervisor-n1``); returns its pid."""
+        proc = self.nimbuses.get(name) or self.supervisors.get(name.removeprefix("supervisor-"))
+        if proc is None:
+            msg = f"no daemon {name!r} in this cluster"
+            raise ClusterError(msg)
+        proc.send_signal(sig)
+        proc.wait(10)
+        return proc.pid
+
     def start(self, timeout: float = 60.0) -> LocalCluster:
         """Start everything and wait until every supervisor has registered."""
         try:
@@ -122,7 +147,8 @@ class LocalCluster:
                 self.zookeeper = EmbeddedZooKeeper(self._zk_data, 0, logs_dir() / "zookeeper.log", host=host)
                 self.zookeeper.start(timeout=timeout)
                 self.zk_address = self.zookeeper.address
-            self.start_nimbus()
+            for i in range(self.n_nimbuses):
+                self.start_nimbus("nimbus" if i == 0 else f"nimbus-{i + 1}")
             for i in range(self.n_supervisors):
                 self.start_supervisor(f"n{i + 1}", self.hosts[i])
             self.wait_supervisors(set(self.supervisors), timeout)
@@ -141,7 +167,7 @@ class LocalCluster:
                 if nodes <= registered:
                     return
                 dead = [n for n, p in self.supervisors.items() if p.poll() is not None]
-                if dead or (self.nimbus is not None and self.nimbus.poll() is not None):
+                if dead or any(p.poll() is not None for p in self.nimbuses.values()):
                     msg = f"a daemon exited during start-up (supervisors {dead}); see {logs_dir()}"
                     raise ClusterError(msg)
                 if time.monotonic() > deadline:
@@ -156,15 +182,15 @@ class LocalCluster:
         pids = {}
         if self.zookeeper is not None and self.zookeeper.pid:
             pids["zookeeper"] = self.zookeeper.pid
-        if self.nimbus is not None:
-            pids["nimbus"] = self.nimbus.pid
+        for name, proc in self.nimbuses.items():
+            pids[name] = proc.pid
         for node, proc in self.supervisors.items():
             pids[f"supervisor-{node}"] = proc.pid
         return pids
 
     def stop(self, timeout: float = 15.0) -> None:
         """Stop supervisors (they stop their workers), Nimbus, then ZooKeeper."""
-        procs = [*self.supervisors.values(), *([self.nimbus] if self.nimbus else [])]
+        procs = [*self.supervisors.values(), *self.nimbuses.values()]
         for proc in procs:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
@@ -180,7 +206,7 @@ class LocalCluster:
             self.zookeeper.stop()
             shutil.rmtree(self._zk_data, ignore_errors=True)
         self.supervisors.clear()
-        self.nimbus = None
+        self.nimbuses.clear()
 
     def save_state(self) -> Path:
         """Record pids for ``cluster down`` (detached clusters)."""
@@ -236,7 +262,7 @@ def cluster_down(timeout: float = 15.0) -> bool:
         return False
     state = json.loads(path.read_text())
     pids = state["pids"]
-    order = [n for n in pids if n.startswith("supervisor")] + [n for n in pids if n == "nimbus"]
+    order = [n for n in pids if n.startswith("supervisor")] + [n for n in pids if n.startswith("nimbus")]
     procs = []
     for name in order:
         try:

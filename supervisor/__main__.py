@@ -24,7 +24,7 @@ def main() -> None:
     from supervisor.daemon import Supervisor, pick_slots
 
     sup = Supervisor(
-        args.node_id, args.host, pick_slots(args.slots, args.port_base, args.host), args.zk, args.root,
+        args.node_id, args.host, pick_slots(args.slots, args.port_base, args.host, args.node_id), args.zk, args.root,
         parse_conf_options(args.conf),
     )
     sup.install_signal_handlers()

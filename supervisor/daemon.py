@@ -13,6 +13,7 @@ SIGTERM/SIGINT; ``STOPPING -> STOPPED`` after its workers are stopped.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -21,30 +22,24 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from kazoo.client import KazooClient
+import psutil
+from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from kvstore import LMDBPlanStore
 from nstorm.config import merge_conf
 from nstorm.home import logs_dir, supervisor_dir
 from nstorm.loader import unpack_archive
+from nstorm.plans import PlanError, check_plan
 from nstorm.zkschema import ZkPaths, connect, decode, encode
+from supervisor.workers import WorkerHandle, WorkerRegistry
 
-__all__ = ["Supervisor"]
+__all__ = ["Supervisor", "pick_slots"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class _WorkerProc:
-    topology: str
-    port: int
-    popen: subprocess.Popen[bytes]
-    started_at: float = field(default_factory=time.monotonic)
-    restarts: int = 0
 
 
 class Supervisor:
@@ -70,13 +65,16 @@ class Supervisor:
         self.store_path = self.dir / "store"
         self.store: LMDBPlanStore | None = None
         self.zk: KazooClient | None = None
-        self.workers: dict[tuple[str, int], _WorkerProc] = {}
+        self.registry = WorkerRegistry(self.dir / "workers", node, zk_root)
+        self.workers: dict[tuple[str, int], WorkerHandle] = {}
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._topo_cache: dict[str, tuple[str, dict[str, Any]]] = {}
         self._restarted: set[tuple[str, int, int]] = set()  # process-mode restarts already done
         # N-Storm+ reacts to a plan change through a watch at once; without it only TS applies.
         self._use_watch = bool(self.conf.get("supervisor.sync.watch", True))
+        self._lost = False
+        self._rejected: dict[str, int] = {}  # topology -> zxid of the malformed plan already logged
 
     # -- ZooKeeper ------------------------------------------------------------------------
     def _watch(self, *_: Any) -> None:
@@ -96,16 +94,48 @@ class Supervisor:
                 self.zk.create(path, data, ephemeral=True, makepath=True)
                 return
             except NodeExistsError:
-                # A previous session of ours (killed supervisor) may still hold it until it expires.
-                if time.monotonic() > deadline:
-                    self.zk.delete(path)
+                # A previous session of ours (a killed supervisor) holds it until the session expires.
+                # If that supervisor is dead, take the node over now; else wait for it to go.
+                if time.monotonic() > deadline or self._predecessor_dead(path):
+                    log.info("taking over %s from a previous session", path)
+                    try:
+                        self.zk.delete(path)
+                    except NoNodeError:
+                        pass
                 else:
                     time.sleep(0.5)
 
+    def _predecessor_dead(self, path: str) -> bool:
+        """True if ``path`` was registered from this host by a process that no longer runs."""
+        assert self.zk is not None
+        try:
+            info = decode(self.zk.get(path)[0]) or {}
+        except (NoNodeError, ValueError):
+            return False
+        pid = int(info.get("pid") or 0)
+        if info.get("host") != self.host or not pid or pid == os.getpid():
+            return False
+        try:
+            return "supervisor" not in " ".join(psutil.Process(pid).cmdline())
+        except psutil.Error:
+            return True
+
     def _on_state(self, state: str) -> None:
         log.info("ZooKeeper connection %s", state)
-        if state == "CONNECTED":
+        if state == KazooState.LOST:
+            self._lost = True  # the ephemeral registration went with the session
+        if state == KazooState.CONNECTED:
             self._wake.set()
+
+    def _reregister_if_lost(self) -> None:
+        """After a session expired (ZooKeeper restarted empty, or a long cut), register again."""
+        assert self.zk is not None
+        if not self._lost and self.zk.exists(self.paths.supervisor(self.node)):
+            return
+        self._lost = False
+        self.paths.ensure(self.zk)
+        self._register()
+        log.info("registered again after the ZooKeeper session was lost")
 
     # -- sync ------------------------------------------------------------------------------
     def _topology_info(self, name: str, sha: str) -> dict[str, Any]:
@@ -124,6 +154,7 @@ class Supervisor:
         """Mirror the plans of this node into LMDB and reconcile worker processes."""
         assert self.zk is not None and self.store is not None
         zk = self.zk
+        self._reregister_if_lost()
         try:
             names = zk.get_children(self.paths.assignments, watch=self._watcher)
         except NoNodeError:
@@ -132,13 +163,25 @@ class Supervisor:
         planned: set[str] = set()
         for name in names:
             try:
-                raw, _ = zk.get(self.paths.assignment(name), watch=self._watcher)
-                plan = decode(raw)
+                raw, stat = zk.get(self.paths.assignment(name), watch=self._watcher)
             except NoNodeError:
                 continue
-            except ValueError:
-                log.error("malformed plan for %s in ZooKeeper: ignored", name)
+            try:
+                try:
+                    data = decode(raw)
+                except ValueError as exc:
+                    msg = f"malformed plan for {name}: not JSON ({exc})"
+                    raise PlanError(msg) from None
+                plan = check_plan(name, data)
+            except PlanError as exc:
+                if self._rejected.get(name) != stat.mzxid:  # one line per bad write, not per sync
+                    self._rejected[name] = stat.mzxid
+                    log.error("%s: rejected; the last good plan stays in force", str(exc).splitlines()[0])
+                if self.store.latest_version(name) is not None:
+                    planned.add(name)
+                    desired.update(k for k in self.workers if k[0] == name)
                 continue
+            self._rejected.pop(name, None)
             ports = [int(w["port"]) for w in plan.get("workers", {}).values() if w.get("node") == self.node]
             if not ports:
                 continue
@@ -178,7 +221,7 @@ class Supervisor:
         self._reconcile(desired)
 
     # -- worker processes ---------------------------------------------------------------------
-    def _start_worker(self, topology: str, port: int) -> subprocess.Popen[bytes]:
+    def _start_worker(self, topology: str, port: int, restarts: int = 0) -> WorkerHandle:
         record = self.store.latest(topology) if self.store else None
         seed = str((record[1]["conf"] if record else self.conf).get("topology.hash.seed", 0))
         env = {**os.environ, "PYTHONHASHSEED": seed}
@@ -193,7 +236,9 @@ class Supervisor:
         finally:
             out.close()
         log.info("started worker %s:%d for %s (pid %d)", self.node, port, topology, popen.pid)
-        return popen
+        handle = self.registry.record(topology, port, popen)
+        handle.restarts = restarts
+        return handle
 
     def _reconcile(self, desired: set[tuple[str, int]]) -> None:
         for key, proc in list(self.workers.items()):
@@ -205,7 +250,7 @@ class Supervisor:
             topology, port = key
             proc = self.workers.get(key)
             if proc is not None:
-                code = proc.popen.poll()
+                code = proc.poll()
                 if code is None:
                     continue
                 how = "after an unhandled error" if code == 1 else f"with code {code}"
@@ -215,23 +260,21 @@ class Supervisor:
                 if port in busy_ports:
                     continue  # slot still used by another topology's worker being stopped
                 restarts = 0
-            self.workers[key] = _WorkerProc(topology, port, self._start_worker(topology, port), restarts=restarts)
+            self.workers[key] = self._start_worker(topology, port, restarts)
 
-    def _stop_worker(self, proc: _WorkerProc, timeout: float = 5.0) -> None:
-        if proc.popen.poll() is None:
-            log.info("stopping worker %s:%d of %s (pid %d)", self.node, proc.port, proc.topology, proc.popen.pid)
-            proc.popen.terminate()
-            try:
-                proc.popen.wait(timeout)
-            except subprocess.TimeoutExpired:
-                proc.popen.kill()
-                proc.popen.wait(5)
+    def _stop_worker(self, proc: WorkerHandle, timeout: float = 5.0) -> None:
+        if proc.poll() is None:
+            log.info("stopping worker %s:%d of %s (pid %d)", self.node, proc.port, proc.topology, proc.pid)
+            proc.stop(timeout)
+        self.registry.forget(proc.topology, proc.port)
 
     # -- main loop -------------------------------------------------------------------------------
     def run(self) -> int:
         self.store, rebuilt = LMDBPlanStore.open_or_rebuild(self.store_path)
         if rebuilt:
             log.warning("plan store was corrupt: rebuilt empty, resyncing from ZooKeeper")
+        for handle in self.registry.adopt():
+            self.workers[(handle.topology, handle.port)] = handle
         self.zk = connect(self.zk_address, session_timeout=float(self.conf["nimbus.supervisor.timeout.secs"]))
         self.zk.add_listener(self._on_state)
         self.paths.ensure(self.zk)
@@ -259,8 +302,11 @@ class Supervisor:
     def shutdown(self) -> None:
         self.state = "STOPPING"
         for proc in self.workers.values():
-            if proc.popen.poll() is None:
-                proc.popen.terminate()
+            if proc.poll() is None:
+                try:
+                    proc.process.terminate()
+                except psutil.Error:
+                    pass
         for proc in self.workers.values():
             self._stop_worker(proc)
         self.workers.clear()
@@ -281,10 +327,22 @@ class Supervisor:
         signal.signal(signal.SIGINT, self.request_stop)
 
 
-def pick_slots(count: int, port_base: int, host: str) -> list[tuple[int, int]]:
-    """``count`` (data, control) port pairs: ``base+i``/``base+1000+i``, or free ports if base is 0."""
+def pick_slots(count: int, port_base: int, host: str, node: str | None = None) -> list[tuple[int, int]]:
+    """``count`` (data, control) port pairs: ``base+i``/``base+1000+i``, or free ports if base is 0.
+
+    Free ports are remembered in the node's directory: a restarted supervisor
+    gets the same slots back, so the workers it adopts are still in them.
+    """
     if port_base:
         return [(port_base + i, port_base + 1000 + i) for i in range(count)]
+    remembered = supervisor_dir(node) / "slots.json" if node else None
+    if remembered is not None and remembered.exists():
+        try:
+            saved = json.loads(remembered.read_text())
+            if saved.get("host") == host and len(saved.get("slots", [])) == count:
+                return [(int(p), int(c)) for p, c in saved["slots"]]
+        except (OSError, ValueError, TypeError):
+            pass
     from nstorm.net import free_port
 
     ports: list[int] = []
@@ -292,4 +350,13 @@ def pick_slots(count: int, port_base: int, host: str) -> list[tuple[int, int]]:
         p = free_port(host)
         if p not in ports:
             ports.append(p)
-    return [(ports[2 * i], ports[2 * i + 1]) for i in range(count)]
+    slots = [(ports[2 * i], ports[2 * i + 1]) for i in range(count)]
+    if remembered is not None:
+        _write_json(remembered, {"host": host, "slots": slots})
+    return slots
+
+
+def _write_json(path: Path, data: Any) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data))
+    tmp.replace(path)

@@ -109,3 +109,53 @@ def test_user_code_errors_are_reported_and_contained(client) -> None:
     finally:
         client.kill("faulty")
         client.wait_removed("faulty", 30)
+
+
+def _log_count(pattern: str, glob: str) -> int:
+    from nstorm.home import logs_dir
+
+    return sum(p.read_text(errors="replace").count(pattern) for p in logs_dir().glob(glob))
+
+
+def test_malformed_plan_in_zookeeper_is_rejected_and_the_last_good_one_kept(client, tmp_path: Path) -> None:
+    import json
+
+    per_spout = 1500
+    client.submit(TOPOLOGIES / "exact_wordcount.py", name="badplan",
+                  conf={"test.output.dir": str(tmp_path), "test.sentences": per_spout, "test.rate": 100})
+    client.wait_running("badplan", 60)
+    pids = wait_until(lambda: (p := {w["id"]: w["pid"] for w in client.status("badplan")["workers"]})
+                      and all(p.values()) and p, 30, what="worker heartbeats")
+    path = client.paths.assignment("badplan")
+    good = client.zk.get(path)[0]
+    plan = json.loads(good)
+    bad_plans = [
+        b"\x00 not json {",
+        json.dumps({**plan, "version": "seven"}).encode(),
+        json.dumps({**plan, "workers": {w: {**v, "port": "http"} for w, v in plan["workers"].items()}}).encode(),
+        json.dumps([1, 2, 3]).encode(),
+    ]
+    try:
+        for n, bad in enumerate(bad_plans, 1):
+            client.zk.set(path, bad)
+            wait_until(lambda n=n: _log_count("malformed plan for badplan", "supervisor-*.log") >= n, 20,
+                       what=f"the supervisors to reject bad plan {n}")
+            wait_until(lambda n=n: _log_count("badplan", "nimbus*.log") and
+                       _log_count("malformed", "nimbus*.log") >= n, 20, what=f"Nimbus to reject bad plan {n}")
+        acked = sum(len(o.get("acks", {})) for k, o in read_outputs(tmp_path).items() if k.startswith("spout-"))
+        wait_until(lambda: sum(len(o.get("acks", {})) for k, o in read_outputs(tmp_path).items()
+                               if k.startswith("spout-")) > acked + 100, 30, what="processing goes on")
+    finally:
+        client.zk.set(path, good)
+
+    def all_acked():
+        out = read_outputs(tmp_path)
+        return all(len(out.get(f"spout-{i}", {}).get("acks", {})) >= per_spout for i in range(2))
+
+    wait_until(all_acked, 120, what="every sentence acked")
+    out = read_outputs(tmp_path)
+    for i in range(2):
+        assert sorted(int(k) for k in out[f"spout-{i}"]["acks"]) == list(range(per_spout))
+    assert {w["id"]: w["pid"] for w in client.status("badplan")["workers"]} == pids
+    client.kill("badplan")
+    client.wait_removed("badplan", 30)

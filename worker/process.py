@@ -26,6 +26,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from kazoo.exceptions import ConnectionLoss, NoNodeError, SessionExpiredError, ZookeeperError
+from kazoo.handlers.threading import KazooTimeoutError
+
 from kvstore import LMDBPlanStore, StoreMissingError
 from nstorm.loader import load_topology
 from nstorm.zkschema import ACTIVE, ZkPaths, connect, encode
@@ -73,6 +76,7 @@ class Worker:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._zk = None
+        self._unreported: list[tuple[str, dict[str, Any]]] = []  # completions ZooKeeper has not taken yet
 
     @property
     def throttled(self) -> bool:
@@ -220,13 +224,16 @@ class Worker:
                         self.transport.forward(dst, item)  # type: ignore[union-attr]
 
     def _report_completions(self) -> None:
+        """Mark finished migrations completed in ZooKeeper; kept for a retry while it is unreachable."""
         while True:
             try:
-                record, update = self.completions.get_nowait()
+                self._unreported.append(self.completions.get_nowait())
             except queue.Empty:
-                return
-            if self._zk is None:
-                continue
+                break
+        if self._zk is None or not self._unreported:
+            return
+        pending, self._unreported = self._unreported, []
+        for i, (record, update) in enumerate(pending):
             path = f"{self.paths.migrations(self.topology)}/{record}"
             try:
                 data, stat = self._zk.get(path)
@@ -236,6 +243,11 @@ class Worker:
                 info.update(update)
                 self._zk.set(path, encode(info), version=stat.version)
                 log.info("migration %s of %s completed (stall %.3fs)", record, info.get("executor"), update["stall_secs"])
+            except NoNodeError:
+                continue  # the topology was killed
+            except (ConnectionLoss, SessionExpiredError, ZookeeperError, KazooTimeoutError):
+                self._unreported.extend(pending[i:])  # ZooKeeper is away: retry next cycle
+                return
             except Exception:  # noqa: BLE001 - bookkeeping only
                 log.warning("cannot record completion of migration %s", record, exc_info=True)
 
@@ -260,6 +272,7 @@ class Worker:
         interval = float(self.conf.get("worker.heartbeat.interval.secs", 1.0))
         path = self.paths.workerbeat(self.topology, self.worker_id)
         beat_file = self.store_path.parent / f"heartbeat-{self.port}.json"
+        failing = False
         while not self._stop.wait(interval):
             beat = self.heartbeat()
             try:
@@ -276,8 +289,13 @@ class Worker:
                     self._zk.set(path, data)
                 else:
                     self._zk.create(path, data, ephemeral=True, makepath=True)
-            except Exception:  # noqa: BLE001 - ZooKeeper trouble must not stop processing
-                log.warning("heartbeat to ZooKeeper failed", exc_info=True)
+                if failing:
+                    log.info("heartbeats to ZooKeeper resumed")
+                failing = False
+            except Exception as exc:  # noqa: BLE001 - ZooKeeper trouble must not stop processing
+                if not failing:  # once per outage: tuples keep flowing without ZooKeeper
+                    log.warning("heartbeat to ZooKeeper failed (%s); processing goes on", type(exc).__name__)
+                failing = True
 
     # -- main loop --------------------------------------------------------------------------
     def _open_store(self, timeout: float = 60.0) -> LMDBPlanStore:
@@ -308,7 +326,8 @@ class Worker:
         self.transport = Transport(self, endpoint["host"], int(endpoint["port"]), int(endpoint["ctl_port"]))
         if self.zk_address:
             try:
-                self._zk = connect(self.zk_address)
+                self._zk = connect(self.zk_address,
+                                   session_timeout=float(self.conf["nstorm.zookeeper.session.timeout.secs"]))
             except Exception:  # noqa: BLE001 - run without heartbeats to ZooKeeper
                 log.warning("cannot reach ZooKeeper at %s; running without heartbeats", self.zk_address)
         self.backpressure = BackpressureMonitor(self)

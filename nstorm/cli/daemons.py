@@ -13,8 +13,13 @@ from nstorm.cli.common import ConfOption, ZkOption, ZkRootOption, cli_errors
 def register(app: typer.Typer) -> None:
     @app.command(rich_help_panel="Daemons")
     @cli_errors
-    def nimbus(zk: ZkOption = None, zk_root: ZkRootOption = "/nstorm", conf: ConfOption = None) -> None:
-        """Run Nimbus in the foreground (log: $NSTORM_HOME/logs/nimbus.log)."""
+    def nimbus(
+        zk: ZkOption = None,
+        zk_root: ZkRootOption = "/nstorm",
+        conf: ConfOption = None,
+        nimbus_id: Annotated[str, typer.Option("--id", help="names the log (nimbus-ID.log) when several run (HA)")] = "",
+    ) -> None:
+        """Run Nimbus in the foreground (log: $NSTORM_HOME/logs/nimbus.log). Several may run: one leads."""
         from nimbus.daemon import Nimbus
         from nstorm.config import parse_conf_options
         from nstorm.home import logs_dir
@@ -23,8 +28,9 @@ def register(app: typer.Typer) -> None:
 
         overrides = parse_conf_options(conf or [])
         address = resolve_zk_address(zk)
-        typer.echo(f"nimbus on {address}{zk_root}; log {logs_dir() / 'nimbus.log'}", err=True)
-        setup_daemon_logging("nimbus", "nimbus")
+        name = f"nimbus-{nimbus_id}" if nimbus_id else "nimbus"
+        typer.echo(f"nimbus on {address}{zk_root}; log {logs_dir() / (name + '.log')}", err=True)
+        setup_daemon_logging(name, name)
         daemon = Nimbus(address, zk_root, overrides)
         daemon.install_signal_handlers()
         raise typer.Exit(daemon.run())
@@ -51,6 +57,6 @@ def register(app: typer.Typer) -> None:
         address = resolve_zk_address(zk)
         typer.echo(f"supervisor {node_id} on {address}{zk_root}; log {logs_dir() / f'supervisor-{node_id}.log'}", err=True)
         setup_daemon_logging(f"supervisor-{node_id}", f"supervisor {node_id}")
-        daemon = Supervisor(node_id, host, pick_slots(slots, port_base, host), address, zk_root, overrides)
+        daemon = Supervisor(node_id, host, pick_slots(slots, port_base, host, node_id), address, zk_root, overrides)
         daemon.install_signal_handlers()
         raise typer.Exit(daemon.run())

@@ -43,6 +43,21 @@ def register(app: typer.Typer) -> None:
             info = client.submit(file, name=name, conf=overrides)
         typer.echo(f"submitted {info['name']}: {info['executors']} executors on {info['workers']} workers")
 
+    @app.command(rich_help_panel="Daemons")
+    @cli_errors
+    def leader(as_json: JsonOption = False, zk: ZkOption = None, zk_root: ZkRootOption = "/nstorm") -> None:
+        """The leading Nimbus (host:pid) and the standby ones; exit 1 if no Nimbus runs."""
+        with _client(zk, zk_root) as client:
+            info = client.nimbuses()
+        if as_json:
+            print_json(info)
+        else:
+            typer.echo(f"leader: {info['leader'] or 'none'}")
+            for standby in info["standby"]:
+                typer.echo(f"standby: {standby}")
+        if info["leader"] is None:
+            raise typer.Exit(1)
+
     @app.command("list", rich_help_panel="Topologies")
     @cli_errors
     def list_(as_json: JsonOption = False, zk: ZkOption = None, zk_root: ZkRootOption = "/nstorm") -> None:

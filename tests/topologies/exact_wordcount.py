@@ -1,6 +1,7 @@
 """Word count over a fixed input, writing counts and acks to files so a test can check them.
 
-conf: ``test.output.dir`` (required), ``test.sentences`` per spout executor (default 2000).
+conf: ``test.output.dir`` (required), ``test.sentences`` per spout executor (default 2000),
+``test.rate`` new sentences per second per spout executor (default: as fast as it goes).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ class FixedSentences(Spout):
         self.replay: list[int] = []
         self.dumped = 0.0
         self.dirty = True
+        self.rate = float(conf.get("test.rate") or 0)
+        self.started = time.monotonic()
 
     def next_tuple(self):
         now = time.monotonic()
@@ -36,7 +39,7 @@ class FixedSentences(Spout):
         if self.replay:
             i = self.replay.pop()
             self.emit((self.todo[i],), msg_id=i)
-        elif self.next < len(self.todo):
+        elif self.next < len(self.todo) and (not self.rate or self.next < (now - self.started) * self.rate):
             self.emit((self.todo[self.next],), msg_id=self.next)
             self.next += 1
 

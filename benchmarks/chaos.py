@@ -1,0 +1,245 @@
+"""Word count under a schedule of faults: is anything lost, and how long does each fault stall it?
+
+``python -m benchmarks.chaos [--duration S] [--rate R] [--period S] [--seed N]``
+
+A local cluster of real processes (ZooKeeper, two Nimbus processes, two supervisors
+with four slots each) runs ``topologies/audited.py``: word count whose spouts keep an
+on-disk audit of every sentence. While it runs, at fixed fractions of ``--duration``:
+
+- ``worker``: a worker killed with SIGKILL (the first one without a spout, the second
+  one with a spout, whose in-flight sentences must then be replayed);
+- ``supervisor``: a supervisor killed with SIGKILL, restarted 5 s later (it adopts its
+  workers);
+- ``nimbus``: the leading Nimbus killed with SIGKILL (the standby takes over), restarted
+  10 s later as the standby;
+- ``zookeeper``: ZooKeeper stopped and started again 3 s later;
+- and all along, one random live migration (thread mode) every ``--period`` seconds.
+
+Then the input stops and the run drains. Reported: sentences emitted, acked, acked more
+than once, failed, replayed and **lost** (emitted but never acked: must be 0), and for each
+kind of fault the longest stall: the longest time any spout saw no ack in the 30 s after
+the fault. Prints a table and writes ``benchmarks/results/chaos.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from benchmarks._common import machine, temporary_home, write_json
+
+AUDITED = Path(__file__).parents[1] / "topologies" / "audited.py"
+NAME = "audited"
+STALL_WINDOW = 30.0  # seconds after a fault in which its stall is looked for
+
+
+def _schedule(duration: float) -> list[tuple[float, str]]:
+    """(seconds after the start, fault) pairs."""
+    return [(0.10 * duration, "worker"), (0.25 * duration, "supervisor"), (0.45 * duration, "nimbus"),
+            (0.60 * duration, "zookeeper"), (0.75 * duration, "worker-spout"), (0.85 * duration, "supervisor")]
+
+
+class Chaos:
+    """Injects the faults of :func:`_schedule` into ``cluster`` and records when each happened."""
+
+    def __init__(self, cluster: Any, client: Any, rng: random.Random, console: Console) -> None:
+        self.cluster = cluster
+        self.client = client
+        self.rng = rng
+        self.console = console
+        self.faults: list[dict[str, Any]] = []
+
+    def _workers(self) -> list[dict[str, Any]]:
+        return [w for w in self.client.status(NAME)["workers"] if w.get("pid")]
+
+    def inject(self, kind: str) -> None:
+        at = time.time()
+        detail = getattr(self, "_" + kind.replace("-", "_"))()
+        self.faults.append({"kind": kind.split("-")[0], "at": at, "detail": detail})
+        self.console.print(f"[yellow]{time.strftime('%H:%M:%S')} fault[/yellow] {kind}: {detail}")
+
+    def _kill_worker(self, with_spout: bool) -> str:
+        import os
+        import signal
+
+        workers = self._workers()
+        chosen = [w for w in workers if any(e.startswith("sentences:") for e in w["executors"]) == with_spout]
+        victim = self.rng.choice(chosen or workers)
+        os.kill(victim["pid"], signal.SIGKILL)
+        return f"SIGKILL worker {victim['id']} (pid {victim['pid']}, {', '.join(sorted(victim['executors']))})"
+
+    def _worker(self) -> str:
+        return self._kill_worker(with_spout=False)
+
+    def _worker_spout(self) -> str:
+        return self._kill_worker(with_spout=True)
+
+    def _supervisor(self) -> str:
+        node = self.rng.choice(sorted(self.cluster.supervisors))
+        pid = self.cluster.kill_daemon(f"supervisor-{node}")
+        threading.Timer(5.0, self.cluster.restart_supervisor, args=(node,)).start()
+        return f"SIGKILL supervisor {node} (pid {pid}), restarted after 5 s"
+
+    def _nimbus(self) -> str:
+        leader = self.client.nimbuses()["leader"]
+        if leader is None:
+            return "no leader to kill"
+        pid = int(leader.rsplit(":", 1)[1])
+        name = next(n for n, p in self.cluster.nimbuses.items() if p.pid == pid)
+        self.cluster.kill_daemon(name)
+        threading.Timer(10.0, self.cluster.start_nimbus, args=(name,)).start()
+        return f"SIGKILL leading {name} (pid {pid}), restarted after 10 s"
+
+    def _zookeeper(self) -> str:
+        self.cluster.zookeeper.stop()
+        time.sleep(3.0)
+        self.cluster.zookeeper.start(timeout=60)
+        return "ZooKeeper stopped, started again after 3 s"
+
+
+def _migrate_forever(address: str, root: str, period: float, stop: threading.Event, log: list[dict[str, Any]]) -> None:
+    from nstorm.client import ClusterClient
+
+    with ClusterClient(address, root, timeout=30) as mover:
+        while not stop.wait(period):
+            try:
+                result = mover.rebalance(NAME, random_count=1, by="random", timeout=10)
+                log.append({"at": time.time(), "ok": True, "moves": result["moves"]})
+            except Exception as exc:  # noqa: BLE001 - Nimbus or ZooKeeper may be down right now
+                log.append({"at": time.time(), "ok": False, "error": f"{type(exc).__name__}: {exc}"[:200]})
+
+
+def _longest_gap(buckets: set[int], start: float, end: float) -> float:
+    """Longest run of 100 ms buckets without an ack in [start, end] (seconds)."""
+    longest = run = 0
+    for b in range(int(start * 10), int(end * 10) + 1):
+        run = 0 if b in buckets else run + 1
+        longest = max(longest, run)
+    return longest / 10.0
+
+
+def analyse(audits: dict[str, dict[str, Any]], faults: list[dict[str, Any]], end: float) -> dict[str, Any]:
+    emitted = acked = duplicates = failed = replayed = restarts = lost = 0
+    per_spout_buckets = []
+    for audit in audits.values():
+        acks = {int(k): v for k, v in audit.get("acks", {}).items()}
+        n = int(audit.get("emitted", 0))
+        emitted += n
+        acked += sum(1 for i in range(n) if i in acks)
+        lost += sum(1 for i in range(n) if i not in acks)
+        duplicates += sum(v - 1 for v in acks.values() if v > 1)
+        failed += int(audit.get("failed", 0))
+        replayed += int(audit.get("replayed", 0))
+        restarts += int(audit.get("restarts", 0))
+        per_spout_buckets.append({int(b) for b, c in audit.get("buckets", {}).items() if c})
+    stalls: dict[str, float] = {}
+    for fault in faults:
+        window_end = min(fault["at"] + STALL_WINDOW, end)
+        gap = max((_longest_gap(b, fault["at"], window_end) for b in per_spout_buckets), default=0.0)
+        stalls[fault["kind"]] = max(stalls.get(fault["kind"], 0.0), gap)
+    return {"emitted": emitted, "acked": acked, "acked_twice_or_more": duplicates, "failed": failed,
+            "replayed": replayed, "lost": lost, "spout_restarts": restarts, "longest_stall_secs": stalls}
+
+
+def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
+    from nstorm.client import ClusterClient
+    from nstorm.localcluster import LocalCluster
+    from topologies.audited import read_audit
+
+    rng = random.Random(args.seed)
+    sentences = int(args.rate * args.duration)
+    daemon_conf = {"nstorm.zookeeper.session.timeout.secs": 4, "nimbus.supervisor.timeout.secs": 4}
+    with temporary_home() as home:
+        audit_dir = home / "audit"
+        audit_dir.mkdir()
+        cluster = LocalCluster(supervisors=2, slots=4, nimbuses=2, conf=daemon_conf).start(timeout=90)
+        migrations: list[dict[str, Any]] = []
+        stop = threading.Event()
+        try:
+            with ClusterClient(cluster.address, timeout=30) as client:
+                client.submit(AUDITED, conf={
+                    "audit.dir": str(audit_dir), "audit.sentences": sentences, "audit.rate": args.rate,
+                    "audit.workers": 4, "topology.message.timeout.secs": 10,
+                    "nstorm.zookeeper.session.timeout.secs": 4, **daemon_conf})
+                client.wait_running(NAME, 60)
+                chaos = Chaos(cluster, client, rng, console)
+                mover = threading.Thread(target=_migrate_forever, daemon=True,
+                                         args=(cluster.address, cluster.root, args.period, stop, migrations))
+                t0 = time.monotonic()
+                mover.start()
+                for offset, kind in _schedule(args.duration):
+                    time.sleep(max(0.0, t0 + offset - time.monotonic()))
+                    try:
+                        chaos.inject(kind)
+                    except Exception as exc:  # noqa: BLE001 - report, and go on with the schedule
+                        console.print(f"[red]fault {kind} could not be injected: {exc}[/red]")
+                time.sleep(max(0.0, t0 + args.duration - time.monotonic()))
+                stop.set()
+                mover.join(30)
+                console.print("input ends; draining")
+                deadline = time.monotonic() + args.drain
+
+                def settled() -> bool:
+                    audits = read_audit(audit_dir)
+                    return len(audits) == 2 and all(
+                        a.get("emitted") == a.get("total") and len(a.get("acks", {})) >= a["total"]
+                        for a in audits.values())
+
+                while not settled() and time.monotonic() < deadline:
+                    time.sleep(1.0)
+                time.sleep(1.0)  # the last audit dump
+                end = time.time()
+                result = analyse(read_audit(audit_dir), chaos.faults, end)
+                result["drained_in_secs"] = round(time.monotonic() - (deadline - args.drain), 1)
+                result["faults"] = chaos.faults
+                result["migrations"] = {"done": sum(1 for m in migrations if m["ok"]),
+                                        "refused": sum(1 for m in migrations if not m["ok"]),
+                                        "log": migrations}
+                result["worker_restarts"] = _worker_restarts(home)
+        finally:
+            stop.set()
+            cluster.stop()
+    return result
+
+
+def _worker_restarts(home: Path) -> int:
+    return sum(p.read_text(errors="replace").count("restarting") for p in (home / "logs").glob("supervisor-*.log"))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.chaos", description=__doc__.splitlines()[0])
+    parser.add_argument("--duration", type=float, default=150.0, help="seconds of input")
+    parser.add_argument("--rate", type=float, default=300.0, help="sentences per second per spout executor")
+    parser.add_argument("--period", type=float, default=10.0, help="seconds between random live migrations")
+    parser.add_argument("--drain", type=float, default=120.0, help="seconds allowed to ack the rest")
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args()
+    console = Console()
+    result = run(args, console)
+    table = Table("emitted", "acked", "acked twice+", "failed", "replayed", "lost", "spout restarts",
+                  title=f"chaos: {args.duration:.0f} s of word count at {args.rate:.0f} sentences/s per spout")
+    table.add_row(*(str(result[k]) for k in ("emitted", "acked", "acked_twice_or_more", "failed", "replayed", "lost",
+                                             "spout_restarts")))
+    console.print(table)
+    stalls = Table("fault", "longest stall (s): no ack at some spout", title="stalls by kind of fault")
+    for kind, secs in result["longest_stall_secs"].items():
+        stalls.add_row(kind, f"{secs:.1f}")
+    console.print(stalls)
+    m = result["migrations"]
+    console.print(f"live migrations: {m['done']} done, {m['refused']} refused (Nimbus or ZooKeeper away); "
+                  f"worker restarts by supervisors: {result['worker_restarts']}; drained in {result['drained_in_secs']} s")
+    path = write_json("chaos", {"machine": machine(), "args": vars(args), **result})
+    console.print(f"results: {path}")
+    if result["lost"]:
+        raise SystemExit(f"{result['lost']} sentences lost")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,133 @@
+"""Worker processes as the supervisor sees them: started by it, or adopted after it restarted.
+
+A supervisor is stateless (paper, section 3.5): if it is killed, its workers
+keep running, and the supervisor that comes back must find and adopt them
+rather than start second copies. Each started worker is therefore recorded in
+``<supervisor dir>/workers/<topology>@<port>.json`` with its pid and process
+start time (which tells a live worker from a reused pid); on start-up the
+supervisor reads these records and adopts every worker still alive.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+__all__ = ["WorkerHandle", "WorkerRegistry"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class WorkerHandle:
+    """One worker process, whether this supervisor started it or adopted it."""
+
+    topology: str
+    port: int
+    process: psutil.Process
+    popen: subprocess.Popen[bytes] | None = None  # None when adopted: not our child
+    restarts: int = 0
+    _code: int | None = field(default=None, repr=False)
+
+    @property
+    def adopted(self) -> bool:
+        return self.popen is None
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def poll(self) -> int | None:
+        """None while the worker runs, else its exit code (-1 when it was not our child)."""
+        if self._code is not None:
+            return self._code
+        if self.popen is not None:
+            self._code = self.popen.poll()
+            return self._code
+        try:
+            code = self.process.wait(timeout=0)
+        except psutil.TimeoutExpired:
+            return None
+        except psutil.Error:
+            code = None
+        self._code = -1 if code is None else int(code)
+        return self._code
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """SIGTERM, then SIGKILL after ``timeout``; waits for the process to end."""
+        if self.poll() is not None:
+            return
+        try:
+            self.process.terminate()
+            self._wait(timeout)
+        except (psutil.TimeoutExpired, subprocess.TimeoutExpired):
+            try:
+                self.process.kill()
+                self._wait(5)
+            except (psutil.Error, subprocess.TimeoutExpired):
+                pass
+        except psutil.Error:
+            pass
+        self.poll()
+
+    def _wait(self, timeout: float) -> None:
+        if self.popen is not None:
+            self.popen.wait(timeout)
+        else:
+            self.process.wait(timeout)
+
+
+class WorkerRegistry:
+    """Records of the workers a supervisor runs, kept as small JSON files in its directory."""
+
+    def __init__(self, directory: Path, node: str, root: str) -> None:
+        self.dir = directory
+        self.node = node
+        self.root = root  # the ZooKeeper root: a node name is only unique within one cluster
+        self.dir.mkdir(parents=True, exist_ok=True)
+
+    def _path(self, topology: str, port: int) -> Path:
+        return self.dir / f"{topology}@{port}.json"
+
+    def record(self, topology: str, port: int, popen: subprocess.Popen[bytes]) -> WorkerHandle:
+        """Wrap a freshly started worker and write its record."""
+        process = psutil.Process(popen.pid)
+        try:
+            started = process.create_time()
+        except psutil.Error:
+            started = 0.0
+        data = {"topology": topology, "port": port, "pid": popen.pid, "create_time": started, "root": self.root}
+        path = self._path(topology, port)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data))
+        tmp.replace(path)
+        return WorkerHandle(topology, port, process, popen=popen)
+
+    def forget(self, topology: str, port: int) -> None:
+        self._path(topology, port).unlink(missing_ok=True)
+
+    def adopt(self) -> list[WorkerHandle]:
+        """Handles for every recorded worker still running; stale records are removed."""
+        handles = []
+        for path in sorted(self.dir.glob("*.json")):
+            try:
+                data: dict[str, Any] = json.loads(path.read_text())
+                process = psutil.Process(int(data["pid"]))
+                same = abs(process.create_time() - float(data["create_time"])) < 0.01 and data["root"] == self.root
+                cmd = process.cmdline()
+                ours = "worker" in cmd and f"{self.node}" in cmd and str(data["port"]) in cmd
+                alive = process.status() != psutil.STATUS_ZOMBIE
+            except (OSError, ValueError, KeyError, psutil.Error):
+                same = ours = alive = False
+            if same and ours and alive:
+                handles.append(WorkerHandle(str(data["topology"]), int(data["port"]), process))
+                log.info("adopted worker %s:%s of %s (pid %d)", self.node, data["port"], data["topology"], process.pid)
+            else:
+                path.unlink(missing_ok=True)
+        return handles
