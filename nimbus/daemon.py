@@ -26,7 +26,14 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-from nimbus.rebalance import MODES, RebalanceError, apply_moves, random_moves, validate_moves
+from nimbus.rebalance import (
+    MODES,
+    RebalanceError,
+    apply_moves,
+    random_moves,
+    spread_moves,
+    validate_moves,
+)
 from nimbus.scheduler import EvenScheduler, Scheduler, Slot, interleave_slots
 from nstorm.config import merge_conf
 from nstorm.plans import PlanError, check_plan
@@ -59,6 +66,7 @@ class Nimbus:
         self.zk: KazooClient | None = None
         self._wake = threading.Event()
         self._stop = threading.Event()
+        self._registered_since: dict[str, float] = {}  # node -> when this Nimbus first saw it registered
         self._bad_plans: dict[str, int] = {}  # topology or path -> zxid of the malformed data already logged
 
     def _watch(self, *_: Any) -> None:
@@ -75,6 +83,10 @@ class Nimbus:
                 continue
             if info and info.get("slots"):
                 result[node] = info
+        for node in set(self._registered_since) - set(result):
+            del self._registered_since[node]
+        for node in result:
+            self._registered_since.setdefault(node, time.monotonic())
         return result
 
     def _beating_workers(self, name: str, plan: Mapping[str, Any], live: Mapping[str, Slot]) -> dict[str, Slot]:
@@ -198,6 +210,32 @@ class Nimbus:
             changed = True
         if changed:
             self.write_plan(name, plan, stat.version)
+        elif desired == ACTIVE:
+            self._spread_back(name, topo, plan, stat, free, live)
+
+    def _spread_back(self, name: str, topo: Mapping[str, Any], plan: dict[str, Any], stat: Any,
+                     free: list[Slot], live: dict[str, Slot]) -> None:
+        """Give a topology that runs on too few workers the slots that came back, by live moves.
+
+        Only slots of supervisors registered for ``nimbus.spread.grace.secs`` are used:
+        a node that returns from a cut first stops the workers it ran before.
+        """
+        wanted = int(topo["definition"].get("workers", len(plan["workers"])))
+        if len(plan["workers"]) >= wanted or not free or self._busy_executors(name):
+            return
+        grace = float(self.conf.get("nimbus.spread.grace.secs", 10))
+        settled = [s for s in free if time.monotonic() - self._registered_since.get(s.node, time.monotonic()) >= grace]
+        moves = spread_moves(plan, wanted, settled)
+        if not moves:
+            return
+        request = {"mode": "thread", "moves": moves, "by": "nimbus", "requested_at": time.time()}
+        try:
+            result = self.rebalance(name, plan, stat.version, request, live)
+        except RebalanceError as exc:
+            log.warning("topology %s: cannot spread back over returned slots: %s", name, exc)
+            return
+        log.info("topology %s: spread back over %s (%d moves, v%d)", name,
+                 sorted({t for _, t in moves}), len(moves), result["version"])
 
     # -- rebalance ---------------------------------------------------------------------------
     def _busy_executors(self, name: str) -> set[str]:

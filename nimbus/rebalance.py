@@ -20,7 +20,7 @@ from typing import Any
 from nimbus.scheduler import ACKER, Slot
 from nstorm.errors import UsageError
 
-__all__ = ["MODES", "RebalanceError", "apply_moves", "random_moves", "validate_moves"]
+__all__ = ["MODES", "RebalanceError", "apply_moves", "random_moves", "spread_moves", "validate_moves"]
 
 MODES = ("thread", "process", "stop")
 
@@ -145,3 +145,32 @@ def apply_moves(
     new = {**plan, "version": version, "executors": executors, "workers": workers, "moved": moved}
     new["restart"] = restart
     return new
+
+
+def spread_moves(plan: Mapping[str, Any], wanted_workers: int, free: Sequence[Slot]) -> list[tuple[str, str]]:
+    """Moves that give a topology running on too few workers its free slots back.
+
+    After a node loss with no spare slot, the repaired plan packs the lost executors
+    onto the remaining workers. When slots free up again (the node returned), these
+    moves fill the missing workers with executors taken from the busiest workers,
+    until every worker has about the same number of movable executors. Ackers stay
+    where they are. Empty when nothing is missing or nothing is free.
+    """
+    missing = wanted_workers - len(plan["workers"])
+    targets = [s.worker_id for s in free if s.worker_id not in plan["workers"]][: max(0, missing)]
+    if not targets:
+        return []
+    load: dict[str, list[str]] = {w: [] for w in plan["workers"]}
+    for executor, worker in sorted(plan["executors"].items()):
+        if not executor.startswith(f"{ACKER}:") and worker in load:
+            load[worker].append(executor)
+    movable = sum(len(v) for v in load.values())
+    share = movable // (len(load) + len(targets))
+    moves: list[tuple[str, str]] = []
+    for target in targets:
+        for _ in range(share):
+            donor = max(load, key=lambda w: (len(load[w]), w))
+            if len(load[donor]) <= share:
+                break
+            moves.append((load[donor].pop(), target))
+    return moves

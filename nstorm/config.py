@@ -45,6 +45,7 @@ DEFAULTS: dict[str, Any] = {
     "nstorm.metrics.dir": None,  # None = $NSTORM_HOME/metrics  # sys.setswitchinterval of workers
     "nimbus.supervisor.timeout.secs": 10,
     "nimbus.monitor.interval.secs": 1.0,
+    "nimbus.spread.grace.secs": 10,  # a returned node's slots are refilled (live moves) after this long
     # OTD
     "otd.period.secs": 5,
     "otd.threshold.asc": 0,

@@ -141,9 +141,9 @@ class LocalCluster:
             if self.zk_address is None:
                 # A fresh data directory: a local cluster starts empty, whatever ran before.
                 self._zk_data = Path(tempfile.mkdtemp(prefix="zk-local-", dir=home_dir()))
-                from nstorm.netns import HOST_ADDRESS
+                from nstorm.netns import host_address
 
-                host = HOST_ADDRESS if self.netns else "127.0.0.1"  # reachable from inside the namespaces
+                host = host_address() if self.netns else "127.0.0.1"  # reachable from inside the namespaces
                 self.zookeeper = EmbeddedZooKeeper(self._zk_data, 0, logs_dir() / "zookeeper.log", host=host)
                 self.zookeeper.start(timeout=timeout)
                 self.zk_address = self.zookeeper.address

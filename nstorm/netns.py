@@ -7,6 +7,10 @@ their bytes. ``link_rate`` (e.g. ``20mbit``) limits each node's link in both dir
 ``tc ... tbf``. Needs root and iproute2; :func:`available` says whether they are there.
 Everything created is recorded in ``$NSTORM_HOME/run/netns.json`` and removed by
 :func:`destroy`.
+
+``NSTORM_NETNS_INDEX=k`` (1..99) gives a second, independent set on the same machine
+(``nstorm-br<k>``, ``nstorm<k>-n<i>``, ``10.77.<k>.0/24``), so that two clusters of
+namespaces (a test and a benchmark, say) do not tear each other down.
 """
 
 from __future__ import annotations
@@ -22,13 +26,40 @@ from pathlib import Path
 from nstorm.errors import ClusterError
 from nstorm.home import run_dir
 
-__all__ = ["BRIDGE", "HOST_ADDRESS", "NodeNet", "available", "create", "destroy", "link_bytes"]
+__all__ = ["BRIDGE", "HOST_ADDRESS", "NodeNet", "available", "create", "destroy", "host_address", "link_bytes", "set_link"]
 
 log = logging.getLogger(__name__)
 
 BRIDGE = "nstorm-br0"
 SUBNET = "10.77.0"
 HOST_ADDRESS = f"{SUBNET}.1"
+
+
+def _index() -> int:
+    try:
+        k = int(os.environ.get("NSTORM_NETNS_INDEX", "0"))
+    except ValueError:
+        k = 0
+    return k if 0 <= k < 100 else 0
+
+
+def _bridge() -> str:
+    return f"nstorm-br{_index()}"
+
+
+def _subnet() -> str:
+    return f"10.77.{_index()}"
+
+
+def _prefix() -> str:
+    """Namespaces are ``<prefix>n<i>``, host-side veths ``<prefix>v<i>``."""
+    k = _index()
+    return f"nstorm{k}-" if k else "nstorm-"
+
+
+def host_address() -> str:
+    """The bridge's address, where ZooKeeper and Nimbus listen for the namespaces."""
+    return f"{_subnet()}.1"
 
 
 @dataclass(frozen=True)
@@ -76,19 +107,20 @@ def create(count: int, link_rate: str | None = None) -> list[NodeNet]:
     destroy()
     nodes: list[NodeNet] = []
     try:
-        _ip("link", "add", BRIDGE, "type", "bridge")
-        _ip("addr", "add", f"{HOST_ADDRESS}/24", "dev", BRIDGE)
-        _ip("link", "set", BRIDGE, "up")
+        bridge, subnet, prefix = _bridge(), _subnet(), _prefix()
+        _ip("link", "add", bridge, "type", "bridge")
+        _ip("addr", "add", f"{host_address()}/24", "dev", bridge)
+        _ip("link", "set", bridge, "up")
         for i in range(1, count + 1):
-            net = NodeNet(f"n{i}", f"nstorm-n{i}", f"{SUBNET}.{10 + i}", f"nstorm-v{i}")
+            net = NodeNet(f"n{i}", f"{prefix}n{i}", f"{subnet}.{10 + i}", f"{prefix}v{i}")
             nodes.append(net)
             _ip("netns", "add", net.namespace)
             _ip("link", "add", net.veth, "type", "veth", "peer", "name", "eth0", "netns", net.namespace)
-            _ip("link", "set", net.veth, "master", BRIDGE, "up")
+            _ip("link", "set", net.veth, "master", bridge, "up")
             _ip("-n", net.namespace, "addr", "add", f"{net.address}/24", "dev", "eth0")
             _ip("-n", net.namespace, "link", "set", "eth0", "up")
             _ip("-n", net.namespace, "link", "set", "lo", "up")
-            _ip("-n", net.namespace, "route", "add", "default", "via", HOST_ADDRESS)
+            _ip("-n", net.namespace, "route", "add", "default", "via", host_address())
             if link_rate:  # both directions: host side shapes what enters the node, eth0 what leaves
                 tbf = ["root", "tbf", "rate", link_rate, "burst", "64kb", "latency", "100ms"]
                 _tc("qdisc", "add", "dev", net.veth, *tbf)
@@ -98,7 +130,7 @@ def create(count: int, link_rate: str | None = None) -> list[NodeNet]:
         destroy()
         raise
     _state_file().write_text(json.dumps({"nodes": [asdict(n) for n in nodes], "link_rate": link_rate}))
-    log.info("created %d network namespaces on %s (link rate %s)", count, BRIDGE, link_rate or "unlimited")
+    log.info("created %d network namespaces on %s (link rate %s)", count, _bridge(), link_rate or "unlimited")
     return nodes
 
 
@@ -112,10 +144,11 @@ def destroy() -> bool:
             names.add((n["namespace"], n["veth"]))
         path.unlink()
     existing = _ip("netns", "list", check=False).stdout if shutil.which("ip") else ""
+    prefix = _prefix()
     for line in existing.splitlines():
         ns = line.split()[0] if line.strip() else ""
-        if ns.startswith("nstorm-n"):
-            names.add((ns, "nstorm-v" + ns[len("nstorm-n"):]))
+        if ns.startswith(prefix + "n"):
+            names.add((ns, prefix + "v" + ns[len(prefix) + 1:]))
     for namespace, veth in sorted(names):
         found = True
         _ip("netns", "pids", namespace, check=False)
@@ -127,10 +160,15 @@ def destroy() -> bool:
                 pass
         _ip("link", "del", veth, check=False)
         _ip("netns", "del", namespace, check=False)
-    if shutil.which("ip") and _ip("link", "show", BRIDGE, check=False).returncode == 0:
+    if shutil.which("ip") and _ip("link", "show", _bridge(), check=False).returncode == 0:
         found = True
-        _ip("link", "del", BRIDGE, check=False)
+        _ip("link", "del", _bridge(), check=False)
     return found
+
+
+def set_link(net: NodeNet, up: bool) -> None:
+    """Cut a node off the bridge (``up=False``) or plug it back: a network partition."""
+    _ip("link", "set", net.veth, "up" if up else "down")
 
 
 def link_bytes(veth: str) -> tuple[int, int]:

@@ -27,7 +27,8 @@ from typing import Any
 
 import psutil
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import ConnectionLoss, NodeExistsError, NoNodeError, SessionExpiredError
+from kazoo.handlers.threading import KazooTimeoutError
 
 from kvstore import LMDBPlanStore
 from nstorm.config import merge_conf
@@ -282,6 +283,7 @@ class Supervisor:
         self.state = "RUNNING"
         log.info("supervisor %s running on %s with slots %s", self.node, self.host, self.slots)
         interval = float(self.conf["supervisor.sync.interval.ms"]) / 1000.0
+        away = False
         self._wake.set()
         while not self._stop.is_set():
             self._wake.wait(interval)
@@ -290,6 +292,11 @@ class Supervisor:
                 break
             try:
                 self.sync()
+                away = False
+            except (ConnectionLoss, SessionExpiredError, KazooTimeoutError) as exc:
+                if not away:  # one line per outage; the workers go on without ZooKeeper
+                    log.warning("ZooKeeper unreachable (%s); workers keep running, sync retried", type(exc).__name__)
+                away = True
             except Exception:
                 log.exception("sync failed; retrying in %.1fs", interval)
         self.shutdown()

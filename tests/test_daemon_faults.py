@@ -168,6 +168,16 @@ def test_zookeeper_restarted(ha_cluster, ha_client, tmp_path: Path) -> None:
     plan = ha_client.plan("zkrestart")
     executor = "count:2"
     target = next(w for w in sorted(plan["workers"]) if w != plan["executors"][executor])
-    result = ha_client.rebalance("zkrestart", moves=[(executor, target)], timeout=30)
+
+    def moved() -> dict[str, Any] | None:
+        # Daemons are still re-registering right after the restart: a refused move is retried.
+        from nimbus.rebalance import RebalanceError
+
+        try:
+            return ha_client.rebalance("zkrestart", moves=[(executor, target)], timeout=30)
+        except RebalanceError:
+            return None
+
+    result = wait_until(moved, 60, interval=1.0, what="a live move after the restart")
     assert all(r["completed_at"] for r in ha_client.wait_migrations("zkrestart", result["records"], 60))
     _finish(ha_client, "zkrestart", tmp_path, pids)

@@ -50,3 +50,20 @@ def test_repair_moves_only_lost_executors() -> None:
 
 def test_slot_ids() -> None:
     assert Slot("n1", "h", 1, 2).worker_id == "n1:1"
+
+
+def test_spread_moves_refill_returned_slots_from_the_busiest_workers() -> None:
+    from nimbus.rebalance import spread_moves
+    from nimbus.scheduler import Slot
+
+    plan = {"workers": {"n2:1": {}, "n2:2": {}},
+            "executors": {**{f"split:{i}": "n2:1" for i in range(4)}, **{f"count:{i}": "n2:2" for i in range(4)},
+                          "__acker:0": "n2:1", "__acker:1": "n2:2"}}
+    free = [Slot("n1", "h", 1, 11), Slot("n1", "h", 2, 12), Slot("n3", "h", 1, 11)]
+    moves = spread_moves(plan, 4, free)
+    targets = [t for _, t in moves]
+    assert targets.count("n1:1") == 2 and targets.count("n1:2") == 2  # 8 movable over 4 workers
+    assert not any(e.startswith("__acker") for e, _ in moves)
+    assert len({e for e, _ in moves}) == 4
+    assert spread_moves(plan, 2, free) == []  # nothing missing
+    assert spread_moves(plan, 4, []) == []  # nowhere to go

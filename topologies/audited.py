@@ -48,6 +48,7 @@ class AuditedSentences(Spout):
         state["emitted"] = int(audit.get("emitted", 0))
         state["acks"] = audit.get("acks", {})
         state["buckets"] = audit.get("buckets", {})
+        state["replays_of"] = audit.get("replays_of", {})  # sentence -> times sent again
         state["failed"] = int(audit.get("failed", 0))
         state["restarts"] = int(audit.get("restarts", -1)) + 1
         # After a restart every emitted, unacked sentence is sent again (at-least-once).
@@ -59,12 +60,14 @@ class AuditedSentences(Spout):
     def next_tuple(self) -> None:
         state = self.state
         now = time.monotonic()
+        self.last_call = time.time()
         if now - self.dumped > 0.2:
             self._dump()
             self.dumped = now
         if state["replay"]:
             i = state["replay"].pop()
             self.emit((self.todo[i],), msg_id=i)
+            state["replays_of"][str(i)] = state["replays_of"].get(str(i), 0) + 1
             return
         emitted = state["emitted"]
         if emitted >= len(self.todo):
@@ -84,18 +87,21 @@ class AuditedSentences(Spout):
         acks[key] = acks.get(key, 0) + 1
         bucket = str(int(time.time() * 10))
         buckets[bucket] = buckets.get(bucket, 0) + 1
+        now = time.monotonic()
+        if now - self.dumped > 0.2:  # also while next_tuple is not called (the spout is paused)
+            self._dump()
+            self.dumped = now
 
     def fail(self, msg_id: Any) -> None:
         self.state["failed"] += 1
         self.state["replayed"] += 1
         self.state["replay"].append(int(msg_id))
 
-    def close(self) -> None:
-        self._dump()
-
     def _dump(self) -> None:
         data = {k: v for k, v in self.state.items() if k != "replay"}
         data["total"] = len(self.todo)
+        data["last_next_tuple"] = getattr(self, "last_call", 0.0)
+        data["pid"] = os.getpid()
         tmp = self.path.with_suffix(f".tmp{os.getpid()}")
         tmp.write_text(json.dumps(data))
         tmp.replace(self.path)

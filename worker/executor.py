@@ -231,12 +231,13 @@ class _UserExecutor(Executor):
 
     def _take_state(self, entry: Mapping[str, Any]) -> None:
         now = time.monotonic()
-        self._adopt_extra(entry)
         try:
             self.instance.state = wire.unpack_state(entry["state"])
         except Exception as exc:  # noqa: BLE001 - a broken hand-over starts empty, loudly
             self.record_error("state", exc)
             self.instance.state = {}
+        # After the state: held acks and fails call ``ack``/``fail``, which update that state.
+        self._adopt_extra(entry)
         carried = entry.get("counters") or {}
         self.executed += int(carried.get("executed", 0))
         self.outbox.emitted += int(carried.get("emitted", 0))

@@ -34,6 +34,7 @@ from nstorm.loader import load_topology
 from nstorm.zkschema import ACTIVE, ZkPaths, connect, encode
 from worker.backpressure import BackpressureMonitor
 from worker.executor import AckerExecutor, BoltExecutor, Executor, SpoutExecutor
+from worker.fencing import Fence
 from worker.metrics import MetricsCollector
 from worker.routing import RoutingTable
 from worker.transport import Transport
@@ -76,13 +77,15 @@ class Worker:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._zk = None
+        self.fence: Fence | None = None
+        self.fenced = False  # cut off from ZooKeeper long enough to have been replaced: spouts pause
         self._unreported: list[tuple[str, dict[str, Any]]] = []  # completions ZooKeeper has not taken yet
 
     @property
     def throttled(self) -> bool:
         """True while some worker of the topology is congested: spouts pause."""
         bp = self.backpressure
-        return bp is not None and bp.throttled
+        return self.fenced or (bp is not None and bp.throttled)
 
     # -- plan handling ---------------------------------------------------------------------
     def local_queue(self, dst: int, wid: str) -> Any:
@@ -251,6 +254,12 @@ class Worker:
             except Exception:  # noqa: BLE001 - bookkeeping only
                 log.warning("cannot record completion of migration %s", record, exc_info=True)
 
+    def _plan_is_current(self) -> bool:
+        """True when the plan in ZooKeeper is the version this worker runs (after a cut: nothing moved)."""
+        assert self._zk is not None
+        raw, _ = self._zk.get(self.paths.assignment(self.topology))
+        return int(json.loads(raw.decode()).get("version", -1)) == self.version
+
     # -- heartbeat ---------------------------------------------------------------------------
     def heartbeat(self) -> dict[str, Any]:
         executors = {ex.executor_id: ex.counters() for ex in list(self.executors.values())}
@@ -326,8 +335,12 @@ class Worker:
         self.transport = Transport(self, endpoint["host"], int(endpoint["port"]), int(endpoint["ctl_port"]))
         if self.zk_address:
             try:
-                self._zk = connect(self.zk_address,
-                                   session_timeout=float(self.conf["nstorm.zookeeper.session.timeout.secs"]))
+                session = float(self.conf["nstorm.zookeeper.session.timeout.secs"])
+                self._zk = connect(self.zk_address, session_timeout=session)
+                # kazoo reports SUSPENDED about 2/3 of a session after the last contact, so a third
+                # more is when the server expires the session and Nimbus may reassign.
+                self.fence = Fence(self.worker_id, session / 3.0)
+                self._zk.add_listener(self.fence.on_state)
             except Exception:  # noqa: BLE001 - run without heartbeats to ZooKeeper
                 log.warning("cannot reach ZooKeeper at %s; running without heartbeats", self.zk_address)
         self.backpressure = BackpressureMonitor(self)
@@ -358,6 +371,8 @@ class Worker:
                 if got is not None and not self.apply_plan(got[1]):
                     log.info("worker %s is not in plan v%d: stopping", self.worker_id, got[0])
                     break
+            if self.fence is not None:
+                self.fenced = self.fence.check(self._plan_is_current)
             self._settle()
             self._report_completions()
         self.shutdown()

@@ -44,7 +44,7 @@ def up(
         else:
             typer.echo("--netns needs root and iproute2: falling back to 127.0.0.x addresses", err=True)
             hosts = [f"127.0.0.{10 + i}" for i in range(1, supervisors + 1)]
-    address = start_background(host=nets.HOST_ADDRESS if nodes else "127.0.0.1")
+    address = start_background(host=nets.host_address() if nodes else "127.0.0.1")
     cluster = LocalCluster(supervisors, slots, zk_address=address, root=zk_root, conf=overrides,
                            detach=True, port_base=port_base, hosts=hosts, netns=nodes)
     try:
