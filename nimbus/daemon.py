@@ -312,7 +312,8 @@ class Nimbus:
 
     # -- main loop ----------------------------------------------------------------------------
     def run(self) -> int:
-        self.zk = connect(self.zk_address, session_timeout=float(self.conf["nstorm.zookeeper.session.timeout.secs"]))
+        self.zk = connect(self.zk_address, session_timeout=float(self.conf["nstorm.zookeeper.session.timeout.secs"]),
+                          auth=self.conf["nstorm.zookeeper.auth"])
         self.paths.ensure(self.zk)
         self.zk.add_listener(lambda state: self._wake.set())
         self.state = "RUNNING"

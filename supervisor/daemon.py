@@ -29,8 +29,10 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from kvstore import LMDBPlanStore
 from nstorm.config import merge_conf
+from nstorm.curvekeys import checked_keys_dir
 from nstorm.home import logs_dir, supervisor_dir
 from nstorm.loader import unpack_archive
+from nstorm.zkauth import credentials_env
 from nstorm.zkschema import ZkPaths, connect, decode, encode
 
 __all__ = ["Supervisor"]
@@ -65,6 +67,7 @@ class Supervisor:
         self.zk_address = zk_address
         self.paths = ZkPaths(zk_root)
         self.conf = merge_conf(conf)
+        self.curve_keys = checked_keys_dir(self.conf)  # ConfigError now, not in every worker later
         self.state = "STARTING"
         self.dir = supervisor_dir(node)
         self.store_path = self.dir / "store"
@@ -181,11 +184,12 @@ class Supervisor:
     def _start_worker(self, topology: str, port: int) -> subprocess.Popen[bytes]:
         record = self.store.latest(topology) if self.store else None
         seed = str((record[1]["conf"] if record else self.conf).get("topology.hash.seed", 0))
-        env = {**os.environ, "PYTHONHASHSEED": seed}
+        env = {**os.environ, "PYTHONHASHSEED": seed, **credentials_env(self.conf)}  # secrets not in argv
         cmd = [
             sys.executable, "-m", "worker",
             "--node", self.node, "--port", str(port), "--topology", topology,
             "--store", str(self.store_path), "--zk", self.zk_address, "--root", self.paths.root,
+            *(["--curve-keys", str(self.curve_keys)] if self.curve_keys else []),
         ]
         out = open(logs_dir() / f"worker-{self.node}-{port}.out", "ab")  # noqa: SIM115 - owned by the child
         try:
@@ -232,7 +236,8 @@ class Supervisor:
         self.store, rebuilt = LMDBPlanStore.open_or_rebuild(self.store_path)
         if rebuilt:
             log.warning("plan store was corrupt: rebuilt empty, resyncing from ZooKeeper")
-        self.zk = connect(self.zk_address, session_timeout=float(self.conf["nimbus.supervisor.timeout.secs"]))
+        self.zk = connect(self.zk_address, session_timeout=float(self.conf["nimbus.supervisor.timeout.secs"]),
+                          auth=self.conf["nstorm.zookeeper.auth"])
         self.zk.add_listener(self._on_state)
         self.paths.ensure(self.zk)
         self._register()
