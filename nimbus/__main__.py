@@ -19,11 +19,15 @@ def main() -> None:
     name = f"nimbus-{args.id}" if args.id else "nimbus"
     setup_daemon_logging(name, name)
     from nimbus.daemon import Nimbus
+    from nstorm.errors import NStormError
 
-    nimbus = Nimbus(args.zk, args.root, parse_conf_options(args.conf))
-    nimbus.install_signal_handlers()
     try:
+        nimbus = Nimbus(args.zk, args.root, parse_conf_options(args.conf))
+        nimbus.install_signal_handlers()
         raise SystemExit(nimbus.run())
+    except NStormError as exc:  # bad conf, refused credentials: one line, no traceback
+        logging.getLogger("nimbus").error("nimbus cannot run: %s", exc)
+        raise SystemExit(exc.exit_code) from None
     except Exception:
         logging.getLogger("nimbus").exception("nimbus failed")
         raise SystemExit(1) from None

@@ -395,7 +395,8 @@ class Nimbus:
     def run(self) -> int:
         from nimbus.leader import Leadership
 
-        self.zk = connect(self.zk_address, session_timeout=float(self.conf["nstorm.zookeeper.session.timeout.secs"]))
+        self.zk = connect(self.zk_address, session_timeout=float(self.conf["nstorm.zookeeper.session.timeout.secs"]),
+                          auth=self.conf["nstorm.zookeeper.auth"])
         self.paths.ensure(self.zk)
         self.zk.add_listener(lambda state: self._wake.set())
         self.leadership = Leadership(self.zk, self.paths)

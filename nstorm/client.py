@@ -16,6 +16,7 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from nstorm.errors import ClusterError, ConfigError, NotFoundError, UsageError
 from nstorm.loader import load_topology, make_archive
+from nstorm.zkauth import without_secrets
 from nstorm.zkschema import (
     ACTIVE,
     INACTIVE,
@@ -42,11 +43,18 @@ class ClusterClient:
             print(client.status("wordcount"))
     """
 
-    def __init__(self, zk_address: str | None = None, root: str = "/nstorm", timeout: float = 10.0) -> None:
+    def __init__(
+        self, zk_address: str | None = None, root: str = "/nstorm", timeout: float = 10.0, auth: str | None = None
+    ) -> None:
+        """Connect; ``auth`` is ``user:password`` of a cluster with ACLs (None: ``$NSTORM_ZK_AUTH``)."""
         self.address = resolve_zk_address(zk_address)
         self.paths = ZkPaths(root)
-        self.zk = connect(self.address, timeout=timeout)
-        self.paths.ensure(self.zk)
+        self.zk = connect(self.address, timeout=timeout, auth=auth)
+        try:
+            self.paths.ensure(self.zk)
+        except BaseException:
+            self.close()
+            raise
 
     def close(self) -> None:
         self.zk.stop()
@@ -76,7 +84,7 @@ class ClusterClient:
     # -- submit -------------------------------------------------------------------------------
     def submit(self, path: str | Path, name: str | None = None, conf: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Validate and store a topology file; Nimbus schedules it. Returns a summary."""
-        conf = dict(conf or {})
+        conf = without_secrets(conf or {})  # ZooKeeper credentials are never stored with a topology
         topology = load_topology(path, conf)
         definition = dict(topology.definition)
         if name is not None:

@@ -13,13 +13,17 @@ from typing import Any
 
 from nstorm.errors import ConfigError
 
-__all__ = ["DEFAULTS", "merge_conf", "parse_conf_options"]
+__all__ = ["DEFAULTS", "SECURITY_KEYS", "check_security_conf", "merge_conf", "parse_conf_options", "security_conf"]
 
 DEFAULTS: dict[str, Any] = {
     # ZooKeeper
     "nstorm.zookeeper.servers": None,  # "host:port[,host:port]"; None = embedded of $NSTORM_HOME
     "nstorm.zookeeper.root": "/nstorm",
     "nstorm.zookeeper.session.timeout.secs": 10,
+    # security (README "Security"): both off by default; set them on every daemon and client
+    "nstorm.zookeeper.auth": None,  # "user:password": digest ACLs on the whole tree; env NSTORM_ZK_AUTH
+    "nstorm.transport.curve": False,  # CurveZMQ between workers, keys from `nstorm keys generate`
+    "nstorm.transport.curve.keys.dir": None,  # None = $NSTORM_KEYS_DIR, else $NSTORM_HOME/keys
     # topology
     "topology.workers": 1,
     "topology.acker.executors": None,  # None = one per worker; 0 turns acking off
@@ -56,6 +60,27 @@ DEFAULTS: dict[str, Any] = {
     "otd.queue.low": 4,
     "otd.spark.master": "local[2]",
 }
+
+
+# Cluster settings: each daemon acts on its own (-c options, environment), never on a topology's conf.
+SECURITY_KEYS = ("nstorm.zookeeper.auth", "nstorm.transport.curve", "nstorm.transport.curve.keys.dir")
+
+
+def security_conf(conf: Mapping[str, Any]) -> dict[str, Any]:
+    """The security settings in ``conf`` (for the daemons of ``nstorm local``)."""
+    return {k: conf[k] for k in SECURITY_KEYS if k in conf}
+
+
+def check_security_conf(conf: Mapping[str, Any]) -> None:
+    """Fail before anything starts on malformed ZooKeeper credentials or unusable curve keys.
+
+    :raises ConfigError: naming the bad value or key file.
+    """
+    from nstorm.curvekeys import checked_keys_dir  # imports zmq: only when asked
+    from nstorm.zkauth import ZkCredentials
+
+    ZkCredentials.resolve(conf)
+    checked_keys_dir(conf)
 
 
 def _parse_value(text: str) -> Any:

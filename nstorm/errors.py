@@ -7,6 +7,7 @@ The CLI turns every :class:`NStormError` into a one-line message; a
 from __future__ import annotations
 
 __all__ = [
+    "AuthError",
     "ClusterError",
     "ConfigError",
     "NStormError",
@@ -40,6 +41,10 @@ class TopologyLoadError(UsageError):
 
 class ConfigError(UsageError):
     """A configuration option is malformed or has a bad value."""
+
+
+class AuthError(UsageError):
+    """ZooKeeper refused access: credentials missing or wrong (exit code 2: the fix is the caller's)."""
 
 
 class NotFoundError(UsageError):

@@ -22,8 +22,10 @@ from typing import Any
 
 import psutil
 
+from nstorm.config import check_security_conf
 from nstorm.errors import ClusterError
 from nstorm.home import home_dir, logs_dir, run_dir
+from nstorm.zkauth import AUTH_KEY, credentials_env, without_secrets
 from nstorm.zkschema import ZkPaths, connect, decode
 from nstorm.zookeeper import EmbeddedZooKeeper
 
@@ -35,8 +37,9 @@ _STATE_FILE = "cluster.json"
 
 
 def _conf_args(conf: Mapping[str, Any]) -> list[str]:
+    """``-c key=value`` options for a daemon; secrets go through the environment instead."""
     args: list[str] = []
-    for key, value in conf.items():
+    for key, value in without_secrets(conf).items():
         args += ["-c", f"{key}={json.dumps(value) if not isinstance(value, str) else value}"]
     return args
 
@@ -46,7 +49,8 @@ class LocalCluster:
 
     :arg zk_address: an existing ZooKeeper; None starts an embedded one on a free port.
     :arg root: the ZooKeeper root of this cluster (tests use a fresh one each).
-    :arg conf: ``-c`` options given to every daemon.
+    :arg conf: ``-c`` options given to every daemon (``nstorm.zookeeper.auth`` goes in their
+        environment instead, so no command line shows it); checked here (ConfigError).
     :arg detach: daemons in their own sessions, surviving this process (``cluster up``).
     :arg hosts: the address of each supervisor (default 127.0.0.1 for all).
     """
@@ -69,6 +73,7 @@ class LocalCluster:
         self.zk_address = zk_address
         self.root = root
         self.conf = dict(conf or {})
+        check_security_conf(self.conf)
         self.detach = detach
         self.netns = netns or []  # nstorm.netns.NodeNet per supervisor, or none
         self.hosts = [n.address for n in self.netns] or hosts or ["127.0.0.1"] * supervisors
@@ -90,7 +95,7 @@ class LocalCluster:
             return subprocess.Popen(
                 [*(prefix or []), sys.executable, *args],
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env={**os.environ, "NSTORM_HOME": str(home_dir())},
+                env={**os.environ, "NSTORM_HOME": str(home_dir()), **credentials_env(self.conf)},
                 start_new_session=self.detach,
             )
         finally:
@@ -159,7 +164,7 @@ class LocalCluster:
 
     def wait_supervisors(self, nodes: set[str], timeout: float) -> None:
         paths = ZkPaths(self.root)
-        zk = connect(self.address)
+        zk = connect(self.address, auth=self.conf.get(AUTH_KEY))
         try:
             deadline = time.monotonic() + timeout
             while True:

@@ -13,29 +13,38 @@ Layout under the root (``nstorm.zookeeper.root``, default ``/nstorm``)::
     otd/<name>                JSON: the last OTD round (case, move, warning, inter-node ratio)
 
 Everything is JSON: nothing read from ZooKeeper is ever unpickled.
+
+With ``nstorm.zookeeper.auth`` (or ``$NSTORM_ZK_AUTH``) set, :func:`connect` authenticates
+and every node created carries a digest ACL for that identity only (:mod:`nstorm.zkauth`).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from dataclasses import dataclass
 from typing import Any
 
 from kazoo.client import KazooClient
+from kazoo.exceptions import NoAuthError
 
-from nstorm.errors import ClusterError, ZooKeeperError
+from nstorm.errors import AuthError, ClusterError, ZooKeeperError
+from nstorm.zkauth import AUTH_ENV, AUTH_KEY, ZkCredentials, lock_down
 
 __all__ = [
     "ACTIVE",
     "INACTIVE",
     "KILLED",
     "ZkPaths",
+    "auth_error",
     "connect",
     "decode",
     "encode",
     "resolve_zk_address",
 ]
+
+log = logging.getLogger(__name__)
 
 ACTIVE = "ACTIVE"
 INACTIVE = "INACTIVE"
@@ -114,10 +123,33 @@ class ZkPaths:
         return self._p("nimbus", "election")
 
     def ensure(self, zk: KazooClient) -> None:
-        """Create the top-level nodes (idempotent)."""
-        for path in (self.topologies, self._p("code"), self.statuses, self.assignments,
-                     self.supervisors, self._p("workerbeats"), self._p("requests"), self._p("migrations")):
-            zk.ensure_path(path)
+        """Create the top-level nodes (idempotent) and check that ``zk`` may use the tree.
+
+        With ACLs on (``zk.default_acl``), a tree created open is locked down first.
+
+        :raises AuthError: if ZooKeeper refuses access (credentials missing or wrong).
+        """
+        try:
+            for path in (self.topologies, self._p("code"), self.statuses, self.assignments,
+                         self.supervisors, self._p("workerbeats"), self._p("requests"), self._p("migrations")):
+                zk.ensure_path(path)
+            if zk.default_acl and list(zk.get_acls(self.root)[0]) != list(zk.default_acl):
+                changed = lock_down(zk, self.root, zk.default_acl)
+                log.info("ACLs turned on for %s: %d node(s) locked down", self.root, changed)
+            zk.get_children(self.root)  # READ: a root guarded by other credentials fails here
+        except NoAuthError as exc:
+            raise auth_error(zk, self.root) from exc
+
+
+def auth_error(zk: KazooClient, root: str) -> AuthError:
+    """The one-line error for a ``NoAuth`` answer, saying what to set."""
+    if zk.auth_data:
+        msg = (f"ZooKeeper denied access to {root}: wrong credentials in {AUTH_ENV} / {AUTH_KEY} "
+               f"for this cluster")
+    else:
+        msg = (f"ZooKeeper denied access to {root}: the cluster uses ACLs; "
+               f"set {AUTH_ENV}=user:password (or -c {AUTH_KEY}=user:password)")
+    return AuthError(msg)
 
 
 def resolve_zk_address(explicit: str | None = None) -> str:
@@ -139,9 +171,18 @@ def resolve_zk_address(explicit: str | None = None) -> str:
     return address
 
 
-def connect(address: str, timeout: float = 10.0, session_timeout: float = 10.0) -> KazooClient:
-    """A started kazoo client, or :class:`ZooKeeperError` naming the address."""
-    zk = KazooClient(hosts=address, timeout=session_timeout)
+def connect(
+    address: str, timeout: float = 10.0, session_timeout: float = 10.0, auth: str | None = None
+) -> KazooClient:
+    """A started kazoo client, or :class:`ZooKeeperError` naming the address.
+
+    :arg auth: ``user:password`` (``nstorm.zookeeper.auth``); None falls back to
+        ``$NSTORM_ZK_AUTH``; neither set: no authentication and open ACLs.
+    :raises ConfigError: for malformed credentials.
+    """
+    creds = ZkCredentials.resolve(auth)
+    extra: dict[str, Any] = {"auth_data": creds.auth_data, "default_acl": creds.acl} if creds else {}
+    zk = KazooClient(hosts=address, timeout=session_timeout, **extra)
     try:
         zk.start(timeout=timeout)
     except Exception as exc:

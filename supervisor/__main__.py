@@ -21,15 +21,19 @@ def main() -> None:
     parser.add_argument("-c", "--conf", action="append", default=[])
     args = parser.parse_args()
     setup_daemon_logging(f"supervisor-{args.node_id}", f"supervisor {args.node_id}")
+    from nstorm.errors import NStormError
     from supervisor.daemon import Supervisor, pick_slots
 
-    sup = Supervisor(
-        args.node_id, args.host, pick_slots(args.slots, args.port_base, args.host, args.node_id), args.zk, args.root,
-        parse_conf_options(args.conf),
-    )
-    sup.install_signal_handlers()
     try:
+        sup = Supervisor(
+            args.node_id, args.host, pick_slots(args.slots, args.port_base, args.host, args.node_id), args.zk, args.root,
+            parse_conf_options(args.conf),
+        )
+        sup.install_signal_handlers()
         raise SystemExit(sup.run())
+    except NStormError as exc:  # bad conf, bad keys, refused credentials: one line, no traceback
+        logging.getLogger("supervisor").error("supervisor %s cannot run: %s", args.node_id, exc)
+        raise SystemExit(exc.exit_code) from None
     except Exception:
         logging.getLogger("supervisor").exception("supervisor %s failed", args.node_id)
         raise SystemExit(1) from None

@@ -32,9 +32,11 @@ from kazoo.handlers.threading import KazooTimeoutError
 
 from kvstore import LMDBPlanStore
 from nstorm.config import merge_conf
+from nstorm.curvekeys import checked_keys_dir
 from nstorm.home import logs_dir, supervisor_dir
 from nstorm.loader import unpack_archive
 from nstorm.plans import PlanError, check_plan
+from nstorm.zkauth import credentials_env
 from nstorm.zkschema import ZkPaths, connect, decode, encode
 from supervisor.workers import WorkerHandle, WorkerRegistry
 
@@ -61,6 +63,7 @@ class Supervisor:
         self.zk_address = zk_address
         self.paths = ZkPaths(zk_root)
         self.conf = merge_conf(conf)
+        self.curve_keys = checked_keys_dir(self.conf)  # ConfigError now, not in every worker later
         self.state = "STARTING"
         self.dir = supervisor_dir(node)
         self.store_path = self.dir / "store"
@@ -225,11 +228,12 @@ class Supervisor:
     def _start_worker(self, topology: str, port: int, restarts: int = 0) -> WorkerHandle:
         record = self.store.latest(topology) if self.store else None
         seed = str((record[1]["conf"] if record else self.conf).get("topology.hash.seed", 0))
-        env = {**os.environ, "PYTHONHASHSEED": seed}
+        env = {**os.environ, "PYTHONHASHSEED": seed, **credentials_env(self.conf)}  # secrets not in argv
         cmd = [
             sys.executable, "-m", "worker",
             "--node", self.node, "--port", str(port), "--topology", topology,
             "--store", str(self.store_path), "--zk", self.zk_address, "--root", self.paths.root,
+            *(["--curve-keys", str(self.curve_keys)] if self.curve_keys else []),
         ]
         out = open(logs_dir() / f"worker-{self.node}-{port}.out", "ab")  # noqa: SIM115 - owned by the child
         try:
@@ -276,7 +280,8 @@ class Supervisor:
             log.warning("plan store was corrupt: rebuilt empty, resyncing from ZooKeeper")
         for handle in self.registry.adopt():
             self.workers[(handle.topology, handle.port)] = handle
-        self.zk = connect(self.zk_address, session_timeout=float(self.conf["nimbus.supervisor.timeout.secs"]))
+        self.zk = connect(self.zk_address, session_timeout=float(self.conf["nimbus.supervisor.timeout.secs"]),
+                          auth=self.conf["nstorm.zookeeper.auth"])
         self.zk.add_listener(self._on_state)
         self.paths.ensure(self.zk)
         self._register()

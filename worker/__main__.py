@@ -19,14 +19,19 @@ def main() -> None:
     parser.add_argument("--store", required=True, type=Path)
     parser.add_argument("--zk", default=None)
     parser.add_argument("--root", default="/nstorm")
+    parser.add_argument("--curve-keys", type=Path, default=None, help="keys directory: CurveZMQ on")
     args = parser.parse_args()
     setup_daemon_logging(f"worker-{args.node}-{args.port}", f"worker {args.node}:{args.port}")
+    from nstorm.errors import NStormError
     from worker.process import Worker
 
-    worker = Worker(args.node, args.port, args.topology, args.store, args.zk, args.root)
+    worker = Worker(args.node, args.port, args.topology, args.store, args.zk, args.root, args.curve_keys)
     worker.install_signal_handlers()
     try:
         code = worker.run()
+    except NStormError as exc:  # a bad key file, a bad conf: one line, no traceback
+        logging.getLogger("worker").error("worker %s:%s cannot run: %s", args.node, args.port, exc)
+        code = 1
     except Exception:
         logging.getLogger("worker").exception("worker %s:%s failed", args.node, args.port)
         code = 1

@@ -48,9 +48,12 @@ class Worker:
     """One worker process. See the module docstring."""
 
     def __init__(
-        self, node: str, port: int, topology: str, store_path: Path, zk_address: str | None, zk_root: str
+        self, node: str, port: int, topology: str, store_path: Path, zk_address: str | None, zk_root: str,
+        curve_keys: Path | None = None,
     ) -> None:
+        """``curve_keys``: the keys directory when CurveZMQ is on (the supervisor decides), else None."""
         self.node = node
+        self.curve_keys = curve_keys
         self.port = port
         self.topology = topology
         self.worker_id = f"{node}:{port}"
@@ -275,6 +278,7 @@ class Worker:
             "executors": executors,
             "dropped_frames": self.transport.dropped if self.transport else 0,
             "forwarded": self.transport.forwarded if self.transport else 0,
+            "curve_refused": self.transport.security.refused if self.transport else 0,
         }
 
     def _heartbeat_loop(self) -> None:
@@ -332,7 +336,8 @@ class Worker:
         if endpoint is None:
             log.error("worker %s is not in plan v%s", self.worker_id, plan["version"])
             return 1
-        self.transport = Transport(self, endpoint["host"], int(endpoint["port"]), int(endpoint["ctl_port"]))
+        self.transport = Transport(self, endpoint["host"], int(endpoint["port"]), int(endpoint["ctl_port"]),
+                                   self.curve_keys)
         if self.zk_address:
             try:
                 session = float(self.conf["nstorm.zookeeper.session.timeout.secs"])

@@ -4,7 +4,9 @@ Two ports per worker: data (PULL, small high-water mark, so a slow bolt
 back-pressures its upstream executors through blocking sends) and control
 (PULL, unbounded, never blocks, so acker traffic cannot deadlock behind data).
 Frames that do not decode, name no known task, or are too large are dropped
-and counted; nothing is ever unpickled.
+and counted; nothing is ever unpickled. With ``nstorm.transport.curve`` every socket
+uses CurveZMQ and only peers holding the cluster's client key get through
+(:mod:`worker.security`).
 """
 
 from __future__ import annotations
@@ -12,12 +14,14 @@ from __future__ import annotations
 import ipaddress
 import logging
 import threading
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import zmq
 
 from worker import wire
 from worker.routing import Endpoint
+from worker.security import make_security
 
 if TYPE_CHECKING:
     from worker.process import Worker
@@ -41,9 +45,11 @@ DATA_HWM = 32  # messages per pipe; receivers never block, so a full pipe only m
 class Transport:
     """The worker's zmq context, receivers and socket factory."""
 
-    def __init__(self, worker: Worker, host: str, port: int, ctl_port: int) -> None:
+    def __init__(self, worker: Worker, host: str, port: int, ctl_port: int, curve_keys: Path | None = None) -> None:
+        """Bind the receivers; ``curve_keys`` (a keys directory) turns CurveZMQ on for every socket."""
         self.worker = worker
         self.context = zmq.Context(io_threads=1)
+        self.security = make_security(self.context, curve_keys)  # ConfigError for a bad key file
         self.dropped = 0  # frames rejected as malformed
         self.forwarded = 0  # batches re-sent to an executor's new location
         self._stop = threading.Event()
@@ -53,10 +59,12 @@ class Transport:
         self.data_pull.setsockopt(zmq.RCVHWM, DATA_HWM)
         self.data_pull.setsockopt(zmq.MAXMSGSIZE, wire.MAX_FRAME_BYTES)
         bind = _bind_address(host)
+        self.security.server(self.data_pull)
         self.data_pull.bind(f"tcp://{bind}:{port}")
         self.ctl_pull = self.context.socket(zmq.PULL)
         self.ctl_pull.setsockopt(zmq.RCVHWM, 0)
         self.ctl_pull.setsockopt(zmq.MAXMSGSIZE, wire.MAX_FRAME_BYTES)
+        self.security.server(self.ctl_pull)
         self.ctl_pull.bind(f"tcp://{bind}:{ctl_port}")
         self._threads = [
             threading.Thread(target=self._data_loop, name="recv-data", daemon=True),
@@ -73,12 +81,14 @@ class Transport:
             t.join(timeout=2)
         for sock in [*self._forward_data.values(), *self._forward_ctl.values()]:
             sock.close(linger=1000)
+        self.security.stop()
 
     # -- sockets for executors ---------------------------------------------------------
     def data_socket(self, endpoint: Endpoint) -> zmq.Socket:
         sock = self.context.socket(zmq.PUSH)
         sock.setsockopt(zmq.SNDHWM, DATA_HWM)
         sock.setsockopt(zmq.LINGER, 2000)
+        self.security.client(sock)
         sock.connect(endpoint.data_address)
         return sock
 
@@ -86,6 +96,7 @@ class Transport:
         sock = self.context.socket(zmq.PUSH)
         sock.setsockopt(zmq.SNDHWM, 0)
         sock.setsockopt(zmq.LINGER, 2000)
+        self.security.client(sock)
         sock.connect(endpoint.ctl_address)
         return sock
 

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
 import typer
+from kazoo.exceptions import NoAuthError
 from rich.console import Console
 
 from nstorm.errors import NStormError
@@ -57,6 +58,8 @@ def cli_errors(fn: F) -> F:
             raise
         except NStormError as exc:
             exit_with_error(str(exc), exc.exit_code)
+        except NoAuthError:  # backstop: ZkPaths.ensure normally turns it into an AuthError first
+            exit_with_error("ZooKeeper denied access: check NSTORM_ZK_AUTH / nstorm.zookeeper.auth", 2)
         except KeyboardInterrupt:
             err_console.print("interrupted")
             raise typer.Exit(130) from None

@@ -21,12 +21,13 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run Nimbus in the foreground (log: $NSTORM_HOME/logs/nimbus.log). Several may run: one leads."""
         from nimbus.daemon import Nimbus
-        from nstorm.config import parse_conf_options
+        from nstorm.config import check_security_conf, parse_conf_options
         from nstorm.home import logs_dir
         from nstorm.logs import setup_daemon_logging
         from nstorm.zkschema import resolve_zk_address
 
         overrides = parse_conf_options(conf or [])
+        check_security_conf(overrides)
         address = resolve_zk_address(zk)
         name = f"nimbus-{nimbus_id}" if nimbus_id else "nimbus"
         typer.echo(f"nimbus on {address}{zk_root}; log {logs_dir() / (name + '.log')}", err=True)
@@ -47,13 +48,14 @@ def register(app: typer.Typer) -> None:
         conf: ConfOption = None,
     ) -> None:
         """Run a supervisor in the foreground (log: $NSTORM_HOME/logs/supervisor-ID.log)."""
-        from nstorm.config import parse_conf_options
+        from nstorm.config import check_security_conf, parse_conf_options
         from nstorm.home import logs_dir
         from nstorm.logs import setup_daemon_logging
         from nstorm.zkschema import resolve_zk_address
         from supervisor.daemon import Supervisor, pick_slots
 
         overrides = parse_conf_options(conf or [])
+        check_security_conf(overrides)  # exit 2 before anything starts
         address = resolve_zk_address(zk)
         typer.echo(f"supervisor {node_id} on {address}{zk_root}; log {logs_dir() / f'supervisor-{node_id}.log'}", err=True)
         setup_daemon_logging(f"supervisor-{node_id}", f"supervisor {node_id}")

@@ -104,16 +104,18 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run a topology on an embedded cluster (ZooKeeper, Nimbus, supervisors), print progress, tear down."""
         from nstorm.client import ClusterClient
-        from nstorm.config import parse_conf_options
+        from nstorm.config import parse_conf_options, security_conf
         from nstorm.loader import load_topology
         from nstorm.localcluster import LocalCluster
+        from nstorm.zkauth import AUTH_KEY
 
         overrides = parse_conf_options(conf or [])
         topology = load_topology(file, overrides)  # bad input: exit 2 before anything starts
         workers = int(overrides.get("topology.workers", topology.workers))
         slots = slots or max(1, -(-workers // supervisors))
+        # ZooKeeper ACLs and CurveZMQ are the daemons' settings (checked here: exit 2 on bad keys)
+        cluster = LocalCluster(supervisors=supervisors, slots=slots, conf=security_conf(overrides))
         signal.signal(signal.SIGTERM, _raise_interrupt)
-        cluster = LocalCluster(supervisors=supervisors, slots=slots)
         started = time.monotonic()
         name = topology.name
         try:
@@ -121,7 +123,7 @@ def register(app: typer.Typer) -> None:
                 cluster.start()
             err_console.print(f"cluster up in {time.monotonic() - started:.1f}s: ZooKeeper {cluster.address}, "
                               f"{supervisors} supervisor(s) x {slots} slots")
-            with ClusterClient(cluster.address) as client:
+            with ClusterClient(cluster.address, auth=overrides.get(AUTH_KEY)) as client:
                 info = client.submit(file, conf=overrides)
                 name = info["name"]
                 with err_console.status(f"starting {info['executors']} executors on {info['workers']} workers..."):

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from nstorm import __version__
-from nstorm.cli import cluster, daemons, local, topology, traffic, zookeeper
+from nstorm.cli import cluster, daemons, keys, local, topology, traffic, zookeeper
 
 app = typer.Typer(
     name="nstorm",
@@ -17,6 +17,7 @@ app = typer.Typer(
 )
 app.add_typer(cluster.app, name="cluster", rich_help_panel="Clusters")
 app.add_typer(zookeeper.app, name="zookeeper", rich_help_panel="Clusters")
+app.add_typer(keys.app, name="keys", rich_help_panel="Clusters")
 local.register(app)
 topology.register(app)
 traffic.register(app)

@@ -15,10 +15,10 @@ from nstorm.cli.common import ConfOption, ZkOption, ZkRootOption, cli_errors, pr
 JsonOption = Annotated[bool, typer.Option("--json", help="print JSON")]
 
 
-def _client(zk: str | None, zk_root: str) -> Any:
+def _client(zk: str | None, zk_root: str, auth: str | None = None) -> Any:
     from nstorm.client import ClusterClient
 
-    return ClusterClient(zk, zk_root)
+    return ClusterClient(zk, zk_root, auth=auth)  # auth None: $NSTORM_ZK_AUTH
 
 
 def register(app: typer.Typer) -> None:
@@ -39,7 +39,7 @@ def register(app: typer.Typer) -> None:
 
         overrides = parse_conf_options(conf or [])
         load_topology(file, overrides)  # bad input fails here, before touching the cluster
-        with _client(zk, zk_root) as client:
+        with _client(zk, zk_root, overrides.get("nstorm.zookeeper.auth")) as client:
             info = client.submit(file, name=name, conf=overrides)
         typer.echo(f"submitted {info['name']}: {info['executors']} executors on {info['workers']} workers")
 
