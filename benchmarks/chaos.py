@@ -15,8 +15,9 @@ on-disk audit of every sentence. While it runs, at fixed fractions of ``--durati
 - ``zookeeper``: ZooKeeper stopped and started again 3 s later;
 - and all along, one random live migration (thread mode) every ``--period`` seconds.
 
-Then the input stops and the run drains. Reported: sentences emitted, acked, acked more
-than once, failed, replayed and **lost** (emitted but never acked: must be 0), and for each
+Then the input stops (the spouts only replay) and the run drains until every emitted
+sentence is acked. Reported: sentences emitted, acked, acked more than once, failed,
+replayed and **lost** (emitted but never acked once the run settled: must be 0), and for each
 kind of fault the longest stall: the longest time any spout saw no ack between the fault
 and the next one (at most 30 s). Prints a table and writes ``benchmarks/results/chaos.json``.
 """
@@ -156,7 +157,7 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
     from topologies.audited import read_audit
 
     rng = random.Random(args.seed)
-    sentences = int(args.rate * args.duration)
+    sentences = int(args.rate * args.duration * 2)  # more than the run emits: the stop file ends the input
     daemon_conf = {"nstorm.zookeeper.session.timeout.secs": 4, "nimbus.supervisor.timeout.secs": 4}
     with temporary_home() as home:
         audit_dir = home / "audit"
@@ -185,21 +186,23 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
                 time.sleep(max(0.0, t0 + args.duration - time.monotonic()))
                 stop.set()
                 mover.join(30)
+                (audit_dir / "stop").touch()  # the spouts emit no new sentence, only replays
                 console.print("input ends; draining")
                 deadline = time.monotonic() + args.drain
 
                 def settled() -> bool:
                     audits = read_audit(audit_dir)
                     return len(audits) == 2 and all(
-                        a.get("emitted") == a.get("total") and len(a.get("acks", {})) >= a["total"]
+                        a.get("stopped") and all(str(i) in a.get("acks", {}) for i in range(int(a["emitted"])))
                         for a in audits.values())
 
-                while not settled() and time.monotonic() < deadline:
+                while not (done := settled()) and time.monotonic() < deadline:
                     time.sleep(1.0)
                 time.sleep(1.0)  # the last audit dump
                 end = time.time()
                 result = analyse(read_audit(audit_dir), chaos.faults, end)
                 result["drained_in_secs"] = round(time.monotonic() - (deadline - args.drain), 1)
+                result["settled"] = done
                 result["faults"] = chaos.faults
                 result["migrations"] = {"done": sum(1 for m in migrations if m["ok"]),
                                         "refused": sum(1 for m in migrations if not m["ok"]),
@@ -218,9 +221,9 @@ def _worker_restarts(home: Path) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.chaos", description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=150.0, help="seconds of input")
-    parser.add_argument("--rate", type=float, default=300.0, help="sentences per second per spout executor")
+    parser.add_argument("--rate", type=float, default=200.0, help="sentences per second per spout executor")
     parser.add_argument("--period", type=float, default=10.0, help="seconds between random live migrations")
-    parser.add_argument("--drain", type=float, default=120.0, help="seconds allowed to ack the rest")
+    parser.add_argument("--drain", type=float, default=300.0, help="seconds allowed to ack the rest")
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args()
     logging.getLogger("kazoo").setLevel(logging.ERROR)  # reconnect chatter while ZooKeeper restarts
@@ -237,9 +240,12 @@ def main() -> None:
     console.print(stalls)
     m = result["migrations"]
     console.print(f"live migrations: {m['done']} done, {m['refused']} refused (Nimbus or ZooKeeper away); "
-                  f"worker restarts by supervisors: {result['worker_restarts']}; drained in {result['drained_in_secs']} s")
+                  f"worker restarts by supervisors: {result['worker_restarts']}; drained in {result['drained_in_secs']} s"
+                  f" ({'settled' if result['settled'] else 'NOT settled'})")
     path = write_json("chaos", {"machine": machine(), "args": vars(args), **result})
     console.print(f"results: {path}")
+    if not result["settled"]:
+        raise SystemExit(f"did not settle within {args.drain:.0f} s: {result['lost']} sentences still unacked")
     if result["lost"]:
         raise SystemExit(f"{result['lost']} sentences lost")
 

@@ -28,6 +28,7 @@ from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
+from kazoo.retry import KazooRetry
 
 from nstorm.errors import AuthError, ClusterError, ZooKeeperError
 from nstorm.zkauth import AUTH_ENV, AUTH_KEY, ZkCredentials, lock_down
@@ -182,7 +183,10 @@ def connect(
     """
     creds = ZkCredentials.resolve(auth)
     extra: dict[str, Any] = {"auth_data": creds.auth_data, "default_acl": creds.acl} if creds else {}
-    zk = KazooClient(hosts=address, timeout=session_timeout, **extra)
+    # Reconnect at least every second: kazoo's default back-off grows to an hour, so after a
+    # ZooKeeper restart of a few seconds clients came back after their sessions had expired.
+    retry = KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=1.0)
+    zk = KazooClient(hosts=address, timeout=session_timeout, connection_retry=retry, **extra)
     try:
         zk.start(timeout=timeout)
     except Exception as exc:

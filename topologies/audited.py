@@ -8,6 +8,7 @@ restarts (its worker was killed) reads its audit back and re-emits every
 sentence not yet acked, so nothing is lost; a tuple lost anywhere shows up as
 an emitted id that is never acked.
 
+Creating the file ``<audit.dir>/stop`` ends the input: spouts then only replay.
 Settings (``-c key=value``): ``audit.dir`` (required), ``audit.sentences`` per
 spout executor (default 10000), ``audit.rate`` per spout executor and second
 (default 200), ``audit.spouts``/``audit.splits``/``audit.counts`` parallelism,
@@ -41,6 +42,8 @@ class AuditedSentences(Spout):
 
     def open(self, conf: Mapping[str, Any], context: Context) -> None:
         self.path = Path(conf["audit.dir"]) / f"spout-{context.task_index}.json"
+        self.stop_file = Path(conf["audit.dir"]) / "stop"  # once it exists: replays only, no new sentences
+        self.stopped = False
         self.todo = sentences(int(conf.get("audit.sentences", 10_000)), seed=1000 + context.task_index)
         self.rate = float(conf.get("audit.rate", 200))
         audit = _load(self.path)
@@ -62,6 +65,7 @@ class AuditedSentences(Spout):
         now = time.monotonic()
         self.last_call = time.time()
         if now - self.dumped > 0.2:
+            self.stopped = self.stopped or self.stop_file.exists()
             self._dump()
             self.dumped = now
         if state["replay"]:
@@ -70,7 +74,7 @@ class AuditedSentences(Spout):
             state["replays_of"][str(i)] = state["replays_of"].get(str(i), 0) + 1
             return
         emitted = state["emitted"]
-        if emitted >= len(self.todo):
+        if emitted >= len(self.todo) or self.stopped:
             return
         if self.rate:
             expected = self.rate * (now - self.started)
@@ -102,6 +106,7 @@ class AuditedSentences(Spout):
         data["total"] = len(self.todo)
         data["last_next_tuple"] = getattr(self, "last_call", 0.0)
         data["pid"] = os.getpid()
+        data["stopped"] = self.stopped
         tmp = self.path.with_suffix(f".tmp{os.getpid()}")
         tmp.write_text(json.dumps(data))
         tmp.replace(self.path)
