@@ -222,6 +222,10 @@ class Supervisor:
             if name not in planned:
                 self.store.remove(name)
                 log.info("topology %s has no workers here any more: removed from the store", name)
+        if self.store.get_meta("synced") is None:
+            # Workers take a missing topology for "stop" only once a store has been synced:
+            # a store rebuilt empty must not stop them before their plans are back.
+            self.store.put_meta("synced", {"at": time.time()})
         self._reconcile(desired)
 
     # -- worker processes ---------------------------------------------------------------------

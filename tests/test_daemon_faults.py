@@ -181,3 +181,21 @@ def test_zookeeper_restarted(ha_cluster, ha_client, tmp_path: Path) -> None:
     result = wait_until(moved, 60, interval=1.0, what="a live move after the restart")
     assert all(r["completed_at"] for r in ha_client.wait_migrations("zkrestart", result["records"], 60))
     _finish(ha_client, "zkrestart", tmp_path, pids)
+
+
+def test_corrupt_plan_store_is_rebuilt_by_the_restarted_supervisor(ha_cluster, ha_client, tmp_path: Path) -> None:
+    from nstorm.home import logs_dir, supervisor_dir
+
+    pids = _submit(ha_client, "corrupt", tmp_path)
+    node = next(iter(pids)).split(":")[0]
+    ha_cluster.kill_daemon(f"supervisor-{node}")
+    data = supervisor_dir(node) / "store" / "data.mdb"
+    size = data.stat().st_size
+    with open(data, "r+b") as f:  # overwritten in place, under the workers' read-only mappings
+        f.write((b"\xde\xad\xbe\xef garbage " * size)[:size])
+    ha_cluster.restart_supervisor(node)
+    log = logs_dir() / f"supervisor-{node}.log"
+    wait_until(lambda: "plan store was corrupt: rebuilt" in log.read_text(), 30, what="the store to be rebuilt")
+    wait_until(lambda: "plan of corrupt" in log.read_text().rsplit("plan store was corrupt", 1)[1], 30,
+               what="the plan to be mirrored into the rebuilt store")
+    _finish(ha_client, "corrupt", tmp_path, pids)

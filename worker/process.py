@@ -257,6 +257,13 @@ class Worker:
             except Exception:  # noqa: BLE001 - bookkeeping only
                 log.warning("cannot record completion of migration %s", record, exc_info=True)
 
+    @staticmethod
+    def _store_synced(store: LMDBPlanStore) -> bool:
+        try:
+            return store.get_meta("synced") is not None
+        except Exception:  # noqa: BLE001 - unreadable while being rebuilt: not synced
+            return False
+
     def _plan_is_current(self) -> bool:
         """True when the plan in ZooKeeper is the version this worker runs (after a cut: nothing moved)."""
         assert self._zk is not None
@@ -369,6 +376,8 @@ class Worker:
                 log.warning("plan store unreadable", exc_info=True)
                 continue
             if version is None:
+                if not self._store_synced(store):
+                    continue  # rebuilt empty just now: the supervisor is mirroring the plans back
                 log.info("topology %s removed from the plan store: stopping", self.topology)
                 break
             if version != self.version:
