@@ -92,10 +92,11 @@ def run_rate(rate: float, warmup: float, duration: float, workers: int = 2, extr
 
 
 def fixed_on(client: Any, total: int, workers: int = 2, timeout: float | None = None,
-             name: str = "wordcount") -> RunResult:
+             name: str = "wordcount", extra: dict[str, Any] | None = None) -> RunResult:
     """Count exactly ``total`` sentences on ``client``'s cluster and check the counts against a Counter."""
     out = Path(tempfile.mkdtemp(prefix="nstorm-peers-counts-"))
-    conf = {**base_conf(workers), "wordcount.sentences": per_stream(total), "wordcount.output.dir": str(out)}
+    conf = {**base_conf(workers), "wordcount.sentences": per_stream(total), "wordcount.output.dir": str(out),
+            **(extra or {})}
     expected_words = per_stream(total) * STREAMS * WORDS_PER_SENTENCE
     deadline = time.monotonic() + (timeout if timeout is not None else 60 + total / 1000)
     client.submit(WORDCOUNT_CHECKED, name=name, conf=conf)
@@ -125,10 +126,10 @@ def fixed_on(client: Any, total: int, workers: int = 2, timeout: float | None = 
     )
 
 
-def run_fixed(total: int, workers: int = 2) -> RunResult:
+def run_fixed(total: int, workers: int = 2, extra: dict[str, Any] | None = None) -> RunResult:
     """:func:`fixed_on` on a fresh local cluster."""
     with _client(workers) as client:
-        return fixed_on(client, total, workers)
+        return fixed_on(client, total, workers, extra=extra)
 
 
 def _read_counts(directory: Path) -> dict[str, int]:

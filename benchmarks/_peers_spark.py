@@ -28,6 +28,7 @@ import importlib.util
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -279,12 +280,13 @@ def run(runs: list[str], rate: float, warmup: float, duration: float, total: int
             "--duration", str(duration), "--out", str(out)]
     timeout = 180 + len(runs) * (warmup + duration + 60) + total / 5000
     with open(log_path, "wb") as log:
+        # Its own process group, so that a timed-out run ends with its JVM.
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                cwd=Path(__file__).parents[1])
+                                cwd=Path(__file__).parents[1], start_new_session=True)
     try:
         proc.wait(timeout)
     except subprocess.TimeoutExpired:
-        proc.kill()
+        os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(10)
     results = [RunResult.from_dict(d) for d in json.loads(out.read_text())] if out.exists() else []
     done = {r.run for r in results}

@@ -21,6 +21,7 @@ with the reason, and the others still run. Prints a table, writes
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import traceback
 from collections.abc import Callable
@@ -54,6 +55,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--spark-rows-per-batch", type=int, default=100_000, help="sentences per Spark micro-batch at peak")
     parser.add_argument("--runs", default="peak,half,fixed", help="which runs: peak,half,fixed")
     parser.add_argument("--name", default="peers", help="results/<name>.json and .png")
+    parser.add_argument("-c", "--conf", action="append", default=[], help="extra key=value for nstorm's runs")
     args = parser.parse_args(argv)
     only = [s.strip() for s in args.only.split(",") if s.strip()]
     if not only or set(only) - set(SYSTEMS):
@@ -75,6 +77,13 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("the half runs need nstorm's peak: add nstorm to --only or give --half-rate")
     if "half" in runs and "peak" not in runs and not args.half_rate:
         parser.error("the half runs need nstorm's peak: add peak to --runs or give --half-rate")
+    from nstorm.config import parse_conf_options
+    from nstorm.errors import ConfigError
+
+    try:
+        args.conf = parse_conf_options(args.conf)
+    except ConfigError as exc:
+        parser.error(str(exc))
     args.only, args.runs, args.bytewax_procs = only, runs, procs
     return args
 
@@ -82,11 +91,13 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 def _guarded(system: str, run: str, fn: Callable[[], RunResult], log: Console) -> RunResult:
     """Run one measurement; any failure becomes a result that says why (the others still run)."""
     log.print(f"[bold]{system}[/]: {run} ...")
+    before = os.getloadavg()[0]
     try:
         result = fn()
     except Exception as exc:
         log.print(traceback.format_exc(), style="dim")
         result = RunResult(system=system, run=run, error=f"{type(exc).__name__}: {exc}")
+    result.details["load_1min"] = [before, os.getloadavg()[0]]  # the machine is shared: how busy it was
     log.print(f"  {_summary(result)}")
     return result
 
@@ -118,14 +129,15 @@ def measure(args: argparse.Namespace, log: Console) -> tuple[list[RunResult], fl
         from benchmarks import _peers_nstorm as ns
 
         if "peak" in args.runs:
-            peak = _guarded("nstorm", "peak", lambda: ns.run_rate(0, args.warmup, args.duration), log)
+            peak = _guarded("nstorm", "peak", lambda: ns.run_rate(0, args.warmup, args.duration, extra=args.conf), log)
             results.append(peak)
             if not half_rate and peak.sentences_per_sec:
                 half_rate = round(peak.sentences_per_sec / 2, -1)
         if "half" in args.runs and half_rate:
-            results.append(_guarded("nstorm", "half", lambda: ns.run_rate(half_rate, args.warmup, args.duration), log))
+            half = _guarded("nstorm", "half", lambda: ns.run_rate(half_rate, args.warmup, args.duration, extra=args.conf), log)
+            results.append(half)
         if "fixed" in args.runs:
-            results.append(_guarded("nstorm", "fixed", lambda: ns.run_fixed(args.sentences), log))
+            results.append(_guarded("nstorm", "fixed", lambda: ns.run_fixed(args.sentences, extra=args.conf), log))
     if "bytewax" in args.only:
         from benchmarks import _peers_bytewax as bw
 
@@ -143,11 +155,13 @@ def measure(args: argparse.Namespace, log: Console) -> tuple[list[RunResult], fl
 
         runs = [r for r in args.runs if r != "half" or half_rate]
         log.print(f"[bold]Spark SS[/]: {','.join(runs)} in one Spark process ...")
+        before = os.getloadavg()[0]
         try:
             spark = sp.run(runs, half_rate, args.warmup, args.duration, args.sentences, args.spark_rows_per_batch)
         except Exception as exc:
             spark = [RunResult(system=sp.SYSTEM, run=r, error=f"{type(exc).__name__}: {exc}") for r in runs]
         for r in spark:
+            r.details["load_1min"] = [before, os.getloadavg()[0]]
             log.print(f"  {r.run}: {_summary(r)}")
         results += spark
     return results, half_rate
@@ -263,6 +277,10 @@ def main(argv: list[str] | None = None) -> None:
     goals = targets(results)
     for goal, met in goals["met"].items():
         out.print(f"target {goal}: {'-' if met is None else ('met' if met else 'NOT met')}")
+    loads = [x for r in results for x in r.details.get("load_1min", [])]
+    if loads:
+        out.print(f"1-min load average of the machine around the runs: {min(loads):.1f} to {max(loads):.1f} "
+                  f"({machine()['cpus']} cores; other work on the machine makes the figures noisy)")
     for r in results:
         if r.latency_kind and not r.error:
             out.print(f"[dim]{r.system} {r.run} latency: {r.latency_kind}[/]")
