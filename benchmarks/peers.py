@@ -271,6 +271,7 @@ def plot(results: list[RunResult], half_rate: float, path: Path, title: str) -> 
 def main(argv: list[str] | None = None) -> None:
     args = _parse_args(argv)
     out, log = Console(width=None if sys.stdout.isatty() else 180), Console(stderr=True)
+    info = machine()  # its date is the start of the run
     results, half_rate = measure(args, log)
     table = render(results, half_rate, args)
     out.print(table)
@@ -284,7 +285,6 @@ def main(argv: list[str] | None = None) -> None:
     for r in results:
         if r.latency_kind and not r.error:
             out.print(f"[dim]{r.system} {r.run} latency: {r.latency_kind}[/]")
-    info = machine()
     path = write_json(args.name, {
         "machine": info, "command": "python -m benchmarks.peers " + " ".join(sys.argv[1:] if argv is None else argv),
         "args": {k: v for k, v in vars(args).items()},
