@@ -67,7 +67,8 @@ def _measure(client: Any, name: str, warmup: float, duration: float) -> dict[str
 
     return {"words_per_sec": rate("count", "executed"), "emitted_per_sec": rate("sentences", "emitted"),
             "acked_per_sec": (last["spouts"]["acked"] - first["spouts"]["acked"]) / elapsed,
-            "failed": last["spouts"]["failed"], "windows": windows}
+            "failed": last["spouts"]["failed"], "windows": windows,
+            "worker_cpu": [w.get("cpu") for w in last["workers"]]}
 
 
 def run_rate(rate: float, warmup: float, duration: float, workers: int = 2, extra: dict[str, Any] | None = None) -> RunResult:

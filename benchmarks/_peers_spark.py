@@ -283,17 +283,22 @@ def run(runs: list[str], rate: float, warmup: float, duration: float, total: int
         # Its own process group, so that a timed-out run ends with its JVM.
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 cwd=Path(__file__).parents[1], start_new_session=True)
+    timed_out = False
     try:
         proc.wait(timeout)
     except subprocess.TimeoutExpired:
+        timed_out = True
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(10)
     results = [RunResult.from_dict(d) for d in json.loads(out.read_text())] if out.exists() else []
     done = {r.run for r in results}
     if len(done) < len(runs):
         lines = [x for x in log_path.read_text(errors="replace").splitlines() if "Error" in x or "Exception" in x]
-        why = (f"the Spark process exited with {proc.returncode}: {lines[-1].strip() if lines else 'no error line'}"
-               f" (log: {log_path})")
+        if timed_out:
+            why = f"the Spark process did not finish within {timeout:.0f} s and was killed (log: {log_path})"
+        else:
+            why = (f"the Spark process exited with {proc.returncode}: "
+                   f"{lines[-1].strip() if lines else 'no error line'} (log: {log_path})")
         results += [RunResult(system=SYSTEM, run=name, error=why) for name in runs if name not in done]
     return results
 

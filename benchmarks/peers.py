@@ -292,9 +292,13 @@ def main(argv: list[str] | None = None) -> None:
                      "latency_sample": f"1 sentence in {SAMPLE_EVERY}"},
         "half_rate_sentences_per_sec": half_rate, "targets": goals, "results": [r.to_dict() for r in results],
     })
-    png = plot(results, half_rate, RESULTS / f"{args.name}.png",
-               f"word count on {info['cpus']} cores, {info['date']}: same seeded sentences on every system")
-    out.print(f"wrote {path} and {png}")
+    try:
+        png = plot(results, half_rate, RESULTS / f"{args.name}.png",
+                   f"word count on {info['cpus']} cores, {info['date']}: same seeded sentences on every system")
+    except ImportError as exc:
+        out.print(f"wrote {path}; no chart: {exc} (pip install -e '.[bench]')")
+    else:
+        out.print(f"wrote {path} and {png}")
 
 
 if __name__ == "__main__":

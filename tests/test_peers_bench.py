@@ -48,6 +48,18 @@ def test_bytewax_counts_a_fixed_input_exactly(processes: int) -> None:
     assert len(result.details["parts"]) == processes
 
 
+def test_a_peer_that_is_not_installed_is_reported_not_run(monkeypatch) -> None:
+    import importlib.util
+
+    from benchmarks import _peers_bytewax
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "bytewax" else real(name, *a))
+    result = _peers_bytewax.run(1, 0, 0, 0, total=SENTENCES)
+    assert result.correct is None
+    assert result.error == "bytewax is not installed (pip install -e '.[bench]')"
+
+
 def test_spark_counts_a_fixed_input_exactly() -> None:
     pytest.importorskip("pyspark")
     from benchmarks._peers_spark import available, run
