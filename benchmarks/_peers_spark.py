@@ -269,8 +269,8 @@ def _spark_main(argv: list[str] | None = None) -> None:
 # ---- the launcher, in the benchmark process -------------------------------------------------
 
 def run(runs: list[str], rate: float, warmup: float, duration: float, total: int,
-        rows_per_batch: int = 100_000) -> list[RunResult]:
-    """The Spark runs named in ``runs`` (peak, half, fixed), in one Spark process."""
+        rows_per_batch: int = 100_000, timeout: float | None = None) -> list[RunResult]:
+    """The Spark runs named in ``runs`` (peak, half, fixed), in one Spark process (killed after ``timeout`` s)."""
     if why := available():
         return [RunResult(system=SYSTEM, run=name, error=why) for name in runs]
     tmp = Path(tempfile.mkdtemp(prefix="spark-peers-launch-"))
@@ -278,7 +278,8 @@ def run(runs: list[str], rate: float, warmup: float, duration: float, total: int
     argv = [sys.executable, "-m", "benchmarks._peers_spark", "--runs", ",".join(runs), "--rate", str(rate),
             "--sentences", str(total), "--rows-per-batch", str(rows_per_batch), "--warmup", str(warmup),
             "--duration", str(duration), "--out", str(out)]
-    timeout = 180 + len(runs) * (warmup + duration + 60) + total / 5000
+    if timeout is None:  # a session start, then each run with its possible 120 s extension
+        timeout = 180 + len(runs) * (warmup + duration + 150) + total / 5000
     with open(log_path, "wb") as log:
         # Its own process group, so that a timed-out run ends with its JVM.
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
