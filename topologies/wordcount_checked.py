@@ -1,0 +1,55 @@
+"""Word count whose count executors write their counts to files, so a run can be checked.
+
+The topology of ``wordcount.py`` (same spout, split and settings) with a count bolt
+that also writes its ``state`` to ``<wordcount.output.dir>/count-<task>.json`` five
+times a second when it changed. Run it with ``-c wordcount.sentences=N`` and compare
+the files with a ``Counter`` of the same sentences (``benchmarks.peers`` does).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from nstorm import Context, Topology, TopologyBuilder, Tuple
+from topologies.wordcount import Count, Sentences, Split
+
+
+class WritingCount(Count):
+    """Counts like :class:`Count` and writes its counts on tick tuples (atomically: temp file, rename)."""
+
+    tick_secs = 0.2
+
+    def prepare(self, conf: Mapping[str, Any], context: Context) -> None:
+        self.path = Path(str(conf["wordcount.output.dir"])) / f"count-{context.task_index}.json"
+        self.dirty = True
+
+    def process(self, tup: Tuple) -> None:
+        if tup.is_tick:
+            if self.dirty:
+                tmp = self.path.with_suffix(f".tmp{os.getpid()}")
+                tmp.write_text(json.dumps(self.state))
+                tmp.replace(self.path)
+                self.dirty = False
+            return
+        word = tup.values[0]
+        state = self.state
+        state[word] = state.get(word, 0) + 1
+        self.dirty = True
+
+
+def make_topology(conf: Mapping[str, Any]) -> Topology:
+    """``wordcount.py``'s topology with :class:`WritingCount`; needs ``wordcount.output.dir``."""
+    if not conf.get("wordcount.output.dir"):
+        msg = "wordcount_checked.py needs -c wordcount.output.dir=DIR"
+        raise ValueError(msg)
+    builder = TopologyBuilder("wordcount")
+    builder.set_spout("sentences", Sentences, parallelism=int(conf.get("wordcount.spouts", 2)))
+    builder.set_bolt("split", Split, parallelism=int(conf.get("wordcount.splits", 4))).shuffle_grouping("sentences")
+    builder.set_bolt("count", WritingCount, parallelism=int(conf.get("wordcount.counts", 4))).fields_grouping(
+        "split", ["word"]
+    )
+    return builder.build(workers=int(conf.get("wordcount.workers", 2)))
