@@ -6,6 +6,7 @@ equals a Python Counter of the same sentences, and that bad options exit with 2.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -60,6 +61,8 @@ def test_a_peer_that_is_not_installed_is_reported_not_run(monkeypatch) -> None:
     assert result.error == "bytewax is not installed (pip install -e '.[bench]')"
 
 
+@pytest.mark.skipif(not os.environ.get("NSTORM_BENCH_TESTS"),
+                    reason="a Spark streaming JVM takes minutes on a loaded 2-core machine; NSTORM_BENCH_TESTS=1 runs it")
 def test_spark_counts_a_fixed_input_exactly() -> None:
     pytest.importorskip("pyspark")
     from benchmarks._peers_spark import available, run
