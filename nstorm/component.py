@@ -105,6 +105,20 @@ class Tuple:
         return f"Tuple({self.source}:{self.source_task}/{self.stream} {list(self.values)!r})"
 
 
+def delivered_tuple_class(meta: TupleMeta, anchored: bool) -> type[Tuple]:
+    """A :class:`Tuple` subclass for the tuples of one (source executor, stream): the executor
+    then fills one slot per tuple (``values``; with acking also ``anchors`` and ``_ackval``).
+
+    ``meta`` (and, without acking, ``anchors = None``) become class attributes that shadow
+    the slots of the same name; they are only ever read. Internal to the worker.
+    """
+    attrs: dict[str, Any] = {"__slots__": (), "meta": meta}
+    if not anchored:
+        attrs["anchors"] = None
+        attrs["_ackval"] = 0
+    return type("Tuple", (Tuple,), attrs)
+
+
 @dataclass(frozen=True)
 class Context:
     """Where an executor runs and what the topology looks like, given to ``open``/``prepare``.

@@ -88,6 +88,12 @@ class Worker:
         ex = self.executors.get(dst) or self.draining.get(dst)
         return ex.data_q if ex is not None else None
 
+    def local_target(self, dst: int, wid: str) -> Executor | None:
+        """The executor ``dst`` if it runs (or still drains) in this worker, else None."""
+        if wid != self.worker_id:
+            return None
+        return self.executors.get(dst) or self.draining.get(dst)
+
     def local_control(self, dst: int, wid: str) -> Any:
         if wid != self.worker_id:
             return None

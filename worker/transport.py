@@ -112,7 +112,10 @@ class Transport:
                 header = wire.unpack(frames[0])
                 kind, dst, src = header[0], header[1], header[2]
                 hops = header[3] if len(header) > 3 else 0
+                count = header[4] if len(header) > 4 else 0
                 if kind not in (wire.DATA, wire.MARKER) or type(dst) is not int or type(src) is not int:
+                    raise ValueError("bad header")
+                if type(hops) is not int or type(count) is not int:
                     raise ValueError("bad header")
             except Exception as exc:  # noqa: BLE001 - any garbage is dropped, never raised
                 self._drop(f"header: {type(exc).__name__}")
@@ -120,6 +123,8 @@ class Transport:
             payload = frames[1] if kind == wire.DATA else None
             target = worker.target(dst)
             if target is not None:
+                if count:
+                    target.in_size = count
                 target.data_q.put((src, payload))
                 continue
             routing = worker.routing
@@ -131,7 +136,7 @@ class Transport:
                 continue
             # Not here: the plan that brings it may be on its way, or it has left. The main
             # loop delivers or forwards it (worker.stash_frame), so receivers never block.
-            worker.stash_frame(dst, ("data", (src, payload), hops))
+            worker.stash_frame(dst, ("data", (src, payload), (hops, count)))
 
     def forward(self, dst: int, item: Any) -> None:
         """Send a stashed frame on to where the routing table now puts ``dst`` (main thread only)."""
@@ -147,7 +152,8 @@ class Transport:
             out = self._forward_data.get(wid)
             if out is None:
                 out = self._forward_data[wid] = self.data_socket(endpoint)
-            header = wire.marker_header(dst, src) if payload is None else wire.data_header(dst, src, extra + 1)
+            hops, count = extra
+            header = wire.marker_header(dst, src) if payload is None else wire.data_header(dst, src, hops + 1, count)
             out.send_multipart((header, payload or b""))
         else:
             out = self._forward_ctl.get(wid)
