@@ -156,7 +156,7 @@ def _run_spout_like(outbox: Outbox, worker: _FakeWorker, clock: list[float], emi
         if emitted:
             outbox.deadline.worked(now)
             if outbox.batches != sent:
-                outbox.flush_control()
+                outbox.flush_control_soon(now)
         if outbox.deadline.due(now):
             outbox.flush()
         for q in worker.queues.values():

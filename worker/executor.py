@@ -492,7 +492,7 @@ class SpoutExecutor(_UserExecutor):
             if emitted:
                 outbox.deadline.worked(now)
                 if outbox.batches != sent:
-                    outbox.flush_control()  # acker inits leave with the data they describe
+                    outbox.flush_control_soon(now)  # acker inits follow the data they describe
             if blocked:
                 # Nothing more may be emitted until acks arrive (or the topology resumes):
                 # holding tuples back would only stall the topology.

@@ -35,6 +35,7 @@ from nstorm.topology import ALL, DIRECT, FIELDS, GLOBAL, LOCAL_OR_SHUFFLE
 from worker import wire
 from worker.batching import BatchPolicy, FlushDeadline
 from worker.routing import RoutingTable
+from worker.transport import send_frames
 
 if TYPE_CHECKING:
     from worker.process import Worker
@@ -96,6 +97,8 @@ class Outbox:
         self.policy = BatchPolicy.from_conf(worker.conf, unit=self.stride)
         self.deadline = FlushDeadline(self.policy.max_latency)
         self.clock = time.monotonic
+        self.ctl_sent = 0.0  # clock of the last control flush
+        self.ctl_every = self.policy.max_latency / 4  # see flush_control_soon
         self.emitted = 0
         self.batches = 0
         self.emit = self.emit_plain
@@ -440,8 +443,17 @@ class Outbox:
                 self.flush_buffer(buf)
         self.flush_control()
 
+    def flush_control_soon(self, now: float) -> None:
+        """Data just left: send the control entries (a spout's acker inits) too, unless that was
+        done less than a quarter of the latency bound ago. The acker cannot complete a tuple
+        before its init arrives, so inits must not wait for the deadline; one message per data
+        batch would double the messages of small batches."""
+        if now - self.ctl_sent >= self.ctl_every:
+            self.flush_control()
+
     def flush_control(self) -> None:
         """Send the acks and other control entries (not the data buffers)."""
+        self.ctl_sent = self.clock()
         if self.acks:
             acks = self.acks
             self.acks = {}
@@ -454,14 +466,6 @@ class Outbox:
             self.ctl_buffers = {}
             for (kind, dst), entries in ctl.items():
                 self._send_control(kind, dst, entries)
-
-    def after_work(self, began: float, now: float, idle: bool) -> None:
-        """Called by the executor loop after an iteration that began at ``began``: send
-        everything if the executor ran out of work or the flush deadline passed."""
-        deadline = self.deadline
-        deadline.worked(began)
-        if idle or deadline.due(now):
-            self.flush()
 
     def flush_buffer(self, buf: _Buffer) -> None:
         """Send what ``buf`` holds as one batch ``(values, anchors, streams)``."""
@@ -496,7 +500,7 @@ class Outbox:
             sock = self._data_socks[wid] = self.worker.transport.data_socket(routing.endpoints[wid])  # type: ignore[union-attr]
         payload = wire.pack((values, anchors, streams))
         traffic[1] += len(payload)
-        sock.send_multipart((wire.data_header(dst, self.task, 0, n), payload))
+        send_frames(sock, wire.data_header(dst, self.task, 0, n), payload)
 
     def _send_marker(self, dst: int, wid: str, routing: RoutingTable) -> None:
         local = self.worker.local_queue(dst, wid)
@@ -509,7 +513,7 @@ class Outbox:
         sock = self._data_socks.get(wid)
         if sock is None:
             sock = self._data_socks[wid] = self.worker.transport.data_socket(endpoint)  # type: ignore[union-attr]
-        sock.send_multipart((wire.marker_header(dst, self.task), b""))
+        send_frames(sock, wire.marker_header(dst, self.task), b"")
 
     def send_control_to(self, wid: str, kind: int, dst: int, entries: Any) -> None:
         """A control message to ``dst`` at worker ``wid``, whatever the routing table says."""
