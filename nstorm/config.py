@@ -42,6 +42,7 @@ DEFAULTS: dict[str, Any] = {
     "worker.state.wait.ms": 10000,  # a moved-in copy waits this long for its state, then starts empty
     "worker.heartbeat.interval.secs": 1.0,
     "worker.gil.switch.interval.ms": 5.0,
+    "worker.gc.threshold": 20000,  # gen-0 threshold of the cyclic GC in workers (0: Python's 700)
     "worker.metrics.interval.secs": 1.0,  # load collection period (0 turns it off)
     "nstorm.metrics.dir": None,  # None = $NSTORM_HOME/metrics  # sys.setswitchinterval of workers
     "nimbus.supervisor.timeout.secs": 10,

@@ -141,7 +141,6 @@ def _run_spout_like(outbox: Outbox, worker: _FakeWorker, clock: list[float], emi
     end = emits[-1] + 1.0
     while clock[0] < end:
         now = clock[0]
-        sent = outbox.batches
         emitted = False
         while pending and pending[0] <= now:
             pending.pop(0)
@@ -155,10 +154,11 @@ def _run_spout_like(outbox: Outbox, worker: _FakeWorker, clock: list[float], emi
             emitted = True
         if emitted:
             outbox.deadline.worked(now)
-            if outbox.batches != sent:
-                outbox.flush_control_soon(now)
+            outbox.ctl_deadline.worked(now)
         if outbox.deadline.due(now):
             outbox.flush()
+        elif outbox.ctl_deadline.due(now):
+            outbox.flush_control()
         for q in worker.queues.values():
             while not q.empty():
                 _src, (values, _anchors, _streams) = q.get()

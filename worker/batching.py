@@ -12,18 +12,26 @@ decaying average over about :data:`RATE_TAU_SECS`, updated once per sent batch, 
 per tuple) and ``fill_secs`` is half of ``topology.batch.max.latency.ms``. So a
 destination that receives 100,000 tuples/s gets batches of 250 (one message per
 2.5 ms), one that receives 1,000/s gets batches of 2 to 3, and one that receives a
-tuple now and then sends each tuple at once. Three more rules bound what waits:
+tuple now and then sends each tuple at once. As in Nephele, a buffer leaves when it
+is full, not when its executor happens to run out of input: sending small batches
+whenever a queue runs empty multiplies the messages (and the thread wake-ups, which
+cost more than the tuples in Python) exactly at the moderate rates where latency is
+already low. What bounds the wait:
 
-- the deadline (:class:`FlushDeadline`): whatever an executor has buffered (tuples and
-  acker entries) is sent at the latest ``topology.batch.max.latency.ms`` after the
-  loop iteration that buffered it began;
-- an executor that runs out of input (a bolt whose queue is empty, a spout whose
-  ``next_tuple`` emitted nothing) sends everything at once: waiting would only add
-  latency, there is no more work to share a message with;
-- ``topology.batch.size = 1`` is per-tuple sending: every emit is one message and the
-  executor also sends its acker entries after every tuple (the baseline the batching
-  benchmark compares against). ``topology.batch.adaptive = false`` keeps every limit
-  at ``topology.batch.size`` (fixed-size batches, still bounded by the deadline).
+- the deadline (:class:`FlushDeadline`): whatever an executor has buffered is sent at
+  the latest ``topology.batch.max.latency.ms`` after the loop iteration that buffered
+  it began (a slow destination's limit is 1, so its tuples do not wait at all);
+- acker entries (a spout's inits, a bolt's acks) have their own deadline,
+  :data:`CONTROL_SHARE` of the bound: the acker cannot complete a tuple before they
+  arrive, and coalescing them for that long bounds their messages to a few hundred
+  per second per executor;
+- a spout that may not emit (``topology.max.spout.pending`` reached, backpressure, the
+  topology deactivated) sends everything at once: holding tuples back would stall it.
+
+``topology.batch.size = 1`` is per-tuple sending: every emit is one message and the
+executor sends its acker entries after every tuple too (the baseline the batching
+benchmark compares against). ``topology.batch.adaptive = false`` keeps every limit at
+``topology.batch.size`` (fixed-size batches, still bounded by the deadlines).
 
 Everything here runs in the emitting executor's thread.
 """
@@ -34,9 +42,10 @@ import math
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-__all__ = ["RATE_TAU_SECS", "BatchPolicy", "FlushDeadline", "RateState"]
+__all__ = ["CONTROL_SHARE", "RATE_TAU_SECS", "BatchPolicy", "FlushDeadline", "RateState"]
 
 RATE_TAU_SECS = 0.2  # time constant of the rate estimate: reacts within a few tenths of a second
+CONTROL_SHARE = 0.25  # acker entries wait at most this share of the latency bound
 
 
 class RateState(Protocol):
@@ -78,6 +87,7 @@ class BatchPolicy:
         self.max_latency = 0.0 if self.per_tuple else max(0.0, float(max_latency))
         self.adaptive = bool(adaptive) and not self.per_tuple
         self.fill = self.max_latency / 2 if fill is None else float(fill)
+        self.control_latency = self.max_latency * CONTROL_SHARE
 
     @classmethod
     def from_conf(cls, conf: Mapping[str, Any], unit: int = 1) -> BatchPolicy:

@@ -450,6 +450,7 @@ class SpoutExecutor(_UserExecutor):
         outbox = self.outbox
         next_tuple = spout.next_tuple
         calls = outbox.policy.cap  # next_tuple calls per iteration: 1 with per-tuple sending
+        deadline, ctl_deadline = outbox.deadline, outbox.ctl_deadline
         clock = time.monotonic
         idle = 0.0
         self.announce_ready()
@@ -460,7 +461,6 @@ class SpoutExecutor(_UserExecutor):
                 continue
             self.now = now = clock()
             before = self.emit_calls
-            sent = outbox.batches
             if not self.ctl_q.empty() or self.immediate_acks:
                 self._handle_control()  # ``ack``/``fail`` may emit too
             if self.draining and self._drain_done():
@@ -490,24 +490,28 @@ class SpoutExecutor(_UserExecutor):
                         break
             emitted = self.emit_calls != before
             if emitted:
-                outbox.deadline.worked(now)
-                if outbox.batches != sent:
-                    outbox.flush_control_soon(now)  # acker inits follow the data they describe
+                deadline.worked(now)
+                ctl_deadline.worked(now)  # acker inits
             if blocked:
                 # Nothing more may be emitted until acks arrive (or the topology resumes):
                 # holding tuples back would only stall the topology.
                 outbox.flush()
-            elif outbox.deadline.due(clock()):
-                outbox.flush()
+            else:
+                now = clock()
+                if deadline.due(now):
+                    outbox.flush()
+                elif ctl_deadline.due(now):
+                    outbox.flush_control()
             if emitted and not blocked:
                 idle = 0.0
                 continue
             # Nothing to emit right now: what is buffered stays until its batch is full or
             # its deadline passes (a rate-limited source keeps its batches); wait for acks
-            # or a short back-off, never past the deadline.
+            # or a short back-off, never past a deadline.
             idle = min(max(idle * 2, 0.0005), 0.01)
+            now = clock()
             try:
-                item = self.ctl_q.get(timeout=outbox.deadline.wait(clock(), idle))
+                item = self.ctl_q.get(timeout=ctl_deadline.wait(now, deadline.wait(now, idle)))
             except queue.Empty:
                 pass
             else:
@@ -726,10 +730,9 @@ class BoltExecutor(_UserExecutor):
 
     def loop(self) -> None:
         outbox = self.outbox
-        deadline = outbox.deadline
+        deadline, ctl_deadline = outbox.deadline, outbox.ctl_deadline
         get = self.data_q.get
         get_nowait = self.data_q.get_nowait
-        empty = self.data_q.empty
         clock = time.monotonic
         tick = self.tick_secs
         self.announce_ready()
@@ -747,16 +750,18 @@ class BoltExecutor(_UserExecutor):
             wait = 0.01 if self.draining else 0.1
             if tick:
                 wait = min(wait, max(0.0, self.next_tick - now))
-            wait = deadline.wait(now, wait)
+            wait = ctl_deadline.wait(now, deadline.wait(now, wait))
             try:
                 src, batch = get(timeout=wait) if wait > 0 else get_nowait()
             except queue.Empty:
                 pass
             else:
-                deadline.worked(clock())
+                began = clock()
+                deadline.worked(began)
+                ctl_deadline.worked(began)  # acks
                 self._process_batch(src, batch)
-                # Keep taking input while more waits, up to the flush deadline.
-                at = deadline.at
+                # Keep taking input while more waits, until the acks are due.
+                at = ctl_deadline.at
                 while clock() < at:  # type: ignore[operator]
                     try:
                         src, batch = get_nowait()
@@ -767,9 +772,14 @@ class BoltExecutor(_UserExecutor):
             if tick and now >= self.next_tick:
                 self.next_tick = now + tick
                 deadline.worked(now)
+                ctl_deadline.worked(now)
                 self._tick()
-            if deadline.at is not None and (now >= deadline.at or empty()):
-                outbox.flush()  # the deadline passed, or out of input: waiting would add latency only
+            # A batch leaves when it reaches its limit (in the emit) or at the deadline; running
+            # out of input is no reason to send a small one (Nephele's output buffers, not Nagle).
+            if deadline.due(now):
+                outbox.flush()
+            elif ctl_deadline.due(now):
+                outbox.flush_control()
         outbox.flush()
 
     def _handle_control(self) -> None:

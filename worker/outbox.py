@@ -4,8 +4,8 @@ This is the per-tuple hot path, so it is written for speed: ``emit`` resolves th
 grouping to a destination executor and appends the tuple's values (and, with
 acking, its anchors) to that destination's buffer; a buffer leaves as one batch
 when it reaches its limit (sized from the destination's rate by
-:class:`~worker.batching.BatchPolicy`), when its executor runs out of work, or at
-the executor's flush deadline (``topology.batch.max.latency.ms``). Local
+:class:`~worker.batching.BatchPolicy`) or at the executor's flush deadline
+(``topology.batch.max.latency.ms``; acker entries have a shorter one). Local
 destinations get the batch put on their input queue as Python objects (no
 serialisation); remote ones get one msgpack message on a zmq PUSH socket that
 this executor thread owns. A batch is three columns, ``(values, anchors,
@@ -95,10 +95,9 @@ class Outbox:
         self.acking = worker.acking
         self.stride = 2 if self.acking else 1  # list slots per buffered tuple
         self.policy = BatchPolicy.from_conf(worker.conf, unit=self.stride)
-        self.deadline = FlushDeadline(self.policy.max_latency)
+        self.deadline = FlushDeadline(self.policy.max_latency)  # for everything buffered
+        self.ctl_deadline = FlushDeadline(self.policy.control_latency)  # for acker entries
         self.clock = time.monotonic
-        self.ctl_sent = 0.0  # clock of the last control flush
-        self.ctl_every = self.policy.max_latency / 4  # see flush_control_soon
         self.emitted = 0
         self.batches = 0
         self.emit = self.emit_plain
@@ -443,17 +442,9 @@ class Outbox:
                 self.flush_buffer(buf)
         self.flush_control()
 
-    def flush_control_soon(self, now: float) -> None:
-        """Data just left: send the control entries (a spout's acker inits) too, unless that was
-        done less than a quarter of the latency bound ago. The acker cannot complete a tuple
-        before its init arrives, so inits must not wait for the deadline; one message per data
-        batch would double the messages of small batches."""
-        if now - self.ctl_sent >= self.ctl_every:
-            self.flush_control()
-
     def flush_control(self) -> None:
         """Send the acks and other control entries (not the data buffers)."""
-        self.ctl_sent = self.clock()
+        self.ctl_deadline.flushed()
         if self.acks:
             acks = self.acks
             self.acks = {}
