@@ -664,6 +664,10 @@ class BoltExecutor(_UserExecutor):
         ack_tuple = outbox.ack_tuple
         acks = outbox.acks
         acked = 0
+        # Tuples of one root tend to come in runs (a split's words of one sentence): XOR a run
+        # in a local and touch the acks dict once per run, not once per tuple.
+        run_root: Any = None
+        run_xor = 0
         for v, a in zip(values, anchors, strict=False):  # same length: decode_batch checks it
             tup = new(cls)
             tup.values = v
@@ -681,9 +685,18 @@ class BoltExecutor(_UserExecutor):
                 acked += 1
                 if len(a) == 2:  # one root: inline the XOR bookkeeping of ack_tuple
                     r = a[0]
-                    acks[r] = acks.get(r, 0) ^ a[1] ^ tup._ackval
+                    x = tup._ackval
+                    x = a[1] ^ x if x else a[1]
+                    if r == run_root:
+                        run_xor ^= x
+                    else:
+                        if run_root is not None:
+                            acks[run_root] = acks.get(run_root, 0) ^ run_xor
+                        run_root, run_xor = r, x
                 else:
                     ack_tuple(tup)
+        if run_root is not None:
+            acks[run_root] = acks.get(run_root, 0) ^ run_xor
         outbox.current = None
         self.acked += acked
         self.executed += len(values)
