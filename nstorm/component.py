@@ -45,9 +45,11 @@ class Tuple:
     :ivar source_task: index of the emitting executor within its component.
     :ivar stream: the stream it was emitted on (``"default"`` unless named).
 
-    Instances are created by the framework, one per delivered tuple (the executor
-    fills the slots directly, which is about three times cheaper than calling
-    ``__init__``); treat them as immutable.
+    Instances are created by the framework, one per delivered tuple, as instances of
+    a subclass per (source executor, stream) that holds the shared metadata as class
+    attributes, so that the executor fills one slot per tuple (three with acking)
+    instead of calling ``__init__``; ``isinstance(tup, Tuple)`` holds. Treat them as
+    immutable.
     """
 
     __slots__ = ("values", "meta", "anchors", "_ackval")
