@@ -20,7 +20,10 @@ already low. What bounds the wait:
 
 - the deadline (:class:`FlushDeadline`): whatever an executor has buffered is sent at
   the latest ``topology.batch.max.latency.ms`` after the loop iteration that buffered
-  it began (a slow destination's limit is 1, so its tuples do not wait at all);
+  it began (a slow destination's limit is 1, so its tuples do not wait at all). It is
+  checked between iterations, so a tuple can wait longer by the rest of the iteration
+  it was emitted in: one input batch of a bolt, at most 256 ``next_tuple`` calls of a
+  spout;
 - acker entries (a spout's inits, a bolt's acks) have their own deadline,
   :data:`CONTROL_SHARE` of the bound: the acker cannot complete a tuple before they
   arrive, and coalescing them for that long bounds their messages to a few hundred

@@ -41,6 +41,7 @@ __all__ = ["AckerExecutor", "BoltExecutor", "Executor", "SpoutExecutor"]
 
 log = logging.getLogger(__name__)
 _getroot = random.Random().getrandbits  # root ids of spout tuples
+_SPOUT_CALLS = 256  # next_tuple calls per spout loop iteration at most
 
 
 class Executor:
@@ -449,7 +450,9 @@ class SpoutExecutor(_UserExecutor):
         spout: Spout = self.instance
         outbox = self.outbox
         next_tuple = spout.next_tuple
-        calls = outbox.policy.cap  # next_tuple calls per iteration: 1 with per-tuple sending
+        # next_tuple calls per iteration (1 with per-tuple sending): deadlines are checked between
+        # iterations, so an iteration must stay short whatever topology.batch.size is.
+        calls = min(outbox.policy.cap, _SPOUT_CALLS)
         deadline, ctl_deadline = outbox.deadline, outbox.ctl_deadline
         clock = time.monotonic
         idle = 0.0
