@@ -14,6 +14,7 @@ from typing import Any
 
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
+from nstorm import latency
 from nstorm.errors import ClusterError, ConfigError, NotFoundError, UsageError
 from nstorm.loader import load_topology, make_archive
 from nstorm.zkauth import without_secrets
@@ -332,7 +333,8 @@ class ClusterClient:
             for eid, c in beat.get("executors", {}).items():
                 if eid in counters:  # a moved executor reported by its old and new worker
                     merged = dict(counters[eid])
-                    for key in ("emitted", "executed", "acked", "failed", "queue", "errors", "pending", "replayed"):
+                    for key in ("emitted", "batches", "executed", "acked", "failed", "queue", "errors", "pending",
+                                "replayed"):
                         merged[key] = int(merged.get(key) or 0) + int(c.get(key) or 0)
                     counters[eid] = merged
                 else:
@@ -340,11 +342,11 @@ class ClusterClient:
         components: dict[str, Any] = {}
         spouts = {"pending": 0, "acked": 0, "failed": 0, "replayed": 0}
         for cname, comp in definition["components"].items():
-            agg = {"parallelism": comp["parallelism"], "emitted": 0, "executed": 0, "acked": 0, "failed": 0,
-                   "queue": 0, "errors": 0, "last_error": None}
+            agg = {"parallelism": comp["parallelism"], "emitted": 0, "batches": 0, "executed": 0, "acked": 0,
+                   "failed": 0, "queue": 0, "errors": 0, "last_error": None}
             for i in range(comp["parallelism"]):
                 c = counters.get(f"{cname}:{i}", {})
-                for key in ("emitted", "executed", "acked", "failed", "queue", "errors"):
+                for key in ("emitted", "batches", "executed", "acked", "failed", "queue", "errors"):
                     agg[key] += int(c.get(key) or 0)
                 if c.get("last_error"):
                     agg["last_error"] = c["last_error"]
@@ -387,6 +389,18 @@ class ClusterClient:
                 if counters.get("latency_ms"):
                     result[eid] = counters["latency_ms"]
         return result
+
+    def latency_histogram(self, name: str) -> dict[int, int]:
+        """Cumulative complete-latency bucket counts of every spout (see :mod:`nstorm.latency`).
+
+        Subtract two readings to get the histogram of the window between them.
+        """
+        hists = []
+        for beat in self._heartbeats(name).values():
+            for counters in beat.get("executors", {}).values():
+                if counters.get("latency_hist"):
+                    hists.append(counters["latency_hist"])
+        return latency.merge(*hists)
 
     def wait_running(self, name: str, timeout: float = 60.0) -> dict[str, Any]:
         """Wait until every executor of ``name`` reports from its planned worker."""

@@ -45,9 +45,11 @@ class Tuple:
     :ivar source_task: index of the emitting executor within its component.
     :ivar stream: the stream it was emitted on (``"default"`` unless named).
 
-    Instances are created by the framework, one per delivered tuple (the executor
-    fills the slots directly, which is about three times cheaper than calling
-    ``__init__``); treat them as immutable.
+    Instances are created by the framework, one per delivered tuple, as instances of
+    a subclass per (source executor, stream) that holds the shared metadata as class
+    attributes, so that the executor fills one slot per tuple (three with acking)
+    instead of calling ``__init__``; ``isinstance(tup, Tuple)`` holds. Treat them as
+    immutable.
     """
 
     __slots__ = ("values", "meta", "anchors", "_ackval")
@@ -103,6 +105,20 @@ class Tuple:
 
     def __repr__(self) -> str:
         return f"Tuple({self.source}:{self.source_task}/{self.stream} {list(self.values)!r})"
+
+
+def delivered_tuple_class(meta: TupleMeta, anchored: bool) -> type[Tuple]:
+    """A :class:`Tuple` subclass for the tuples of one (source executor, stream): the executor
+    then fills one slot per tuple (``values``; with acking also ``anchors`` and ``_ackval``).
+
+    ``meta`` (and, without acking, ``anchors = None``) become class attributes that shadow
+    the slots of the same name; they are only ever read. Internal to the worker.
+    """
+    attrs: dict[str, Any] = {"__slots__": (), "meta": meta}
+    if not anchored:
+        attrs["anchors"] = None
+        attrs["_ackval"] = 0
+    return type("Tuple", (Tuple,), attrs)
 
 
 @dataclass(frozen=True)

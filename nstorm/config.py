@@ -29,8 +29,9 @@ DEFAULTS: dict[str, Any] = {
     "topology.acker.executors": None,  # None = one per worker; 0 turns acking off
     "topology.message.timeout.secs": 30,
     "topology.max.spout.pending": 1000,  # per spout executor; None or 0 = unbounded
-    "topology.batch.size": 256,  # tuples per message at most
+    "topology.batch.size": 256,  # tuples per message at most; 1 = per-tuple sending (no batching)
     "topology.batch.max.latency.ms": 5,  # a buffered tuple leaves within this bound
+    "topology.batch.adaptive": True,  # size each destination's batches from its rate (else always batch.size)
     "topology.backpressure.high.batches": 64,  # a queue this deep pauses every spout of the topology
     "topology.backpressure.low.batches": 16,  # ... until every such queue is back below this
     "topology.hash.seed": 0,  # PYTHONHASHSEED of workers: fields grouping agrees across processes
@@ -45,6 +46,7 @@ DEFAULTS: dict[str, Any] = {
     "worker.state.wait.ms": 10000,  # a moved-in copy waits this long for its state, then starts empty
     "worker.heartbeat.interval.secs": 1.0,
     "worker.gil.switch.interval.ms": 5.0,
+    "worker.gc.threshold": 20000,  # gen-0 threshold of the cyclic GC in workers (0: Python's 700)
     "worker.metrics.interval.secs": 1.0,  # load collection period (0 turns it off)
     "nstorm.metrics.dir": None,  # None = $NSTORM_HOME/metrics  # sys.setswitchinterval of workers
     "nimbus.supervisor.timeout.secs": 10,

@@ -4,7 +4,8 @@ Receivers never block (a blocked receiver would stall every executor of its
 worker and can deadlock two workers that send to each other), so input queues
 are unbounded and flow control happens at the source instead: a monitor thread
 checks its executors' queues every few milliseconds; when one holds more than
-``topology.backpressure.high.batches`` batches the worker announces
+``topology.backpressure.high.batches`` full batches' worth of tuples
+(``topology.batch.size`` tuples each) the worker announces
 "congested" to every worker of the topology, and spouts everywhere stop calling
 ``next_tuple`` until every congested worker has drained below the low mark.
 The announcement is repeated while it lasts and expires if not repeated, so a
@@ -43,6 +44,7 @@ class BackpressureMonitor:
         conf = worker.conf
         self.high = int(conf["topology.backpressure.high.batches"])
         self.low = int(conf["topology.backpressure.low.batches"])
+        self.cap = float(max(1, int(conf["topology.batch.size"])))
         self.congested = False
         self.remote: dict[str, float] = {}  # worker id -> expiry of its "congested" announcement
         self.throttled = False
@@ -73,8 +75,19 @@ class BackpressureMonitor:
                 self.remote.pop(wid, None)
         self.throttled = self.congested or bool(self.remote)
 
-    def _local_depth(self) -> int:
-        return max((ex.data_q.qsize() for ex in list(self.worker.executors.values())), default=0)
+    def _local_depth(self) -> float:
+        """The deepest input queue, in full batches' worth of tuples (``topology.batch.size`` each).
+
+        Adaptive batching sends small batches at low rates; counting messages would call
+        a queue of a few hundred tuples congested. An executor's queue holds about
+        ``qsize`` times the larger of the tuples per batch it recently took (``batch_avg``,
+        the oldest batches) and the size of the batch put on it last (``in_size``, the
+        newest): no counter is shared between threads, and a queue that fills with large
+        batches behind small ones counts as full at once.
+        """
+        cap = self.cap
+        return max((ex.data_q.qsize() * max(ex.batch_avg, ex.in_size) / cap
+                    for ex in list(self.worker.executors.values())), default=0.0)
 
     def _announce(self, congested: bool) -> None:
         routing = self.worker.routing
@@ -101,7 +114,7 @@ class BackpressureMonitor:
             now = time.monotonic()
             if self.congested != was:
                 self.events += 1
-                log.debug("backpressure %s (deepest queue %d batches)", "on" if self.congested else "off", depth)
+                log.debug("backpressure %s (deepest queue %.1f full batches)", "on" if self.congested else "off", depth)
                 self._announce(self.congested)
                 last_announce = now
             elif self.congested and now - last_announce > _REPEAT_SECS:

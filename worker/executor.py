@@ -21,7 +21,16 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from nstorm.component import TICK_STREAM, Bolt, Context, Spout, Tuple, TupleMeta
+from nstorm import latency
+from nstorm.component import (
+    TICK_STREAM,
+    Bolt,
+    Context,
+    Spout,
+    Tuple,
+    TupleMeta,
+    delivered_tuple_class,
+)
 from worker import wire
 from worker.outbox import Outbox
 
@@ -31,7 +40,8 @@ if TYPE_CHECKING:
 __all__ = ["AckerExecutor", "BoltExecutor", "Executor", "SpoutExecutor"]
 
 log = logging.getLogger(__name__)
-_root_ids = random.Random()
+_getroot = random.Random().getrandbits  # root ids of spout tuples
+_SPOUT_CALLS = 256  # next_tuple calls per spout loop iteration at most
 
 
 class Executor:
@@ -45,16 +55,19 @@ class Executor:
         self.task = task
         self.component, _, index = executor_id.rpartition(":")
         self.index = int(index)
-        conf = worker.conf
         # Unbounded: flow control is topology-wide backpressure at the spouts (worker/backpressure.py).
         self.data_q: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.ctl_q: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self.flush_interval = float(conf["topology.batch.max.latency.ms"]) / 1000.0
         self.executed = 0
         self.acked = 0
         self.failed = 0
         self.errors = 0
         self.last_error: str | None = None
+        self.bad_batches = 0  # data batches from the network that did not decode
+        # Tuples per input batch (decaying average, starts at a full batch): backpressure counts
+        # queued tuples, not messages, so that small batches at low rates never look like congestion.
+        self.batch_avg = float(max(1, int(worker.conf["topology.batch.size"])))
+        self.in_size = 0  # tuples in the batch put on the queue last (written by the senders)
         self.state = "NEW"
         self._running = True
         self.thread = threading.Thread(target=self._run, name=executor_id, daemon=True)
@@ -101,20 +114,32 @@ class Executor:
         outbox = getattr(self, "outbox", None)
         while self._running:
             try:
-                _src, records = self.data_q.get(timeout=0.1)
+                _src, batch = self.data_q.get(timeout=0.1)
             except queue.Empty:
                 continue
-            if records is None or outbox is None or outbox.routing is None:
+            if batch is None or outbox is None or outbox.routing is None:
                 continue
-            for rec in wire.unpack(records) if type(records) is bytes else records:
-                if len(rec) > 2 and rec[2]:
-                    anchors = rec[2]
-                    for i in range(0, len(anchors), 2):
-                        outbox.control(wire.FAIL, outbox.acker_for(anchors[i]), anchors[i])
+            decoded = self.decode(batch)
+            for anchors in (decoded[1] or ()) if decoded else ():
+                for i in range(0, len(anchors or ()), 2):
+                    outbox.control(wire.FAIL, outbox.acker_for(anchors[i]), anchors[i])
             outbox.flush()
 
     def loop(self) -> None:
         raise NotImplementedError
+
+    def decode(self, batch: Any) -> tuple[Any, Any, Any] | None:
+        """``(values, anchors, streams)`` of a queued batch; None (counted, logged) for garbage."""
+        if type(batch) is not bytes:
+            return batch  # type: ignore[no-any-return]  # from this worker: built by an outbox
+        try:
+            return wire.decode_batch(batch)
+        except Exception as exc:  # noqa: BLE001 - garbage from the network is dropped, never raised
+            self.bad_batches += 1
+            if self.bad_batches <= 10 or self.bad_batches % 1000 == 0:
+                log.warning("executor %s dropped a batch that does not decode (%s); %d so far",
+                            self.executor_id, exc, self.bad_batches)
+            return None
 
     def teardown(self) -> None:
         pass
@@ -125,8 +150,10 @@ class Executor:
         log.exception("executor %s: error in %s", self.executor_id, where)
 
     def counters(self) -> dict[str, Any]:
+        outbox = getattr(self, "outbox", None)
         return {
-            "emitted": getattr(getattr(self, "outbox", None), "emitted", 0),
+            "emitted": getattr(outbox, "emitted", 0),
+            "batches": getattr(outbox, "batches", 0),
             "executed": self.executed,
             "acked": self.acked,
             "failed": self.failed,
@@ -294,6 +321,8 @@ class SpoutExecutor(_UserExecutor):
         self.held_control: list[tuple[int, Any]] = []
         self.sampled: dict[int, float] = {}  # root -> emit time, for complete latency
         self.latencies: collections.deque[float] = collections.deque(maxlen=2000)
+        self.latency_hist: dict[int, int] = {}  # cumulative bucket counts (nstorm.latency)
+        self.now = time.monotonic()  # of the current loop iteration: deadlines need no finer clock
         self.emit_calls = 0
         spout: Spout = self.instance
         spout.emit = self._emit  # type: ignore[method-assign]
@@ -311,7 +340,7 @@ class SpoutExecutor(_UserExecutor):
             if msg_id is not None:
                 self.immediate_acks.append(msg_id)  # acking off: acked at once, as in Storm
             return
-        root = _root_ids.getrandbits(64)
+        root = _getroot(64)
         self._track(msg_id, outbox.emit_tracked(values, stream, root), root)
 
     def _emit_direct(self, task: int, values: Any, stream: str = "default", msg_id: Any = None) -> None:
@@ -322,7 +351,7 @@ class SpoutExecutor(_UserExecutor):
             if msg_id is not None:
                 self.immediate_acks.append(msg_id)
             return
-        root = _root_ids.getrandbits(64)
+        root = _getroot(64)
         self._track(msg_id, outbox.emit_direct_tracked(task, values, stream, root), root)
 
     def _track(self, msg_id: Any, init: int, root: int) -> None:
@@ -333,10 +362,9 @@ class SpoutExecutor(_UserExecutor):
             self.immediate_acks.append(msg_id)  # nobody subscribes: complete at once
             return
         self.pending[root] = msg_id
-        now = time.monotonic()
-        self.deadlines.append((now + self.timeout, root))
+        self.deadlines.append((self.now + self.timeout, root))
         if not root & 15:  # complete latency of one tracked tuple in 16
-            self.sampled[root] = now
+            self.sampled[root] = time.monotonic()
         self.outbox.control(wire.ACK_INIT, self.outbox.acker_for(root), (root, init, self.task))
 
     def _handle_control(self) -> None:
@@ -382,7 +410,9 @@ class SpoutExecutor(_UserExecutor):
                     if sampled:
                         t = sampled.pop(root, None)
                         if t is not None:
-                            self.latencies.append(time.monotonic() - t)
+                            lat = time.monotonic() - t
+                            self.latencies.append(lat)
+                            latency.add(self.latency_hist, lat)
             self._count_acks(self.acked - before)
         elif kind == wire.FAILED:
             for root in entries:
@@ -421,8 +451,11 @@ class SpoutExecutor(_UserExecutor):
         spout: Spout = self.instance
         outbox = self.outbox
         next_tuple = spout.next_tuple
-        batch = outbox.batch_size
-        flush_at = time.monotonic() + self.flush_interval
+        # next_tuple calls per iteration (1 with per-tuple sending): deadlines are checked between
+        # iterations, so an iteration must stay short whatever topology.batch.size is.
+        calls = min(outbox.policy.cap, _SPOUT_CALLS)
+        deadline, ctl_deadline = outbox.deadline, outbox.ctl_deadline
+        clock = time.monotonic
         idle = 0.0
         self.announce_ready()
         while self._running:
@@ -430,8 +463,10 @@ class SpoutExecutor(_UserExecutor):
             if self.awaiting_until is not None:
                 self._wait_for_state(self._control)
                 continue
+            self.now = now = clock()
+            before = self.emit_calls
             if not self.ctl_q.empty() or self.immediate_acks:
-                self._handle_control()
+                self._handle_control()  # ``ack``/``fail`` may emit too
             if self.draining and self._drain_done():
                 # The new copy is set up: it continues exactly where this one stops.
                 outbox.flush()
@@ -441,14 +476,11 @@ class SpoutExecutor(_UserExecutor):
             if active != self.active:
                 self.active = active
                 self._call(spout.activate if active else spout.deactivate)
-            now = time.monotonic()
             if self.deadlines and self.deadlines[0][0] <= now:
                 self._expire(now)
-            if active and not self.worker.throttled and not (
-                self.max_pending and len(self.pending) >= self.max_pending
-            ):
-                before = self.emit_calls
-                for _ in range(batch):
+            blocked = not active or self.worker.throttled or (self.max_pending and len(self.pending) >= self.max_pending)
+            if not blocked:
+                for _ in range(calls):
                     last = self.emit_calls
                     try:
                         next_tuple()
@@ -456,28 +488,38 @@ class SpoutExecutor(_UserExecutor):
                         self.record_error("next_tuple", exc)
                         break
                     if self.max_pending and len(self.pending) >= self.max_pending:
+                        blocked = True
                         break
                     if self.emit_calls == last:
                         break
-                emitted = self.emit_calls != before
-            else:
-                emitted = False
-            now = time.monotonic()
-            if now >= flush_at:
+            emitted = self.emit_calls != before
+            if emitted:
+                deadline.worked(now)
+                ctl_deadline.worked(now)  # acker inits
+            if blocked:
+                # Nothing more may be emitted until acks arrive (or the topology resumes):
+                # holding tuples back would only stall the topology.
                 outbox.flush()
-                flush_at = now + self.flush_interval
-            if not emitted:
-                outbox.flush()
-                # Nothing to do: wait for acks (or a short back-off) instead of spinning.
-                idle = min(max(idle * 2, 0.0005), 0.01)
-                try:
-                    item = self.ctl_q.get(timeout=idle)
-                except queue.Empty:
-                    pass
-                else:
-                    self.ctl_q.put(item)
             else:
+                now = clock()
+                if deadline.due(now):
+                    outbox.flush()
+                elif ctl_deadline.due(now):
+                    outbox.flush_control()
+            if emitted and not blocked:
                 idle = 0.0
+                continue
+            # Nothing to emit right now: what is buffered stays until its batch is full or
+            # its deadline passes (a rate-limited source keeps its batches); wait for acks
+            # or a short back-off, never past a deadline.
+            idle = min(max(idle * 2, 0.0005), 0.01)
+            now = clock()
+            try:
+                item = self.ctl_q.get(timeout=ctl_deadline.wait(now, deadline.wait(now, idle)))
+            except queue.Empty:
+                pass
+            else:
+                self.ctl_q.put(item)
         outbox.flush()
 
     def _drain_done(self) -> bool:
@@ -529,6 +571,9 @@ class SpoutExecutor(_UserExecutor):
         data["replayed"] = getattr(self, "replayed", 0)
         buckets = dict(getattr(self, "ack_buckets", {}))
         data["acked_per_sec"] = {str(sec): n for sec, n in sorted(buckets.items())[-15:]}
+        hist = getattr(self, "latency_hist", None)
+        if hist:
+            data["latency_hist"] = dict(hist)
         lat = sorted(getattr(self, "latencies", ()))
         if lat:
             data["latency_ms"] = {"p50": round(1000 * lat[len(lat) // 2], 3),
@@ -555,7 +600,7 @@ class BoltExecutor(_UserExecutor):
         for name, comp in self.definition["components"].items():
             for stream, fields in comp["outputs"].items():
                 self.fields[(name, stream)] = {f: i for i, f in enumerate(fields)}
-        self.metas: dict[int, dict[str, TupleMeta]] = {}
+        self.tuple_classes: dict[int, dict[str, type[Tuple]]] = {}
         bolt.prepare(self.conf, self.context)
 
     def bind_emit(self) -> None:
@@ -572,44 +617,49 @@ class BoltExecutor(_UserExecutor):
         if self.outbox.acking:
             self.outbox.fail_tuple(tup)
 
-    def _metas(self, src: int) -> dict[str, TupleMeta]:
-        """Per-stream tuple metadata of one upstream executor, built once."""
-        metas = self.metas.get(src)
-        if metas is None:
+    def _classes(self, src: int) -> dict[str, type[Tuple]]:
+        """Per-stream tuple classes of one upstream executor (metadata as class attributes), built once."""
+        classes = self.tuple_classes.get(src)
+        if classes is None:
             routing = self.routing
             source, index = routing.task_component[src], routing.task_index[src]
-            metas = {
-                stream: TupleMeta(source, index, stream, self.fields[(source, stream)])
+            anchored = self.outbox.acking
+            classes = {
+                stream: delivered_tuple_class(TupleMeta(source, index, stream, self.fields[(source, stream)]), anchored)
                 for (comp, stream) in self.fields if comp == source
             }
-            self.metas[src] = metas
-        return metas
+            self.tuple_classes[src] = classes
+        return classes
 
-    def _process_batch(self, src: int, records: Any) -> None:
+    def _process_batch(self, src: int, batch: Any) -> None:
         """Run ``process`` over one batch; the per-tuple hot path, so kept to a few bytecodes."""
-        if records is None:  # a marker: ``src`` sends no more to this copy (it may come
+        if batch is None:  # a marker: ``src`` sends no more to this copy (it may come
             self.markers_seen.add(src)  # before this worker itself learns of the move)
             return
-        if type(records) is bytes:
-            records = wire.unpack(records)
-        metas = self._metas(src)
+        decoded = self.decode(batch) if type(batch) is bytes else batch
+        if decoded is None:
+            return
+        values, anchors, streams = decoded
+        self.batch_avg += (len(values) - self.batch_avg) * 0.125
+        classes = self._classes(src)
+        cls = classes.get("default")
+        if streams is not None or cls is None:
+            self._process_general(classes, values, anchors, streams)
+            return
         process = self.instance.process
         new = Tuple.__new__
-        stream = meta = None
         if not self.outbox.acking:
-            for rec in records:
-                if rec[0] != stream:
-                    stream = rec[0]
-                    meta = metas[stream]
-                tup = new(Tuple)
-                tup.values = rec[1]
-                tup.meta = meta
-                tup.anchors = None
+            for v in values:
+                tup = new(cls)
+                tup.values = v
                 try:
                     process(tup)
                 except Exception as exc:
                     self.record_error("process", exc)
-            self.executed += len(records)
+            self.executed += len(values)
+            return
+        if anchors is None:
+            self._process_general(classes, values, anchors, streams)
             return
         bolt: Bolt = self.instance
         outbox = self.outbox
@@ -618,14 +668,14 @@ class BoltExecutor(_UserExecutor):
         ack_tuple = outbox.ack_tuple
         acks = outbox.acks
         acked = 0
-        for rec in records:
-            if rec[0] != stream:
-                stream = rec[0]
-                meta = metas[stream]
-            tup = new(Tuple)
-            tup.values = rec[1]
-            tup.meta = meta
-            tup.anchors = rec[2] if len(rec) > 2 else None
+        # Tuples of one root tend to come in runs (a split's words of one sentence): XOR a run
+        # in a local and touch the acks dict once per run, not once per tuple.
+        run_root: Any = None
+        run_xor = 0
+        for v, a in zip(values, anchors, strict=False):  # same length: decode_batch checks it
+            tup = new(cls)
+            tup.values = v
+            tup.anchors = a
             tup._ackval = 0
             outbox.current = tup
             try:
@@ -635,17 +685,56 @@ class BoltExecutor(_UserExecutor):
                 if auto_fail:
                     self._fail(tup)
                 continue
-            a = tup.anchors
             if auto_ack and a:
                 acked += 1
                 if len(a) == 2:  # one root: inline the XOR bookkeeping of ack_tuple
                     r = a[0]
-                    acks[r] = acks.get(r, 0) ^ a[1] ^ tup._ackval
+                    x = tup._ackval
+                    x = a[1] ^ x if x else a[1]
+                    if r == run_root:
+                        run_xor ^= x
+                    else:
+                        if run_root is not None:
+                            acks[run_root] = acks.get(run_root, 0) ^ run_xor
+                        run_root, run_xor = r, x
                 else:
                     ack_tuple(tup)
+        if run_root is not None:
+            acks[run_root] = acks.get(run_root, 0) ^ run_xor
         outbox.current = None
         self.acked += acked
-        self.executed += len(records)
+        self.executed += len(values)
+
+    def _process_general(self, classes: Mapping[str, type[Tuple]], values: Any, anchors: Any, streams: Any) -> None:
+        """Any batch: tuples on named streams, unanchored tuples with acking, unknown streams."""
+        bolt: Bolt = self.instance
+        outbox = self.outbox
+        acking = outbox.acking
+        new = Tuple.__new__
+        for i, v in enumerate(values):
+            stream = streams.get(i, "default") if streams else "default"
+            cls = classes.get(stream)
+            if cls is None:
+                self.record_error("process", ValueError(f"a tuple on unknown stream {stream!r}"))
+                continue
+            tup = new(cls)
+            tup.values = v
+            if acking:
+                tup.anchors = anchors[i] if anchors is not None else None
+                tup._ackval = 0
+                outbox.current = tup
+            try:
+                bolt.process(tup)
+            except Exception as exc:
+                self.record_error("process", exc)
+                if acking and bolt.auto_fail:
+                    self._fail(tup)
+                continue
+            if acking and bolt.auto_ack and tup.anchors:
+                self.acked += 1
+                outbox.ack_tuple(tup)
+        outbox.current = None
+        self.executed += len(values)
 
     def _tick(self) -> None:
         bolt: Bolt = self.instance
@@ -658,13 +747,11 @@ class BoltExecutor(_UserExecutor):
 
     def loop(self) -> None:
         outbox = self.outbox
+        deadline, ctl_deadline = outbox.deadline, outbox.ctl_deadline
         get = self.data_q.get
         get_nowait = self.data_q.get_nowait
-        empty = self.data_q.empty
+        clock = time.monotonic
         tick = self.tick_secs
-        interval = self.flush_interval
-        unflushed = False
-        flush_at = time.monotonic() + interval
         self.announce_ready()
         while self._running:
             self.refresh_routing()
@@ -676,36 +763,40 @@ class BoltExecutor(_UserExecutor):
             if self.draining and self._drain_done():
                 self.hand_over()
                 break
-            now = time.monotonic()
+            now = clock()
             wait = 0.01 if self.draining else 0.1
             if tick:
                 wait = min(wait, max(0.0, self.next_tick - now))
-            if unflushed:
-                wait = min(wait, max(0.0, flush_at - now))
+            wait = ctl_deadline.wait(now, deadline.wait(now, wait))
             try:
-                src, records = get(timeout=wait) if wait > 0 else get_nowait()
+                src, batch = get(timeout=wait) if wait > 0 else get_nowait()
             except queue.Empty:
                 pass
             else:
-                if not unflushed:
-                    flush_at = now + interval
-                    unflushed = True
-                self._process_batch(src, records)
-                # Keep batching while more input waits, up to the latency bound.
-                while time.monotonic() < flush_at:
+                began = clock()
+                deadline.worked(began)
+                ctl_deadline.worked(began)  # acks
+                self._process_batch(src, batch)
+                # Keep taking input while more waits, until the acks are due.
+                at = ctl_deadline.at
+                while clock() < at:  # type: ignore[operator]
                     try:
-                        src, records = get_nowait()
+                        src, batch = get_nowait()
                     except queue.Empty:
                         break
-                    self._process_batch(src, records)
-            now = time.monotonic()
+                    self._process_batch(src, batch)
+            now = clock()
             if tick and now >= self.next_tick:
                 self.next_tick = now + tick
+                deadline.worked(now)
+                ctl_deadline.worked(now)
                 self._tick()
-                unflushed = True
-            if unflushed and (now >= flush_at or empty()):
+            # A batch leaves when it reaches its limit (in the emit) or at the deadline; running
+            # out of input is no reason to send a small one (Nephele's output buffers, not Nagle).
+            if deadline.due(now):
                 outbox.flush()
-                unflushed = False
+            elif ctl_deadline.due(now):
+                outbox.flush_control()
         outbox.flush()
 
     def _handle_control(self) -> None:
@@ -728,11 +819,12 @@ class BoltExecutor(_UserExecutor):
             dropped = 0
             while True:  # DK passed: what is still queued is dropped; the acker replays it
                 try:
-                    _src, records = self.data_q.get_nowait()
+                    _src, batch = self.data_q.get_nowait()
                 except queue.Empty:
                     break
-                if records is not None:
-                    dropped += len(wire.unpack(records) if type(records) is bytes else records)
+                decoded = self.decode(batch) if batch is not None else None
+                if decoded is not None:
+                    dropped += len(decoded[0])
             if dropped or not self.markers_needed <= self.markers_seen:
                 log.warning("executor %s: lazy kill after DK; %d queued tuples dropped, markers missing from %s",
                             self.executor_id, dropped, sorted(self.markers_needed - self.markers_seen))

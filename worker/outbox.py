@@ -1,12 +1,21 @@
 """An executor's outgoing side: grouping, per-destination batching, acker bookkeeping.
 
 This is the per-tuple hot path, so it is written for speed: ``emit`` resolves the
-grouping to a destination executor and appends a record to that destination's
-buffer; a buffer leaves as one message when it holds ``topology.batch.size``
-records, when its executor finishes an input batch, or when the flush timer
-(``topology.batch.max.latency.ms``) fires. Local destinations get the record
-list put on their input queue (no serialisation); remote ones get one msgpack
-message on a zmq PUSH socket that this executor thread owns.
+grouping to a destination executor and appends the tuple's values (and, with
+acking, its anchors) to that destination's buffer; a buffer leaves as one batch
+when it reaches its limit (sized from the destination's rate by
+:class:`~worker.batching.BatchPolicy`) or at the executor's flush deadline
+(``topology.batch.max.latency.ms``; acker entries have a shorter one). Local
+destinations get the batch put on their input queue as Python objects (no
+serialisation); remote ones get one msgpack message on a zmq PUSH socket that
+this executor thread owns. A batch is three columns, ``(values, anchors,
+streams)`` (see :mod:`worker.wire`): no per-tuple record is built on either side.
+
+A buffer is a list: values only, or, with acking, values and anchors interleaved
+(``[v0, a0, v1, a1, ...]``), so that an emit is one or two appends and no
+allocation of a record. Tuples on other streams than ``default`` are noted in a
+per-buffer map ``{index: stream}``, so one destination keeps one FIFO buffer and
+the order of tuples between two executors is the order of the emits.
 
 Everything here runs in the owning executor's thread only.
 """
@@ -15,6 +24,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +33,9 @@ import zmq
 from nstorm.component import Tuple
 from nstorm.topology import ALL, DIRECT, FIELDS, GLOBAL, LOCAL_OR_SHUFFLE
 from worker import wire
+from worker.batching import BatchPolicy, FlushDeadline
 from worker.routing import RoutingTable
+from worker.transport import send_frames
 
 if TYPE_CHECKING:
     from worker.process import Worker
@@ -35,16 +47,23 @@ _getrandbits = random.Random().getrandbits  # edge ids: fast, not for secrets
 # grouping kinds, compiled
 _K_SHUFFLE, _K_FIELD1, _K_FIELDS, _K_ALL, _K_GLOBAL, _K_DIRECT = range(6)
 
-
 class _Buffer(list):
-    """Records waiting for one destination task."""
+    """What waits for one destination task: values (and anchors, interleaved, with acking).
 
-    __slots__ = ("dst", "header")
+    ``limit`` (list length that makes it leave), ``rate`` and ``last`` belong to the
+    batching policy; ``traffic`` is the destination's cumulative [tuples, bytes].
+    """
 
-    def __init__(self, dst: int, src: int) -> None:
+    __slots__ = ("dst", "streams", "limit", "rate", "last", "traffic")
+
+    def __init__(self, dst: int, src: int, limit: int, now: float, traffic: list[int]) -> None:
         super().__init__()
         self.dst = dst
-        self.header = wire.data_header(dst, src)
+        self.streams: dict[int, str] | None = None
+        self.limit = limit
+        self.rate = 0.0
+        self.last = now
+        self.traffic = traffic
 
 
 class _Target:
@@ -61,19 +80,29 @@ class _Target:
 
 
 class Outbox:
-    """Emitting for one executor. See the module docstring."""
+    """Emitting for one executor. See the module docstring.
+
+    :ivar emitted: tuples sent (counted per batch).
+    :ivar batches: batches (messages or local queue puts) sent.
+    :ivar clock: the monotonic clock of the batching policy (a test may replace it).
+    """
 
     def __init__(self, worker: Worker, task: int, component: str, definition: Mapping[str, Any]) -> None:
         self.worker = worker
         self.task = task
         self.component = component
         self.definition = definition
-        conf = worker.conf
-        self.batch_size = max(1, int(conf["topology.batch.size"]))
         self.acking = worker.acking
+        self.stride = 2 if self.acking else 1  # list slots per buffered tuple
+        self.policy = BatchPolicy.from_conf(worker.conf, unit=self.stride)
+        self.deadline = FlushDeadline(self.policy.max_latency)  # for everything buffered
+        self.ctl_deadline = FlushDeadline(self.policy.control_latency)  # for acker entries
+        self.clock = time.monotonic
         self.emitted = 0
+        self.batches = 0
         self.emit = self.emit_plain
         self.emit_anchored = self.emit_anchored_general
+        self.emit_tracked = self.emit_tracked_general
         self.routing: RoutingTable | None = None
         self.targets: dict[str, list[_Target]] = {}
         self.direct_targets: dict[str, list[tuple[str, list[_Buffer]]]] = {}
@@ -139,11 +168,16 @@ class Outbox:
         self.direct_targets = direct
         self.emit = self._make_plain_emit()
         self.emit_anchored = self._make_anchored_emit()
+        self.emit_tracked = self._make_tracked_emit()
 
     def _buffer(self, dst: int) -> _Buffer:
         buf = self.buffers.get(dst)
         if buf is None:
-            buf = self.buffers[dst] = _Buffer(dst, self.task)
+            traffic = self.traffic.get(dst)
+            if traffic is None:
+                traffic = self.traffic[dst] = [0, 0]
+            limit = self.policy.initial_limit()
+            buf = self.buffers[dst] = _Buffer(dst, self.task, limit, self.clock(), traffic)
         return buf
 
     def _copies(self, values: Sequence[Any], stream: str) -> list[_Buffer]:
@@ -169,75 +203,89 @@ class Outbox:
                 out.append(t.bufs[0])
         return out
 
+    def _put(self, buf: _Buffer, values: Sequence[Any], stream: str, anchors: Any) -> None:
+        """Append one tuple to ``buf`` (any stream); send the buffer if it is full."""
+        if stream != "default":
+            streams = buf.streams
+            if streams is None:
+                streams = buf.streams = {}
+            streams[len(buf) // self.stride] = stream
+        buf.append(values)
+        if self.stride == 2:
+            buf.append(anchors)
+        if len(buf) >= buf.limit:
+            self.flush_buffer(buf)
+
     # -- emitting -------------------------------------------------------------------------
+    # The compiled emits below pick a buffer with one hash (fields grouping on one field)
+    # or one ``next`` of a cycle (shuffle, global, a single subscriber), append, and
+    # compare the buffer's length with its limit; everything else goes the general way.
+    def _fast_target(self) -> _Target | None:
+        """The one default-stream subscriber if it is a fields (one field), shuffle or global one."""
+        targets = self.targets.get("default") or []
+        if len(targets) != 1 or targets[0].kind not in (_K_FIELD1, _K_SHUFFLE, _K_GLOBAL) or not targets[0].n:
+            return None
+        return targets[0]
+
+    @staticmethod
+    def _cycle(target: _Target) -> Any:
+        bufs = target.bufs
+        start = random.randrange(len(bufs))
+        return itertools.cycle(bufs[start:] + bufs[:start]).__next__
+
     def emit_plain(self, values: Sequence[Any], stream: str = "default", anchors: Any = None) -> None:
         """Unanchored emit, any grouping and stream (see :meth:`_make_plain_emit` for the fast path)."""
-        rec = (stream, values)
-        size = self.batch_size
         for buf in self._copies(values, stream):
-            buf.append(rec)
-            if len(buf) >= size:
-                self.flush_buffer(buf)
+            self._put(buf, values, stream, None)
 
     def _make_plain_emit(self) -> Any:
-        """An unanchored emit compiled for the current routing table.
-
-        The default stream with a single fields, shuffle or global subscriber (word
-        count's every hop) gets a closure that does one hash or one ``next`` and one
-        append; everything else goes through :meth:`emit_plain`.
-        """
+        """An unanchored emit compiled for the current routing table (without acking)."""
         general = self.emit_plain
-        targets = self.targets.get("default") or []
-        if len(targets) != 1:
+        target = self._fast_target()
+        if target is None or self.stride != 1:
             return general
-        target = targets[0]
-        bufs, n, size, flush = target.bufs, target.n, self.batch_size, self.flush_buffer
-        if target.kind == _K_FIELD1:
+        bufs, n, flush = target.bufs, target.n, self.flush_buffer
+        if target.kind == _K_FIELD1 and n > 1:
             idx = target.idx
 
             def emit_fields(values: Sequence[Any], stream: str = "default", anchors: Any = None) -> None:
                 if stream != "default":
                     return general(values, stream)
                 buf = bufs[hash(values[idx]) % n]
-                buf.append(("default", values))
-                if len(buf) >= size:
+                buf.append(values)
+                if len(buf) >= buf.limit:
                     flush(buf)
                 return None
 
             return emit_fields
-        if target.kind in (_K_SHUFFLE, _K_GLOBAL):
-            start = random.randrange(n)
-            nxt = itertools.cycle(bufs[start:] + bufs[:start]).__next__
+        nxt = self._cycle(target)
 
-            def emit_shuffle(values: Sequence[Any], stream: str = "default", anchors: Any = None) -> None:
-                if stream != "default":
-                    return general(values, stream)
-                buf = nxt()
-                buf.append(("default", values))
-                if len(buf) >= size:
-                    flush(buf)
-                return None
+        def emit_cycle(values: Sequence[Any], stream: str = "default", anchors: Any = None) -> None:
+            if stream != "default":
+                return general(values, stream)
+            buf = nxt()
+            buf.append(values)
+            if len(buf) >= buf.limit:
+                flush(buf)
+            return None
 
-            return emit_shuffle
-        return general
+        return emit_cycle
 
     def _make_anchored_emit(self) -> Any:
         """A bolt's anchored emit compiled for the current routing table.
 
         The common case (default stream, one fields/shuffle/global subscriber,
         anchored to the current tuple, which has a single root) costs one random
-        edge id and one append; the rest goes through :meth:`emit_anchored_general`.
+        edge id and two appends; the rest goes through :meth:`emit_anchored_general`.
         """
         general = self.emit_anchored_general
-        targets = self.targets.get("default") or []
-        if len(targets) != 1 or targets[0].kind not in (_K_FIELD1, _K_SHUFFLE, _K_GLOBAL) or not self.auto_anchor:
+        target = self._fast_target()
+        if target is None or not self.auto_anchor or self.stride != 2:
             return general
-        target = targets[0]
-        bufs, n, size, flush = target.bufs, target.n, self.batch_size, self.flush_buffer
-        fields = target.kind == _K_FIELD1
+        bufs, n, flush = target.bufs, target.n, self.flush_buffer
+        fields = target.kind == _K_FIELD1 and n > 1
         idx = target.idx
-        start = random.randrange(n)
-        nxt = itertools.cycle(bufs[start:] + bufs[:start]).__next__
+        nxt = self._cycle(target)
         outbox = self
         rand = _getrandbits
 
@@ -251,8 +299,9 @@ class Outbox:
             buf = bufs[hash(values[idx]) % n] if fields else nxt()
             edge = rand(64)
             cur._ackval ^= edge
-            buf.append(("default", values, (a[0], edge)))
-            if len(buf) >= size:
+            buf.append(values)
+            buf.append((a[0], edge))
+            if len(buf) >= buf.limit:
                 flush(buf)
             return None
 
@@ -270,7 +319,6 @@ class Outbox:
         if not anchor_tups:
             self.emit_plain(values, stream)
             return
-        size = self.batch_size
         for buf in self._copies(values, stream):
             edge = _getrandbits(64)
             anc: list[int] = []
@@ -280,21 +328,41 @@ class Outbox:
                 for i in range(0, len(roots), 2):
                     anc.append(roots[i])
                     anc.append(edge)
-            buf.append((stream, values, anc))
-            if len(buf) >= size:
-                self.flush_buffer(buf)
+            self._put(buf, values, stream, anc)
 
-    def emit_tracked(self, values: Sequence[Any], stream: str, root: int) -> int:
+    def emit_tracked_general(self, values: Sequence[Any], stream: str, root: int) -> int:
         """A spout's tracked emit: returns the XOR of the edge ids sent (0 if none)."""
         init = 0
-        size = self.batch_size
         for buf in self._copies(values, stream):
             edge = _getrandbits(64)
             init ^= edge
-            buf.append((stream, values, (root, edge)))
-            if len(buf) >= size:
-                self.flush_buffer(buf)
+            self._put(buf, values, stream, (root, edge))
         return init
+
+    def _make_tracked_emit(self) -> Any:
+        """A spout's tracked emit compiled for the current routing table (one edge, two appends)."""
+        general = self.emit_tracked_general
+        target = self._fast_target()
+        if target is None or self.stride != 2:
+            return general
+        bufs, n, flush = target.bufs, target.n, self.flush_buffer
+        fields = target.kind == _K_FIELD1 and n > 1
+        idx = target.idx
+        nxt = self._cycle(target)
+        rand = _getrandbits
+
+        def emit_tracked(values: Sequence[Any], stream: str, root: int) -> int:
+            if stream != "default":
+                return general(values, stream, root)
+            buf = bufs[hash(values[idx]) % n] if fields else nxt()
+            edge = rand(64)
+            buf.append(values)
+            buf.append((root, edge))
+            if len(buf) >= buf.limit:
+                flush(buf)
+            return edge
+
+        return emit_tracked
 
     def emit_direct(self, task: int, values: Sequence[Any], stream: str = "default", **_: Any) -> None:
         """Send to executor ``task`` (index within each direct-subscribing component)."""
@@ -307,7 +375,7 @@ class Outbox:
             if not 0 <= task < len(bufs):
                 msg = f"emit_direct to task {task} of {name!r}, which has {len(bufs)} executors"
                 raise ValueError(msg)
-            buf = bufs[task]
+            anc = None
             if cur is not None and cur.anchors:
                 edge = _getrandbits(64)
                 cur._ackval ^= edge
@@ -315,11 +383,7 @@ class Outbox:
                 anc = []
                 for i in range(0, len(roots), 2):
                     anc.extend((roots[i], edge))
-                buf.append((stream, values, anc))
-            else:
-                buf.append((stream, values))
-            if len(buf) >= self.batch_size:
-                self.flush_buffer(buf)
+            self._put(bufs[task], values, stream, anc)
 
     def emit_direct_tracked(self, task: int, values: Sequence[Any], stream: str, root: int) -> int:
         """A spout's tracked direct emit: returns the XOR of the edge ids sent."""
@@ -332,12 +396,9 @@ class Outbox:
             if not 0 <= task < len(bufs):
                 msg = f"emit_direct to task {task} of {name!r}, which has {len(bufs)} executors"
                 raise ValueError(msg)
-            buf = bufs[task]
             edge = _getrandbits(64)
             init ^= edge
-            buf.append((stream, values, (root, edge)))
-            if len(buf) >= self.batch_size:
-                self.flush_buffer(buf)
+            self._put(bufs[task], values, stream, (root, edge))
         return init
 
     # -- acker bookkeeping ---------------------------------------------------------------
@@ -375,9 +436,15 @@ class Outbox:
     # -- flushing ------------------------------------------------------------------------
     def flush(self) -> None:
         """Send every non-empty buffer, then the acks and other control entries."""
+        self.deadline.flushed()
         for buf in self.buffers.values():
             if buf:
                 self.flush_buffer(buf)
+        self.flush_control()
+
+    def flush_control(self) -> None:
+        """Send the acks and other control entries (not the data buffers)."""
+        self.ctl_deadline.flushed()
         if self.acks:
             acks = self.acks
             self.acks = {}
@@ -392,26 +459,39 @@ class Outbox:
                 self._send_control(kind, dst, entries)
 
     def flush_buffer(self, buf: _Buffer) -> None:
-        records = buf.copy()
+        """Send what ``buf`` holds as one batch ``(values, anchors, streams)``."""
+        if self.stride == 1:
+            values = buf[:]
+            anchors = None
+        else:
+            values = buf[0::2]
+            anchors = buf[1::2]
         buf.clear()
-        n = len(records)
+        streams = buf.streams
+        if streams is not None:
+            buf.streams = None
+        n = len(values)
         self.emitted += n
-        traffic = self.traffic.get(buf.dst)
-        if traffic is None:
-            traffic = self.traffic[buf.dst] = [0, 0]
+        self.batches += 1
+        policy = self.policy
+        if policy.adaptive:
+            policy.observe(buf, n, self.clock())
+        traffic = buf.traffic
         traffic[0] += n
+        dst = buf.dst
         routing = self.routing
-        wid = routing.location[buf.dst]  # type: ignore[union-attr]
-        local = self.worker.local_queue(buf.dst, wid)
+        wid = routing.location[dst]  # type: ignore[union-attr]
+        local = self.worker.local_target(dst, wid)
         if local is not None:
-            local.put((self.task, records))
+            local.in_size = n
+            local.data_q.put((self.task, (values, anchors, streams)))
             return
         sock = self._data_socks.get(wid)
         if sock is None:
             sock = self._data_socks[wid] = self.worker.transport.data_socket(routing.endpoints[wid])  # type: ignore[union-attr]
-        payload = wire.pack(records)
+        payload = wire.pack((values, anchors, streams))
         traffic[1] += len(payload)
-        sock.send_multipart((buf.header, payload))
+        send_frames(sock, wire.data_header(dst, self.task, 0, n), payload)
 
     def _send_marker(self, dst: int, wid: str, routing: RoutingTable) -> None:
         local = self.worker.local_queue(dst, wid)
@@ -424,7 +504,7 @@ class Outbox:
         sock = self._data_socks.get(wid)
         if sock is None:
             sock = self._data_socks[wid] = self.worker.transport.data_socket(endpoint)  # type: ignore[union-attr]
-        sock.send_multipart((wire.marker_header(dst, self.task), b""))
+        send_frames(sock, wire.marker_header(dst, self.task), b"")
 
     def send_control_to(self, wid: str, kind: int, dst: int, entries: Any) -> None:
         """A control message to ``dst`` at worker ``wid``, whatever the routing table says."""

@@ -14,6 +14,7 @@ worker; ``STOPPING -> STOPPED`` before the process exits.
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
@@ -97,6 +98,12 @@ class Worker:
             return None
         ex = self.executors.get(dst) or self.draining.get(dst)
         return ex.data_q if ex is not None else None
+
+    def local_target(self, dst: int, wid: str) -> Executor | None:
+        """The executor ``dst`` if it runs (or still drains) in this worker, else None."""
+        if wid != self.worker_id:
+            return None
+        return self.executors.get(dst) or self.draining.get(dst)
 
     def local_control(self, dst: int, wid: str) -> Any:
         if wid != self.worker_id:
@@ -361,6 +368,7 @@ class Worker:
         self.backpressure.start()
         self.metrics = MetricsCollector(self)
         self.metrics.start()  # after the first plan: every frame then finds its executor or a route
+        self._tune_gc()
         self.state = "RUNNING"
         log.info("worker %s running topology %s (plan v%d, pid %d)", self.worker_id, self.topology, self.version, os.getpid())
         threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True).start()
@@ -391,6 +399,23 @@ class Worker:
             self._report_completions()
         self.shutdown()
         return 0
+
+    def _tune_gc(self) -> None:
+        """Fewer cyclic-GC passes over the tuples in flight (``worker.gc.threshold``).
+
+        Tuples die by reference counting; the cyclic collector still runs every
+        ``threshold`` allocations of containers and walks every live one of the young
+        generation, which on the tuple path are the tuples waiting in buffers and queues.
+        Objects that exist at start-up (modules, the topology's code) are frozen out of
+        collections altogether. Python's default threshold is 700.
+        """
+        threshold = int(self.conf.get("worker.gc.threshold") or 0)
+        if threshold <= 0:
+            return
+        gc.collect()
+        gc.freeze()
+        _, gen1, gen2 = gc.get_threshold()
+        gc.set_threshold(threshold, gen1, gen2)
 
     def request_stop(self, *_: Any) -> None:
         self._stop.set()

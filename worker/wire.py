@@ -1,10 +1,21 @@
 """The wire format between workers: msgpack only, never pickle.
 
 Data messages are two zmq frames, ``[header, payload]``: the header
-``[DATA, dst_task, src_task]`` is tiny so that a receiver can route (or forward)
-a batch without decoding it; the payload is a msgpack list of records
-``[stream, values]`` or ``[stream, values, anchors]`` where ``anchors`` is a flat
-``[root, edge, root, edge, ...]`` list for the acker.
+``[DATA, dst_task, src_task, hops, count]`` is tiny so that a receiver can route (or
+forward) a batch, and know how many tuples it holds, without decoding it. The payload is one batch in columns (one msgpack
+array per batch, not one map or array per tuple, which is three times cheaper to
+pack and unpack):
+
+    [values, anchors, streams]
+
+- ``values``: the tuples' values, one array per tuple, in emit order;
+- ``anchors``: nil (no tuple of the batch is anchored) or one entry per tuple: nil
+  or a flat ``[root, edge, root, edge, ...]`` array for the acker;
+- ``streams``: nil (every tuple is on the ``default`` stream) or a map
+  ``{index: stream}`` naming the stream of each tuple that is not.
+
+Batches between executors of one worker are the same three columns as Python
+objects on the destination's queue (no serialisation).
 
 Control messages (acker traffic, and later migration hand-over) are one frame
 ``[kind, dst_task, src_task, entries]`` on the worker's separate control port,
@@ -31,6 +42,7 @@ __all__ = [
     "FAILED",
     "control_message",
     "data_header",
+    "decode_batch",
     "pack",
     "unpack",
 ]
@@ -60,8 +72,33 @@ def unpack(data: bytes) -> Any:
     return msgpack.unpackb(data, raw=False, use_list=False, strict_map_key=False)
 
 
-def data_header(dst: int, src: int, hops: int = 0) -> bytes:
-    return pack((DATA, dst, src, hops) if hops else (DATA, dst, src))
+def decode_batch(batch: Any) -> tuple[Any, Any, Any]:
+    """``(values, anchors, streams)`` of a batch: decoded if it came as bytes, shape checked.
+
+    :raises ValueError: for anything that is not a batch (garbage from the network).
+    """
+    if type(batch) is bytes:
+        batch = unpack(batch)
+    try:
+        values, anchors, streams = batch
+    except (TypeError, ValueError):
+        msg = "a data batch must be [values, anchors, streams]"
+        raise ValueError(msg) from None
+    if not isinstance(values, (list, tuple)):
+        msg = "batch values must be an array"
+        raise ValueError(msg)
+    if anchors is not None and (not isinstance(anchors, (list, tuple)) or len(anchors) != len(values)):
+        msg = "batch anchors must be nil or one entry per tuple"
+        raise ValueError(msg)
+    if streams is not None and not isinstance(streams, dict):
+        msg = "batch streams must be nil or a map"
+        raise ValueError(msg)
+    return values, anchors, streams
+
+
+def data_header(dst: int, src: int, hops: int = 0, count: int = 0) -> bytes:
+    """``[DATA, dst, src, hops, count]``: ``count`` tuples in the payload (for backpressure)."""
+    return pack((DATA, dst, src, hops, count))
 
 
 def marker_header(dst: int, src: int) -> bytes:

@@ -1,0 +1,166 @@
+"""Adaptive batching: how many tuples an output buffer collects before it is sent.
+
+After Aeolus (batch size from the producer's output rate, capped) and Nephele's
+adaptive output-buffer sizing (buffers sized so that their fill time meets a latency
+bound). Every destination executor of an emitting executor has its own buffer, and
+each buffer its own *limit*:
+
+    limit = clamp(ceil(rate * fill_secs), 1, topology.batch.size)
+
+where ``rate`` is the destination's observed rate (tuples/s, an exponentially
+decaying average over about :data:`RATE_TAU_SECS`, updated once per sent batch, never
+per tuple) and ``fill_secs`` is half of ``topology.batch.max.latency.ms``. So a
+destination that receives 100,000 tuples/s gets batches of 250 (one message per
+2.5 ms), one that receives 1,000/s gets batches of 2 to 3, and one that receives a
+tuple now and then sends each tuple at once. As in Nephele, a buffer leaves when it
+is full, not when its executor happens to run out of input: sending small batches
+whenever a queue runs empty multiplies the messages (and the thread wake-ups, which
+cost more than the tuples in Python) exactly at the moderate rates where latency is
+already low. What bounds the wait:
+
+- the deadline (:class:`FlushDeadline`): whatever an executor has buffered is sent at
+  the latest ``topology.batch.max.latency.ms`` after the loop iteration that buffered
+  it began (a slow destination's limit is 1, so its tuples do not wait at all). It is
+  checked between iterations, so a tuple can wait longer by the rest of the iteration
+  it was emitted in: one input batch of a bolt, at most 256 ``next_tuple`` calls of a
+  spout;
+- acker entries (a spout's inits, a bolt's acks) have their own deadline,
+  :data:`CONTROL_SHARE` of the bound: the acker cannot complete a tuple before they
+  arrive, and coalescing them for that long bounds their messages to a few hundred
+  per second per executor;
+- a spout that may not emit (``topology.max.spout.pending`` reached, backpressure, the
+  topology deactivated) sends everything at once: holding tuples back would stall it.
+
+``topology.batch.size = 1`` is per-tuple sending: every emit is one message and the
+executor sends its acker entries after every tuple too (the baseline the batching
+benchmark compares against). ``topology.batch.adaptive = false`` keeps every limit at
+``topology.batch.size`` (fixed-size batches, still bounded by the deadlines).
+
+Everything here runs in the emitting executor's thread.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+__all__ = ["CONTROL_SHARE", "RATE_TAU_SECS", "BatchPolicy", "FlushDeadline", "RateState"]
+
+RATE_TAU_SECS = 0.2  # time constant of the rate estimate: reacts within a few tenths of a second
+CONTROL_SHARE = 0.25  # acker entries wait at most this share of the latency bound
+
+
+class RateState(Protocol):
+    """What the policy keeps per destination (slots of the outbox's buffers)."""
+
+    limit: int  # buffer length (tuples x unit) that makes it leave
+    rate: float  # tuples/s, decaying average
+    last: float  # clock of the previous send (or of the buffer's creation)
+
+
+class BatchPolicy:
+    """Per-destination batch limits of one executor. See the module docstring.
+
+    :arg cap: the largest batch, in tuples (``topology.batch.size``).
+    :arg max_latency: the bound on the time a tuple waits in a buffer, in seconds
+        (``topology.batch.max.latency.ms`` / 1000); 0 when ``cap`` is 1.
+    :arg adaptive: size each buffer from its rate (else every limit is ``cap``).
+    :arg fill: the fill time a limit aims at, in seconds (default: half of ``max_latency``).
+    :arg unit: list slots a buffered tuple takes (2 when anchors are interleaved with values);
+        limits are in slots, so that an emit compares one length with one limit.
+
+    Example::
+
+        >>> p = BatchPolicy(cap=256, max_latency=0.005)
+        >>> class Dst: limit, rate, last = 1, 0.0, 0.0
+        >>> d = Dst()
+        >>> for i in range(1, 1001):     # 40 tuples every millisecond: 40,000 tuples/s
+        ...     p.observe(d, 40, i / 1000)
+        >>> d.limit                      # 40,000/s * 2.5 ms
+        100
+    """
+
+    def __init__(
+        self, cap: int, max_latency: float, adaptive: bool = True, fill: float | None = None, unit: int = 1
+    ) -> None:
+        self.cap = max(1, int(cap))
+        self.unit = unit
+        self.per_tuple = self.cap == 1
+        self.max_latency = 0.0 if self.per_tuple else max(0.0, float(max_latency))
+        self.adaptive = bool(adaptive) and not self.per_tuple
+        self.fill = self.max_latency / 2 if fill is None else float(fill)
+        self.control_latency = self.max_latency * CONTROL_SHARE
+
+    @classmethod
+    def from_conf(cls, conf: Mapping[str, Any], unit: int = 1) -> BatchPolicy:
+        adaptive = conf.get("topology.batch.adaptive", True)
+        if isinstance(adaptive, str):
+            adaptive = adaptive.strip().lower() not in ("0", "false", "no", "off")
+        return cls(int(conf["topology.batch.size"]), float(conf["topology.batch.max.latency.ms"]) / 1000.0,
+                   bool(adaptive), unit=unit)
+
+    def initial_limit(self) -> int:
+        """A new destination starts small (its first tuples leave at once) and grows with its rate."""
+        return self.unit if self.adaptive else self.cap * self.unit
+
+    def observe(self, dst: RateState, n: int, now: float) -> None:
+        """``n`` tuples for ``dst`` were just sent at clock ``now``: update its rate and limit."""
+        if not self.adaptive:
+            return
+        dt = now - dst.last
+        dst.last = now
+        if dt < 0.0:
+            dt = 0.0
+        if dt >= RATE_TAU_SECS:
+            rate = n / dt if dt > 0 else 0.0
+        else:  # exponential decay over RATE_TAU_SECS: rate*(1 - dt/tau) + n/tau
+            rate = dst.rate * (1.0 - dt / RATE_TAU_SECS) + n / RATE_TAU_SECS
+        dst.rate = rate
+        limit = math.ceil(rate * self.fill)
+        dst.limit = self.unit * (1 if limit < 1 else self.cap if limit > self.cap else limit)
+
+
+class FlushDeadline:
+    """The executor-wide bound: buffered tuples leave ``max_latency`` after they were buffered.
+
+    An executor calls :meth:`worked` after each loop iteration that may have buffered
+    something, with the clock reading from *before* that iteration (so the bound is
+    counted from the earliest moment a tuple of it can have been buffered), and
+    flushes everything when :meth:`due` says so, or when it runs out of work.
+
+    Example::
+
+        >>> d = FlushDeadline(0.005)
+        >>> d.worked(1.000)
+        >>> d.worked(1.003)              # the first unflushed iteration sets the deadline
+        >>> d.due(1.004), d.due(1.005)
+        (False, True)
+    """
+
+    __slots__ = ("max_latency", "at")
+
+    def __init__(self, max_latency: float) -> None:
+        self.max_latency = max_latency
+        self.at: float | None = None
+
+    def worked(self, began: float) -> None:
+        """An iteration that began at ``began`` may have buffered tuples."""
+        if self.at is None:
+            self.at = began + self.max_latency
+
+    def due(self, now: float) -> bool:
+        at = self.at
+        return at is not None and now >= at
+
+    def wait(self, now: float, longest: float) -> float:
+        """How long the executor may block for input: at most ``longest``, never past the deadline."""
+        at = self.at
+        if at is None:
+            return longest
+        left = at - now
+        return 0.0 if left <= 0.0 else left if left < longest else longest
+
+    def flushed(self) -> None:
+        """Everything buffered has been sent."""
+        self.at = None
