@@ -333,8 +333,11 @@ class ClusterClient:
             for eid, c in beat.get("executors", {}).items():
                 if eid in counters:  # a moved executor reported by its old and new worker
                     merged = dict(counters[eid])
-                    for key in ("emitted", "batches", "executed", "acked", "failed", "queue", "errors", "pending",
-                                "replayed"):
+                    # The new copy carries the old one's totals on from the hand-over, when the old
+                    # copy stops counting: the larger is the executor's; queued and pending add up.
+                    for key in ("emitted", "batches", "executed", "acked", "failed", "errors"):
+                        merged[key] = max(int(merged.get(key) or 0), int(c.get(key) or 0))
+                    for key in ("queue", "pending", "replayed"):
                         merged[key] = int(merged.get(key) or 0) + int(c.get(key) or 0)
                     counters[eid] = merged
                 else:

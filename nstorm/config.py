@@ -55,11 +55,13 @@ DEFAULTS: dict[str, Any] = {
     # OTD
     "otd.period.secs": 5,
     "otd.threshold.asc": 0,
-    "otd.window.secs": 20,  # traffic window of each round
-    "otd.cpu.high": 0.8,  # a worker above this share of a core is high-load
-    "otd.cpu.low": 0.5,  # ... below this (and a short queue) low-load
-    "otd.queue.high": 32,  # queued batches making a worker high-load
-    "otd.queue.low": 4,
+    "otd.window.secs": 10,  # traffic and load window of each round
+    "otd.cpu.high": 0.8,  # a worker using this share of a core (or more) is high-load
+    "otd.cpu.low": 0.5,  # ... at most this share, with a backlog not growing: low-load
+    "otd.queue.high": 16,  # a backlog (queued batches never worked off in a period) this deep: high-load
+    "otd.queue.growth.high": 2.0,  # ... and so does a backlog growing this fast (batches/s)
+    "otd.queue.growth.low": 0.25,  # a low-load worker's backlog grows no faster than this
+    "otd.spark.eager": False,  # start Nimbus's SparkSession when it leads, not at the first OTD topology
     "otd.spark.master": "local[2]",
 }
 

@@ -8,14 +8,42 @@ workers takes well under a second (``python -m benchmarks.otd_scale``):
 - equation (5), ``ASC(e, n0 -> n) = comm[e, n] - comm[e, n0]``, is then one fancy index
   and one subtraction for every candidate pair at once.
 
+Classification (section 4.2 classifies "according to the length of message queues and the CPU
+utilization of each Worker"): over the round's window, a worker is
+
+- high-load if it uses ``otd.cpu.high`` of a core or more (a Python worker is bound to one
+  core by the GIL), or its backlog is deep (>= ``otd.queue.high`` batches) or growing
+  (>= ``otd.queue.growth.high`` batches/s): it receives more than it can process;
+- low-load if it uses at most ``otd.cpu.low`` of a core and its backlog is not growing
+  (<= ``otd.queue.growth.low``): a worker that keeps up;
+- normal otherwise.
+
+The backlog is the shortest queue a worker had over the load window, and its growth how
+fast that floor rose from the first half of the window to the second
+(:func:`scheduler_otd.traffic.fold`): queues on a busy machine come in bursts (0, 200, 0
+batches a second apart), so the mean and a fitted slope flip a worker between classes
+from one round to the next, while a worker that falls behind never empties its queue.
+
 The four cases of section 4.2:
 
 1. high- and low-load workers: Algorithm 1 (load balancing) moves one executor of the most
-   loaded worker to the least loaded low-load worker of some node, the one with the best ASC;
+   loaded high-load worker to the least loaded low-load worker of some node, the pair with
+   the best ASC, except the worker's busiest executor (most tuples in and out over the window):
+   moving that one carries the hot spot to the target, which is high-load by the next round,
+   and the busiest executor then travels from worker to worker (we saw a word count's
+   hottest ``count`` move ten times in two minutes); moving its neighbours away gives it the
+   worker. A worker with no other movable executor is skipped for the next most loaded one;
+   when no high-load worker has one, no move can relieve them: the round warns (raise the
+   parallelism) and goes on as Case 3, whose moves only go to low-load workers;
 2. high-load workers but no low-load one: a warning (resources are short), no move;
 3. low-load workers but no high-load one: Algorithm 2 (communication optimisation) moves the
-   executor with the best ASC to a low-load worker, if that ASC exceeds ``otd.threshold.asc``;
-4. neither: nothing to do.
+   executor with the best ASC to the least loaded low-load worker of another node, if that
+   ASC exceeds ``otd.threshold.asc`` (the paper's line 1 takes the least loaded low-load
+   worker of each node);
+4. neither: nothing to do (the paper: "we need not take any actions").
+
+Ties of ASC (a move inside a node scores 0 for every executor) go to the executor with the
+most traffic in the window, the busiest one.
 """
 
 from __future__ import annotations
@@ -33,10 +61,16 @@ HIGH, NORMAL, LOW = "high", "normal", "low"
 
 @dataclass(frozen=True)
 class WorkerLoad:
-    """What load collection reports for a worker: CPU share (0..1 of a core) and queued batches."""
+    """A worker's load over the window: CPU (share of a core), backlog (queued batches it did
+    not get below) and the backlog's trend (batches per second; > 0: it grows)."""
 
     cpu: float
     queue: float
+    trend: float = 0.0
+
+    def key(self) -> tuple[float, float, float]:
+        """Order of load: "the highest load" and "the lowest load" of Algorithm 1."""
+        return (self.cpu, self.trend, self.queue)
 
 
 @dataclass
@@ -56,16 +90,17 @@ class Decision:
 
 
 def classify(loads: Mapping[str, WorkerLoad], conf: Mapping[str, Any]) -> dict[str, str]:
-    """high if CPU or queue is above its high mark; low if both are below their low marks."""
+    """high / normal / low for each worker (the rules are in the module docstring)."""
     cpu_high = float(conf.get("otd.cpu.high", 0.8))
     cpu_low = float(conf.get("otd.cpu.low", 0.5))
-    queue_high = float(conf.get("otd.queue.high", 32))
-    queue_low = float(conf.get("otd.queue.low", 4))
+    queue_high = float(conf.get("otd.queue.high", 16))
+    growth_high = float(conf.get("otd.queue.growth.high", 2.0))
+    growth_low = float(conf.get("otd.queue.growth.low", 0.25))
     classes = {}
     for worker, load in loads.items():
-        if load.cpu >= cpu_high or load.queue >= queue_high:
+        if load.cpu >= cpu_high or load.queue >= queue_high or load.trend >= growth_high:
             classes[worker] = HIGH
-        elif load.cpu <= cpu_low and load.queue <= queue_low:
+        elif load.cpu <= cpu_low and load.trend <= growth_low:
             classes[worker] = LOW
         else:
             classes[worker] = NORMAL
@@ -97,13 +132,27 @@ def allocation_scores(
     return comm, nodes, home
 
 
-def _best(comm: np.ndarray, home: np.ndarray, rows: np.ndarray, targets: list[str],
-          target_nodes: np.ndarray) -> tuple[int, int, float]:
-    """argmax over (executor row, target) of equation (5)."""
-    asc = comm[np.ix_(rows, target_nodes)] - comm[rows, home[rows]][:, None]
-    flat = int(np.argmax(asc))
-    r, t = divmod(flat, len(targets))
-    return int(rows[r]), t, float(asc[r, t])
+def _least_loaded_per_node(low: Sequence[str], loads: Mapping[str, WorkerLoad],
+                           worker_node: Mapping[str, str]) -> list[str]:
+    """min_load_workers: the least loaded low-load worker of each node (ties: by id)."""
+    per_node: dict[str, str] = {}
+    for w in sorted(low):
+        n = worker_node[w]
+        if n not in per_node or loads[w].key() < loads[per_node[n]].key():
+            per_node[n] = w
+    return sorted(per_node.values())
+
+
+def _argmax(asc: np.ndarray, busy: np.ndarray) -> tuple[int, int, float] | None:
+    """argmax over (row, target) of ASC; ties to the row with the most traffic (``busy``), then order."""
+    best = float(asc.max()) if asc.size else -np.inf
+    if not np.isfinite(best):
+        return None
+    flat = np.flatnonzero(asc.ravel() == best)
+    rows = flat // asc.shape[1]
+    pick = int(flat[int(np.argmax(busy[rows]))])
+    r, t = divmod(pick, asc.shape[1])
+    return r, t, best
 
 
 def otd_round(
@@ -120,7 +169,7 @@ def otd_round(
     :arg executors: every executor of the topology (ids).
     :arg placement: executor -> worker.
     :arg worker_node: worker -> node.
-    :arg loads: worker -> :class:`WorkerLoad` (workers without a report count as normal).
+    :arg loads: worker -> :class:`WorkerLoad` (workers without a report are in no class).
     :arg edges: (src executor, dst executor, tuples) over the window: CC(e -> e').
     :arg movable: executors that may move (default: all but ackers).
     """
@@ -135,35 +184,37 @@ def otd_round(
         return Decision(4, classes=classes)
     comm, nodes, home = allocation_scores(executors, placement, worker_node, edges)
     node_index = {n: i for i, n in enumerate(nodes)}
-    if high:
-        # Algorithm 1: executors of the most loaded worker -> the least loaded low worker of each node.
-        source = max(high, key=lambda w: (loads[w].cpu, loads[w].queue))
-        rows = np.array([i for i, e in enumerate(executors) if placement[e] == source and e in movable_set],
-                        dtype=np.int64)
-        per_node: dict[str, str] = {}
-        for w in low:
-            n = worker_node[w]
-            if n not in per_node or (loads[w].cpu, loads[w].queue) < (loads[per_node[n]].cpu, loads[per_node[n]].queue):
-                per_node[n] = w
-        targets = sorted(per_node.values())
-        if rows.size == 0 or not targets:
-            return Decision(1, classes=classes)
-        target_nodes = np.array([node_index[worker_node[w]] for w in targets], dtype=np.int64)
-        row, t, asc = _best(comm, home, rows, targets, target_nodes)
-        return Decision(1, executors[row], targets[t], asc, classes=classes)
-    # Algorithm 2: every executor -> every low-load worker, only if worth it.
-    rows = np.array([i for i, e in enumerate(executors) if e in movable_set], dtype=np.int64)
-    targets = sorted(low)
+    busy = comm.sum(axis=1)
+    targets = _least_loaded_per_node(low, loads, worker_node)
     target_nodes = np.array([node_index[worker_node[w]] for w in targets], dtype=np.int64)
+    if high:
+        # Algorithm 1: executors of the most loaded worker -> min_load_workers (one per node),
+        # all but the busiest one (it would carry the hot spot along).
+        for source in sorted(high, key=lambda w: loads[w].key(), reverse=True):
+            rows = np.array([i for i, e in enumerate(executors) if placement[e] == source and e in movable_set],
+                            dtype=np.int64)
+            if rows.size < 2:
+                continue
+            rows = np.delete(rows, int(np.argmax(busy[rows])))
+            asc_matrix = comm[np.ix_(rows, target_nodes)] - comm[rows, home[rows]][:, None]
+            best = _argmax(asc_matrix, busy[rows])
+            assert best is not None  # rows and targets are not empty, and every entry is finite
+            r, t, asc = best
+            return Decision(1, executors[int(rows[r])], targets[t], asc, classes=classes)
+        warning = (f"the overloaded workers {sorted(high)} host no movable executor besides their busiest one: "
+                   "raise the parallelism of its component")
+    else:
+        warning = None
+    # Algorithm 2: every executor -> min_load_workers, only if worth it.
+    rows = np.array([i for i, e in enumerate(executors) if e in movable_set], dtype=np.int64)
     if rows.size == 0:
-        return Decision(3, classes=classes)
+        return Decision(3, warning=warning, classes=classes)
     asc_matrix = comm[np.ix_(rows, target_nodes)] - comm[rows, home[rows]][:, None]
-    # a target on the executor's own node, or its own worker, is no migration
-    same = home[rows][:, None] == target_nodes[None, :]
-    asc_matrix[same] = -np.inf
-    flat = int(np.argmax(asc_matrix))
-    r, t = divmod(flat, len(targets))
-    asc = float(asc_matrix[r, t])
-    if not np.isfinite(asc) or asc <= float(conf.get("otd.threshold.asc", 0)):
-        return Decision(3, asc=asc if np.isfinite(asc) else 0.0, classes=classes)
-    return Decision(3, executors[int(rows[r])], targets[t], asc, classes=classes)
+    asc_matrix[home[rows][:, None] == target_nodes[None, :]] = -np.inf  # within a node: no gain
+    best = _argmax(asc_matrix, busy[rows])
+    if best is None:
+        return Decision(3, warning=warning, classes=classes)
+    r, t, asc = best
+    if asc <= float(conf.get("otd.threshold.asc", 0)):
+        return Decision(3, asc=asc, warning=warning, classes=classes)
+    return Decision(3, executors[int(rows[r])], targets[t], asc, warning=warning, classes=classes)

@@ -1,11 +1,20 @@
 """The OTD loop Nimbus runs: every ``otd.period.secs``, one round per OTD topology.
 
-A round reads the topology's plan and its workers' heartbeats (load: CPU share and queued
-batches), runs the PySpark traffic job over ``otd.window.secs`` (one SparkSession kept
-alive for all rounds), and hands the decision of :func:`~scheduler_otd.otd.otd_round` to
-Nimbus as an ordinary thread-mode rebalance request with ``by: otd``, so Nimbus stays the
-only writer of plans. The last decision (and the Case 2 warning) is kept in
-``otd/<topology>`` for ``nstorm status``.
+A round reads the topology's plan, runs the PySpark traffic job over ``otd.window.secs``
+(the communication matrix, and each worker's mean CPU, backlog and backlog trend; a worker
+without records falls back to its last heartbeat), and hands the
+decision of :func:`~scheduler_otd.otd.otd_round` to Nimbus as an ordinary thread-mode
+rebalance request with ``by: otd``, so Nimbus stays the only writer of plans. The last
+decision (and the Case 2 warning) is kept in ``otd/<topology>`` for ``nstorm status``,
+with the engine that aggregated the window and how long the round took.
+
+One SparkSession serves every round. It starts in a thread of its own, with a warm-up
+job, as soon as the runner starts when ``otd.spark.eager`` is set (Nimbus's configuration),
+else as soon as the first OTD topology shows up, so that no Nimbus that runs no OTD holds a
+JVM. Starting it takes seconds on an idle machine and a minute or more on a loaded one;
+until it is ready, rounds aggregate the same records with plain Python
+(:func:`~scheduler_otd.traffic.aggregate_records`, a few milliseconds for a window of
+seconds) instead of waiting, and say so (``engine: python``).
 """
 
 from __future__ import annotations
@@ -14,14 +23,17 @@ import json
 import logging
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from nstorm.config import merge_conf
+from nstorm.home import home_dir
 from nstorm.zkschema import ZkPaths, decode, encode
 from scheduler_otd.otd import WorkerLoad, otd_round
+from scheduler_otd.traffic import aggregate_records, read_window, window_files
 
 __all__ = ["OtdRunner"]
 
@@ -35,6 +47,7 @@ class OtdRunner:
         self.zk = zk
         self.paths = paths
         self.conf = conf
+        self.metrics_dir = Path(conf.get("nstorm.metrics.dir") or home_dir() / "metrics")
         self._job: Any = None
         self._next: dict[str, float] = {}
         self._stop = threading.Event()
@@ -48,6 +61,22 @@ class OtdRunner:
         self._thread.join(timeout=5)
         if self._job is not None:
             self._job.stop()
+
+    def _start_spark(self) -> None:
+        """Create the traffic job and warm its SparkSession up in a thread of its own."""
+        from scheduler_otd.traffic import TrafficJob
+
+        self._job = job = TrafficJob(master=str(self.conf.get("otd.spark.master", "local[2]")),
+                                     metrics_dir=self.metrics_dir)
+
+        def warm() -> None:
+            try:
+                job.warm_up()
+            except Exception:  # noqa: BLE001 - rounds go on with the Python aggregation
+                if not self._stop.is_set():
+                    log.exception("cannot start the Spark traffic job; rounds aggregate in Python")
+
+        threading.Thread(target=warm, name="otd-spark", daemon=True).start()
 
     def _get(self, path: str) -> Any:
         try:
@@ -67,12 +96,16 @@ class OtdRunner:
         return result
 
     def _run(self) -> None:
+        if self.conf.get("otd.spark.eager"):
+            self._start_spark()
         while not self._stop.wait(0.5):
             try:
                 topologies = self._otd_topologies()
             except Exception:  # noqa: BLE001 - ZooKeeper trouble: try again
                 log.warning("OTD: cannot list topologies", exc_info=True)
                 continue
+            if topologies and self._job is None:
+                self._start_spark()
             now = time.monotonic()
             for name, conf in topologies.items():
                 if now < self._next.get(name, 0):
@@ -81,6 +114,9 @@ class OtdRunner:
                 try:
                     self.round(name, conf)
                 except Exception:  # noqa: BLE001 - one bad round must not stop the loop
+                    if self._stop.is_set():  # the traffic job was stopped under the round
+                        log.info("OTD round for %s cut short: stopping", name)
+                        return
                     log.exception("OTD round for %s failed", name)
 
     def _busy(self, name: str) -> bool:
@@ -98,6 +134,7 @@ class OtdRunner:
             return False
 
     def loads(self, name: str) -> dict[str, WorkerLoad]:
+        """Each worker's load from its last heartbeat (CPU and queue now; no trend)."""
         loads = {}
         try:
             children = self.zk.get_children(self.paths.workerbeats(name))
@@ -109,27 +146,38 @@ class OtdRunner:
                 loads[wid] = WorkerLoad(float(beat.get("cpu") or 0), float(beat.get("queue") or 0))
         return loads
 
+    def traffic(self, name: str, window: float, load_secs: float) -> tuple[dict[str, Any], str]:
+        """The window's traffic and load, from Spark once it is warm, else from plain Python."""
+        if self._job is not None and self._job.ready.is_set():
+            return self._job.run(name, window_secs=window, load_secs=load_secs), "spark"
+        now = time.time()
+        files = window_files(self.metrics_dir / name, window, now)
+        return aggregate_records(read_window(files, window, now), window, now, load_secs), "python"
+
     def round(self, name: str, conf: dict[str, Any]) -> dict[str, Any] | None:
         """One OTD round for ``name``; returns the recorded decision."""
         plan = self._get(self.paths.assignment(name))
         if not plan or plan.get("rebalance") or plan.get("status") != "ACTIVE" or self._busy(name):
             return None
-        if self._job is None:
-            from scheduler_otd.traffic import TrafficJob
-
-            self._job = TrafficJob(master=str(conf.get("otd.spark.master", "local[2]")),
-                                   metrics_dir=conf.get("nstorm.metrics.dir"))
-        window = float(conf.get("otd.window.secs", 20))
         started = time.monotonic()
-        traffic = self._job.run(name, window_secs=window)
+        window = float(conf.get("otd.window.secs", 10))
+        traffic, engine = self.traffic(name, window, window)
         worker_node = {w: info["node"] for w, info in plan["workers"].items()}
+        loads = {w: load for w, load in self.loads(name).items() if w in worker_node}
+        loads.update({w["id"]: WorkerLoad(w["cpu"], w["backlog"], w["trend"])
+                      for w in traffic["workers"] if w["id"] in worker_node})
         executors = sorted(plan["executors"])
         edges = [(e["src"], e["dst"], float(e["tuples"])) for e in traffic["edges"]]
-        decision = otd_round(executors, plan["executors"], worker_node, self.loads(name), edges, conf)
+        decision = otd_round(executors, plan["executors"], worker_node, loads, edges, conf)
+        elapsed = time.monotonic() - started
         record = {**decision.as_json(), "at": time.time(), "inter_node_ratio": traffic["inter_node_ratio"],
-                  "window_tuples": traffic["total_tuples"]}
-        log.info("OTD %s: round in %.1fs, case %d, inter-node ratio %.1f%% over %d tuples", name,
-                 time.monotonic() - started, decision.case, 100 * traffic["inter_node_ratio"], traffic["total_tuples"])
+                  "window_tuples": traffic["total_tuples"], "engine": engine, "round_secs": round(elapsed, 3),
+                  "loads": {w: [round(x.cpu, 3), round(x.queue, 1), round(x.trend, 2)] for w, x in sorted(loads.items())}}
+        log.info("OTD %s: round in %.2fs (%s), case %d, inter-node ratio %.1f%% over %d tuples, %d low, "
+                 "high/normal (cpu, backlog, trend): %s", name, elapsed, engine, decision.case,
+                 100 * traffic["inter_node_ratio"], traffic["total_tuples"],
+                 sum(1 for c in decision.classes.values() if c == "low"),
+                 {w: (c, *record["loads"].get(w, ())) for w, c in sorted(decision.classes.items()) if c != "low"})
         if decision.warning:
             log.warning("OTD %s: %s", name, decision.warning)
         if decision.executor and decision.target:

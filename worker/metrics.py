@@ -2,7 +2,10 @@
 
 Every ``worker.metrics.interval.secs`` a thread turns the outboxes' cumulative counters
 into deltas and appends JSON lines to the metrics store, partitioned by topology and
-hour: ``$NSTORM_HOME/metrics/<topology>/date=YYYY-MM-DD/hour=HH/<node>-<port>.jsonl``.
+hour, one file per worker and minute:
+``$NSTORM_HOME/metrics/<topology>/date=YYYY-MM-DD/hour=HH/<node>-<port>-<pid>-<MM>.jsonl``
+(so that a round of OTD over the last few seconds reads one or two small files per
+worker, not the whole hour).
 Two kinds of record::
 
     {"kind": "edge", "ts", "topology", "src", "dst", "tuples", "bytes",
@@ -104,7 +107,7 @@ class MetricsCollector:
         stamp = datetime.fromtimestamp(now, UTC)
         directory = self.root / f"date={stamp:%Y-%m-%d}" / f"hour={stamp:%H}"
         directory.mkdir(parents=True, exist_ok=True)
-        return directory / f"{self.worker.node}-{self.worker.port}-{os.getpid()}.jsonl"
+        return directory / f"{self.worker.node}-{self.worker.port}-{os.getpid()}-{stamp:%M}.jsonl"
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
