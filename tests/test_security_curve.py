@@ -80,7 +80,7 @@ def test_curve_wordcount_is_exact_and_strangers_inject_nothing(curve_cluster: An
 
             def frames(word: str, dst: int) -> tuple[list[list[bytes]], list[list[bytes]]]:
                 """Valid-looking data and control messages, and garbage, as a stranger would send."""
-                data = [[wire.data_header(dst, split), wire.pack([("default", (word,))])],
+                data = [[wire.data_header(dst, split, count=1), wire.pack([[(word,)], None, None])],  # one untracked tuple
                         [b"garbage"], [b"\x93\x00\x05", os.urandom(64)]]
                 ctl = [[wire.control_message(wire.BACKPRESSURE, -1, -1, ["evil:1", True])],
                        [wire.control_message(wire.FAILED, tasks.index("sentences:0"), 0, [1, 2, 3])],
