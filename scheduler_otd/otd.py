@@ -31,7 +31,7 @@ The four cases of section 4.2:
    the best ASC, except the worker's busiest executor (most tuples in and out over the window):
    moving that one carries the hot spot to the target, which is high-load by the next round,
    and the busiest executor then travels from worker to worker (we saw a word count's
-   hottest ``count`` move ten times in two minutes); moving its neighbours away gives it the
+   hottest ``count`` move eight times in 70 s); moving its neighbours away gives it the
    worker. A worker with no other movable executor is skipped for the next most loaded one;
    when no high-load worker has one, no move can relieve them: the round warns (raise the
    parallelism) and goes on as Case 3, whose moves only go to low-load workers;

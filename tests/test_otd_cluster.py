@@ -78,8 +78,11 @@ def test_spark_matrix_equals_python_and_the_tuples_sent(client, spark_job) -> No
 
 
 def test_otd_brings_fixed_pairs_together_without_losing_tuples(client, cluster, tmp_path: Path) -> None:
+    # Communication optimisation only: on a loaded test machine a burst of backlog must not make a
+    # worker high-load and start load balancing (Case 1), which may split a pair again.
     conf = ["-c", "topology.scheduler=otd", "-c", "otd.period.secs=2", "-c", "otd.window.secs=4",
-            "-c", "test.rate=300"]
+            "-c", "test.rate=300", "-c", "otd.cpu.high=100", "-c", "otd.queue.high=100000",
+            "-c", "otd.queue.growth.high=100000"]
     assert run_cli("submit", str(TOPOLOGIES / "pairs.py"), "--name", "otd-pairs", *conf, cluster=cluster).returncode == 0
     try:
         plan = client.wait_running("otd-pairs", 60)
