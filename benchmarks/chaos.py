@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import random
+import signal
 import threading
 import time
 from pathlib import Path
@@ -68,9 +70,6 @@ class Chaos:
         self.console.print(f"[yellow]{time.strftime('%H:%M:%S')} fault[/yellow] {kind}: {detail}")
 
     def _kill_worker(self, with_spout: bool) -> str:
-        import os
-        import signal
-
         workers = self._workers()
         chosen = [w for w in workers if any(e.startswith("sentences:") for e in w["executors"]) == with_spout]
         victim = self.rng.choice(chosen or workers)

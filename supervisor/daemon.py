@@ -22,7 +22,6 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import psutil
@@ -38,7 +37,7 @@ from nstorm.loader import unpack_archive
 from nstorm.plans import PlanError, check_plan
 from nstorm.zkauth import credentials_env
 from nstorm.zkschema import ZkPaths, connect, decode, encode
-from supervisor.workers import WorkerHandle, WorkerRegistry
+from supervisor.workers import WorkerHandle, WorkerRegistry, write_json_atomic
 
 __all__ = ["Supervisor", "pick_slots"]
 
@@ -368,11 +367,5 @@ def pick_slots(count: int, port_base: int, host: str, node: str | None = None) -
             ports.append(p)
     slots = [(ports[2 * i], ports[2 * i + 1]) for i in range(count)]
     if remembered is not None:
-        _write_json(remembered, {"host": host, "slots": slots})
+        write_json_atomic(remembered, {"host": host, "slots": slots})
     return slots
-
-
-def _write_json(path: Path, data: Any) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data))
-    tmp.replace(path)

@@ -19,9 +19,16 @@ from typing import Any
 
 import psutil
 
-__all__ = ["WorkerHandle", "WorkerRegistry"]
+__all__ = ["WorkerHandle", "WorkerRegistry", "write_json_atomic"]
 
 log = logging.getLogger(__name__)
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write ``data`` as JSON through a temporary file and a rename: readers never see half of it."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data))
+    tmp.replace(path)
 
 
 @dataclass
@@ -34,10 +41,6 @@ class WorkerHandle:
     popen: subprocess.Popen[bytes] | None = None  # None when adopted: not our child
     restarts: int = 0
     _code: int | None = field(default=None, repr=False)
-
-    @property
-    def adopted(self) -> bool:
-        return self.popen is None
 
     @property
     def pid(self) -> int:
@@ -102,11 +105,8 @@ class WorkerRegistry:
             started = process.create_time()
         except psutil.Error:
             started = 0.0
-        data = {"topology": topology, "port": port, "pid": popen.pid, "create_time": started, "root": self.root}
-        path = self._path(topology, port)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data))
-        tmp.replace(path)
+        write_json_atomic(self._path(topology, port),
+                          {"topology": topology, "port": port, "pid": popen.pid, "create_time": started, "root": self.root})
         return WorkerHandle(topology, port, process, popen=popen)
 
     def forget(self, topology: str, port: int) -> None:

@@ -97,6 +97,19 @@ def read_outputs(directory: Path) -> dict[str, Any]:
     return result
 
 
+def wait_every_sentence_acked(directory: Path, per_spout: int, spouts: int = 2, timeout: float = 120.0) -> None:
+    """Wait until every exact_wordcount spout has all its sentences acked, and each id is among them once."""
+
+    def all_acked() -> bool:
+        out = read_outputs(directory)
+        return all(len(out.get(f"spout-{i}", {}).get("acks", {})) >= per_spout for i in range(spouts))
+
+    wait_until(all_acked, timeout, interval=0.5, what="every sentence acked (replays included)")
+    out = read_outputs(directory)
+    for i in range(spouts):
+        assert sorted(int(k) for k in out[f"spout-{i}"]["acks"]) == list(range(per_spout))
+
+
 def pytest_exception_interact(node: Any, call: Any, report: Any) -> None:
     """On failure, show the tail of every daemon log (after kazoo's conftest)."""
     logs = _HOME / "logs"

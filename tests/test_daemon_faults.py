@@ -17,7 +17,7 @@ from typing import Any
 import psutil
 import pytest
 
-from conftest import TOPOLOGIES, read_outputs, run_cli, wait_until
+from conftest import TOPOLOGIES, read_outputs, run_cli, wait_every_sentence_acked, wait_until
 
 PER_SPOUT = 2400
 RATE = 120  # sentences per second per spout: about 20 s of input, so faults land mid-run
@@ -69,10 +69,7 @@ def _acked(out: Path) -> int:
 
 def _finish(client: Any, name: str, out: Path, pids: dict[str, int]) -> None:
     """Every sentence acked, the words all counted, and the same worker processes throughout."""
-    wait_until(lambda: _acked(out) >= 2 * PER_SPOUT, 120, interval=0.5, what="every sentence acked")
-    data = read_outputs(out)
-    for i in range(2):
-        assert sorted(int(k) for k in data[f"spout-{i}"]["acks"]) == list(range(PER_SPOUT))
+    wait_every_sentence_acked(out, PER_SPOUT)
     from topologies.sentences import sentences
 
     words = sum(len(s.split()) for i in range(2) for s in sentences(PER_SPOUT, seed=100 + i))

@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 import zmq
 
-from conftest import TOPOLOGIES, read_outputs, wait_until
+from conftest import TOPOLOGIES, read_outputs, wait_every_sentence_acked, wait_until
 
 
 def test_killed_worker_is_restarted_and_its_tuples_replayed(client, tmp_path: Path) -> None:
@@ -31,14 +31,7 @@ def test_killed_worker_is_restarted_and_its_tuples_replayed(client, tmp_path: Pa
 
         wait_until(restarted, 60, what="the supervisor to restart the worker")
 
-        def all_acked():
-            out = read_outputs(tmp_path)
-            return all(len(out.get(f"spout-{i}", {}).get("acks", {})) >= per_spout for i in range(2))
-
-        wait_until(all_acked, 120, what="every sentence acked (replays included)")
-        out = read_outputs(tmp_path)
-        for i in range(2):
-            assert sorted(int(k) for k in out[f"spout-{i}"]["acks"]) == list(range(per_spout))
+        wait_every_sentence_acked(tmp_path, per_spout)
     finally:
         client.kill("wckill")
         client.wait_removed("wckill", 30)
@@ -84,14 +77,7 @@ def test_garbage_on_worker_ports_is_dropped_and_counted(client, cluster, tmp_pat
         before = client.status("garbage")["spouts"]["acked"]
         wait_until(lambda: client.status("garbage")["spouts"]["acked"] > before + 100, 30, what="processing goes on")
 
-        def all_acked():
-            out = read_outputs(tmp_path)
-            return all(len(out.get(f"spout-{i}", {}).get("acks", {})) >= per_spout for i in range(2))
-
-        wait_until(all_acked, 120, what="every sentence acked")
-        out = read_outputs(tmp_path)
-        for i in range(2):
-            assert sorted(int(k) for k in out[f"spout-{i}"]["acks"]) == list(range(per_spout))
+        wait_every_sentence_acked(tmp_path, per_spout)
     finally:
         client.kill("garbage")
         client.wait_removed("garbage", 30)
@@ -164,14 +150,7 @@ def test_malformed_plan_in_zookeeper_is_rejected_and_the_last_good_one_kept(clie
     finally:
         client.zk.set(path, good)
 
-    def all_acked():
-        out = read_outputs(tmp_path)
-        return all(len(out.get(f"spout-{i}", {}).get("acks", {})) >= per_spout for i in range(2))
-
-    wait_until(all_acked, 120, what="every sentence acked")
-    out = read_outputs(tmp_path)
-    for i in range(2):
-        assert sorted(int(k) for k in out[f"spout-{i}"]["acks"]) == list(range(per_spout))
+    wait_every_sentence_acked(tmp_path, per_spout)
     assert {w["id"]: w["pid"] for w in client.status("badplan")["workers"]} == pids
     client.kill("badplan")
     client.wait_removed("badplan", 30)

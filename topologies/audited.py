@@ -24,9 +24,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from nstorm import Context, Spout, Topology, TopologyBuilder
+from nstorm import Context, Spout, Topology
 from topologies.sentences import sentences
-from topologies.wordcount import Count, Split
+from topologies.wordcount import build_wordcount
 
 __all__ = ["AuditedSentences", "make_topology", "read_audit"]
 
@@ -125,8 +125,4 @@ def read_audit(directory: Path) -> dict[str, dict[str, Any]]:
 
 
 def make_topology(conf: Mapping[str, Any]) -> Topology:
-    builder = TopologyBuilder("audited")
-    builder.set_spout("sentences", AuditedSentences, parallelism=int(conf.get("audit.spouts", 2)))
-    builder.set_bolt("split", Split, parallelism=int(conf.get("audit.splits", 4))).shuffle_grouping("sentences")
-    builder.set_bolt("count", Count, parallelism=int(conf.get("audit.counts", 4))).fields_grouping("split", ["word"])
-    return builder.build(workers=int(conf.get("audit.workers", 4)))
+    return build_wordcount(conf, spout=AuditedSentences, name="audited", prefix="audit", workers=4)

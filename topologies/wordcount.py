@@ -100,12 +100,21 @@ class Count(Bolt):
         state[word] = state.get(word, 0) + 1
 
 
-def make_topology(conf: Mapping[str, Any]) -> Topology:
-    """The word count topology, sized by ``conf`` (see the module docstring)."""
-    builder = TopologyBuilder("wordcount")
-    builder.set_spout("sentences", Sentences, parallelism=int(conf.get("wordcount.spouts", 2)))
-    builder.set_bolt("split", Split, parallelism=int(conf.get("wordcount.splits", 4))).shuffle_grouping("sentences")
-    builder.set_bolt("count", Count, parallelism=int(conf.get("wordcount.counts", 4))).fields_grouping(
+def build_wordcount(conf: Mapping[str, Any], spout: type[Spout] | None = None, count: type[Bolt] | None = None,
+                    name: str = "wordcount", prefix: str = "wordcount", workers: int = 2) -> Topology:
+    """sentences -> split -> count, sized by ``<prefix>.spouts|splits|counts|workers`` in ``conf``.
+
+    The variants (``wordcount_checked.py``, ``audited.py``) swap in their own spout or count bolt.
+    """
+    builder = TopologyBuilder(name)
+    builder.set_spout("sentences", spout or Sentences, parallelism=int(conf.get(f"{prefix}.spouts", 2)))
+    builder.set_bolt("split", Split, parallelism=int(conf.get(f"{prefix}.splits", 4))).shuffle_grouping("sentences")
+    builder.set_bolt("count", count or Count, parallelism=int(conf.get(f"{prefix}.counts", 4))).fields_grouping(
         "split", ["word"]
     )
-    return builder.build(workers=int(conf.get("wordcount.workers", 2)))
+    return builder.build(workers=int(conf.get(f"{prefix}.workers", workers)))
+
+
+def make_topology(conf: Mapping[str, Any]) -> Topology:
+    """The word count topology, sized by ``conf`` (see the module docstring)."""
+    return build_wordcount(conf)

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from nstorm import Context, Topology, TopologyBuilder, Tuple
-from topologies.wordcount import Count, Sentences, Split
+from nstorm import Context, Topology, Tuple
+from topologies.wordcount import Count, build_wordcount
 
 
 class WritingCount(Count):
@@ -46,10 +46,4 @@ def make_topology(conf: Mapping[str, Any]) -> Topology:
     if not conf.get("wordcount.output.dir"):
         msg = "wordcount_checked.py needs -c wordcount.output.dir=DIR"
         raise ValueError(msg)
-    builder = TopologyBuilder("wordcount")
-    builder.set_spout("sentences", Sentences, parallelism=int(conf.get("wordcount.spouts", 2)))
-    builder.set_bolt("split", Split, parallelism=int(conf.get("wordcount.splits", 4))).shuffle_grouping("sentences")
-    builder.set_bolt("count", WritingCount, parallelism=int(conf.get("wordcount.counts", 4))).fields_grouping(
-        "split", ["word"]
-    )
-    return builder.build(workers=int(conf.get("wordcount.workers", 2)))
+    return build_wordcount(conf, count=WritingCount)
