@@ -748,6 +748,7 @@ class BoltExecutor(_UserExecutor):
     def loop(self) -> None:
         outbox = self.outbox
         deadline, ctl_deadline = outbox.deadline, outbox.ctl_deadline
+        empty = self.data_q.empty
         get = self.data_q.get
         get_nowait = self.data_q.get_nowait
         clock = time.monotonic
@@ -777,8 +778,8 @@ class BoltExecutor(_UserExecutor):
                 deadline.worked(began)
                 ctl_deadline.worked(began)  # acks
                 self._process_batch(src, batch)
-                # Keep taking input while more waits, until the acks are due.
-                at = ctl_deadline.at
+                # Keep taking input while more waits, up to the deadline.
+                at = deadline.at
                 while clock() < at:  # type: ignore[operator]
                     try:
                         src, batch = get_nowait()
@@ -793,9 +794,11 @@ class BoltExecutor(_UserExecutor):
                 self._tick()
             # A batch leaves when it reaches its limit (in the emit) or at the deadline; running
             # out of input is no reason to send a small one (Nephele's output buffers, not Nagle).
+            # Acks leave sooner, but only while input is not waiting: a busy executor sends them
+            # with its data (a few messages per deadline), an idle one within a quarter of it.
             if deadline.due(now):
                 outbox.flush()
-            elif ctl_deadline.due(now):
+            elif ctl_deadline.due(now) and empty():
                 outbox.flush_control()
         outbox.flush()
 
