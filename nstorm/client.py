@@ -327,6 +327,7 @@ class ClusterClient:
                 "pid": beat.get("pid"), "executors": by_worker.get(wid, []),
                 "alive": bool(beat) and time.time() - float(beat.get("time", 0)) < 10,
                 "plan_version": beat.get("version"), "cpu": beat.get("cpu"),
+                "cpu_limit": beat.get("cpu_limit"),
             })
         counters: dict[str, dict[str, Any]] = {}
         for beat in beats.values():

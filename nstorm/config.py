@@ -41,6 +41,7 @@ DEFAULTS: dict[str, Any] = {
     "supervisor.slots.port.base": 6700,  # 0 = pick free ports
     "supervisor.sync.interval.ms": 1000,  # TS: periodic ZooKeeper -> LMDB sync (a watch acts at once)
     "supervisor.sync.watch": True,  # react to plan changes through a ZooKeeper watch (else only every TS)
+    "supervisor.worker.cpu.limit": None,  # cores per worker process (cgroup CFS quota; needs root); None: uncapped
     "worker.sync.interval.ms": 100,  # TW: worker polls its LMDB plan
     "worker.lazy.kill.ms": 2000,  # DK: a moved executor's old copy drains at most this long
     "worker.state.wait.ms": 10000,  # a moved-in copy waits this long for its state, then starts empty

@@ -11,10 +11,10 @@ workers takes well under a second (``python -m benchmarks.otd_scale``):
 Classification (section 4.2 classifies "according to the length of message queues and the CPU
 utilization of each Worker"): over the round's window, a worker is
 
-- high-load if it uses ``otd.cpu.high`` of a core or more (a Python worker is bound to one
-  core by the GIL), or its backlog is deep (>= ``otd.queue.high`` batches) or growing
+- high-load if it uses ``otd.cpu.high`` of its capacity or more (a Python worker is bound to
+  one core by the GIL; a capped one to its cgroup quota), or its backlog is deep (>= ``otd.queue.high`` batches) or growing
   (>= ``otd.queue.growth.high`` batches/s): it receives more than it can process;
-- low-load if it uses at most ``otd.cpu.low`` of a core and its backlog is not growing
+- low-load if it uses at most ``otd.cpu.low`` of its capacity and its backlog is not growing
   (<= ``otd.queue.growth.low``): a worker that keeps up;
 - normal otherwise.
 
@@ -61,12 +61,14 @@ HIGH, NORMAL, LOW = "high", "normal", "low"
 
 @dataclass(frozen=True)
 class WorkerLoad:
-    """A worker's load over the window: CPU (share of a core), backlog (queued batches it did
-    not get below) and the backlog's trend (batches per second; > 0: it grows)."""
+    """A worker's load over the window: CPU (share of its capacity: one core, the GIL's bound, or
+    the cgroup cap its supervisor set, ``supervisor.worker.cpu.limit``), backlog (queued batches
+    it did not get below) and the backlog's trend (batches per second; > 0: it grows)."""
 
     cpu: float
     queue: float
     trend: float = 0.0
+    capacity: float = 1.0  # cores behind ``cpu`` = 1.0
 
     def key(self) -> tuple[float, float, float]:
         """Order of load: "the highest load" and "the lowest load" of Algorithm 1."""

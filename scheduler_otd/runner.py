@@ -143,7 +143,9 @@ class OtdRunner:
         for wid in children:
             beat = self._get(self.paths.workerbeat(name, wid))
             if beat:
-                loads[wid] = WorkerLoad(float(beat.get("cpu") or 0), float(beat.get("queue") or 0))
+                capacity = _capacity(beat)
+                loads[wid] = WorkerLoad(float(beat.get("cpu") or 0) / capacity, float(beat.get("queue") or 0),
+                                        capacity=capacity)
         return loads
 
     def traffic(self, name: str, window: float, load_secs: float) -> tuple[dict[str, Any], str]:
@@ -164,7 +166,9 @@ class OtdRunner:
         traffic, engine = self.traffic(name, window, window)
         worker_node = {w: info["node"] for w, info in plan["workers"].items()}
         loads = {w: load for w, load in self.loads(name).items() if w in worker_node}
-        loads.update({w["id"]: WorkerLoad(w["cpu"], w["backlog"], w["trend"])
+        capacity = {w: load.capacity for w, load in loads.items()}
+        loads.update({w["id"]: WorkerLoad(w["cpu"] / capacity.get(w["id"], 1.0), w["backlog"], w["trend"],
+                                          capacity=capacity.get(w["id"], 1.0))
                       for w in traffic["workers"] if w["id"] in worker_node})
         executors = sorted(plan["executors"])
         edges = [(e["src"], e["dst"], float(e["tuples"])) for e in traffic["edges"]]
@@ -193,3 +197,12 @@ class OtdRunner:
         else:
             self.zk.create(path, data, makepath=True)
         return record
+
+
+def _capacity(beat: dict[str, Any]) -> float:
+    """Cores a worker can use: its cgroup cap if its supervisor set one, else one (the GIL)."""
+    try:
+        limit = float(beat.get("cpu_limit") or 0)
+    except (TypeError, ValueError):
+        limit = 0.0
+    return min(limit, 1.0) if limit > 0 else 1.0

@@ -32,11 +32,12 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kvstore import LMDBPlanStore
 from nstorm.config import merge_conf
 from nstorm.curvekeys import checked_keys_dir
-from nstorm.home import logs_dir, supervisor_dir
+from nstorm.home import home_dir, logs_dir, supervisor_dir
 from nstorm.loader import unpack_archive
 from nstorm.plans import PlanError, check_plan
 from nstorm.zkauth import credentials_env
 from nstorm.zkschema import ZkPaths, connect, decode, encode
+from supervisor.cpulimit import ENV_CPU_LIMIT, CpuLimiter
 from supervisor.workers import WorkerHandle, WorkerRegistry, write_json_atomic
 
 __all__ = ["Supervisor", "pick_slots"]
@@ -78,6 +79,7 @@ class Supervisor:
         self._use_watch = bool(self.conf.get("supervisor.sync.watch", True))
         self._lost = False
         self._rejected: dict[str, int] = {}  # topology -> zxid of the malformed plan already logged
+        self.cpu = CpuLimiter(self.conf.get("supervisor.worker.cpu.limit"), node, str(home_dir()))
 
     # -- ZooKeeper ------------------------------------------------------------------------
     def _watch(self, *_: Any) -> None:
@@ -232,6 +234,8 @@ class Supervisor:
         record = self.store.latest(topology) if self.store else None
         seed = str((record[1]["conf"] if record else self.conf).get("topology.hash.seed", 0))
         env = {**os.environ, "PYTHONHASHSEED": seed, **credentials_env(self.conf)}  # secrets not in argv
+        if self.cpu.enabled:
+            env[ENV_CPU_LIMIT] = str(self.cpu.cores)
         cmd = [
             sys.executable, "-m", "worker",
             "--node", self.node, "--port", str(port), "--topology", topology,
@@ -243,7 +247,9 @@ class Supervisor:
             popen = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         finally:
             out.close()
-        log.info("started worker %s:%d for %s (pid %d)", self.node, port, topology, popen.pid)
+        capped = self.cpu.apply(popen.pid, port)
+        log.info("started worker %s:%d for %s (pid %d%s)", self.node, port, topology, popen.pid,
+                 f", capped at {self.cpu.cores} cores" if capped else "")
         handle = self.registry.record(topology, port, popen)
         handle.restarts = restarts
         return handle
@@ -275,6 +281,7 @@ class Supervisor:
             log.info("stopping worker %s:%d of %s (pid %d)", self.node, proc.port, proc.topology, proc.pid)
             proc.stop(timeout)
         self.registry.forget(proc.topology, proc.port)
+        self.cpu.release(proc.port)
 
     # -- main loop -------------------------------------------------------------------------------
     def run(self) -> int:
@@ -325,6 +332,7 @@ class Supervisor:
         for proc in self.workers.values():
             self._stop_worker(proc)
         self.workers.clear()
+        self.cpu.close()
         if self.zk is not None:
             try:
                 self.zk.delete(self.paths.supervisor(self.node))

@@ -33,6 +33,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kvstore import LMDBPlanStore, StoreMissingError
 from nstorm.loader import load_topology
 from nstorm.zkschema import ACTIVE, ZkPaths, connect, encode
+from supervisor.cpulimit import ENV_CPU_LIMIT
 from worker.backpressure import BackpressureMonitor
 from worker.executor import AckerExecutor, BoltExecutor, Executor, SpoutExecutor
 from worker.fencing import Fence
@@ -58,6 +59,9 @@ class Worker:
         self.port = port
         self.topology = topology
         self.worker_id = f"{node}:{port}"
+        # Cores this process may use when its supervisor caps it (supervisor/cpulimit.py); None: one
+        # core, the GIL's bound. OTD measures load against it.
+        self.cpu_limit = float(os.environ[ENV_CPU_LIMIT]) if os.environ.get(ENV_CPU_LIMIT) else None
         self.store_path = store_path
         self.zk_address = zk_address
         self.paths = ZkPaths(zk_root)
@@ -289,6 +293,7 @@ class Worker:
             "version": self.version,
             "cpu": self.metrics.last_load["cpu"] if self.metrics else 0.0,
             "queue": self.metrics.last_load["queue"] if self.metrics else 0,
+            "cpu_limit": self.cpu_limit,
             "executors": executors,
             "dropped_frames": self.transport.dropped if self.transport else 0,
             "forwarded": self.transport.forwarded if self.transport else 0,
