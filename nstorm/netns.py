@@ -72,6 +72,11 @@ class NodeNet:
     veth: str
 
     def exec_prefix(self) -> list[str]:
+        """Run a command in this node's network namespace only. ``nsenter --net`` keeps the host's
+        mounts; ``ip netns exec`` (the fallback) remounts ``/sys``, which hides the cgroup
+        controllers a supervisor needs to cap its workers (``supervisor.worker.cpu.limit``)."""
+        if shutil.which("nsenter"):
+            return ["nsenter", f"--net=/var/run/netns/{self.namespace}"]
         return ["ip", "netns", "exec", self.namespace]
 
 
