@@ -6,11 +6,12 @@ The public API: subclass :class:`Spout` and :class:`Bolt`, wire them with a
 
 import logging
 
-from nstorm.component import Bolt, Context, Spout, Tuple
+from nstorm.component import Batch, Bolt, Context, Spout, Tuple
 from nstorm.errors import NStormError, TopologyError
 from nstorm.topology import Topology, TopologyBuilder
 
 __all__ = [
+    "Batch",
     "Bolt",
     "Context",
     "NStormError",

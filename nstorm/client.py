@@ -406,6 +406,27 @@ class ClusterClient:
                     hists.append(counters["latency_hist"])
         return latency.merge(*hists)
 
+    def arrival_latencies(self, name: str, component: str) -> dict[str, dict[str, float]]:
+        """Emit-to-process latency (a spout's emit -> this bolt processes a descendant) per executor
+        of ``component``, over its last samples: p50, p99 in ms (see :mod:`nstorm.latency`)."""
+        result = {}
+        for beat in self._heartbeats(name).values():
+            for eid, counters in beat.get("executors", {}).items():
+                if eid.rpartition(":")[0] == component and counters.get("arrival_ms"):
+                    result[eid] = counters["arrival_ms"]
+        return result
+
+    def arrival_histogram(self, name: str, component: str) -> dict[int, int]:
+        """Cumulative emit-to-process bucket counts of every executor of ``component`` (a bolt);
+        for the last bolt of a topology that is its end-to-end latency. Subtract two readings
+        to get the histogram of the window between them."""
+        hists = []
+        for beat in self._heartbeats(name).values():
+            for eid, counters in beat.get("executors", {}).items():
+                if eid.rpartition(":")[0] == component and counters.get("arrival_hist"):
+                    hists.append(counters["arrival_hist"])
+        return latency.merge(*hists)
+
     def wait_running(self, name: str, timeout: float = 60.0) -> dict[str, Any]:
         """Wait until every executor of ``name`` reports from its planned worker."""
         deadline = time.monotonic() + timeout

@@ -9,7 +9,8 @@ in a loop while the topology is active (interleaved with ``ack`` / ``fail``
 for tracked tuples); ``deactivate`` when the topology is deactivated;
 ``close`` when the executor stops (it may not be called if the worker is
 killed). For a bolt: ``prepare`` once, then ``process`` for every input tuple
-(``process_tick`` for tick tuples), ``cleanup`` when the executor stops.
+(``process_tick`` for tick tuples), or ``process_batch`` once per input batch if
+the bolt defines it, ``cleanup`` when the executor stops.
 No hook may block for long: a spout's ``next_tuple`` that has nothing to emit
 should return at once (the executor backs off by itself).
 """
@@ -20,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-__all__ = ["Bolt", "Component", "Context", "Spout", "TICK_STREAM", "Tuple", "TupleMeta"]
+__all__ = ["Batch", "Bolt", "Component", "Context", "Spout", "TICK_STREAM", "Tuple", "TupleMeta"]
 
 TICK_STREAM = "__tick"
 
@@ -119,6 +120,120 @@ def delivered_tuple_class(meta: TupleMeta, anchored: bool) -> type[Tuple]:
         attrs["anchors"] = None
         attrs["_ackval"] = 0
     return type("Tuple", (Tuple,), attrs)
+
+
+class Batch:
+    """The tuples of one input batch, as :meth:`Bolt.process_batch` sees them.
+
+    A batch holds tuples from one upstream executor on one stream, in the order they
+    were emitted. ``batch.values`` is the list of their values (no :class:`Tuple` is
+    built for them); iterating yields one :class:`Tuple` at a time, and while a tuple
+    is the one the loop is at, the bolt's emits are anchored to it, as in ``process``.
+    Emits made while no tuple of the batch is current (before or after the loop, or
+    over ``values``) are anchored to every tuple of the batch.
+
+    :ivar values: the tuples' values, a sequence of tuples.
+    :ivar source: the component that emitted them.
+    :ivar source_task: index of the emitting executor within its component.
+    :ivar stream: the stream they were emitted on.
+
+    Example::
+
+        class Count(Bolt):
+            def process_batch(self, batch):
+                state = self.state
+                for (word,) in batch.values:
+                    state[word] = state.get(word, 0) + 1
+    """
+
+    __slots__ = ("values", "meta", "_anchors", "_ackval", "_cls", "_per", "_runs", "_expand", "_outbox", "_made")
+
+    def __init__(self, values: Sequence[Sequence[Any]], meta: TupleMeta | None = None, tuple_cls: type[Tuple] | None = None,
+                 runs: Any = None, per_tuple: Any = None, outbox: Any = None, expand: Any = None) -> None:
+        """Built by the executor: ``runs`` (anchor runs, expanded by ``expand`` when iterated) or
+        ``per_tuple`` (one anchor entry per tuple) carry the acker's bookkeeping."""
+        self.values = values
+        self._expand = expand
+        self.meta = meta or TupleMeta("", -1, "default", {})
+        self._cls = tuple_cls
+        self._runs = runs  # the batch's anchor runs [n, anchor, ...] (worker.wire), or None
+        self._per = per_tuple  # or one anchor entry per tuple
+        self._outbox = outbox
+        self._made: list[Tuple] = []  # tuples handed out by iteration: their children's XOR is acked with them
+        self._ackval = 0  # XOR of the edges of tuples anchored to the whole batch
+        self._anchors: Any = False  # not computed yet
+
+    @property
+    def anchors(self) -> list[Any] | None:
+        """Every distinct root of the batch as an anchor entry ``[root, 0, root, 0, ...]`` (None
+        if nothing is anchored): what an emit anchored to the whole batch is anchored to."""
+        if self._anchors is False:
+            self._anchors = self._roots() if (self._runs is not None or self._per is not None) else None
+        return self._anchors  # type: ignore[no-any-return]
+
+    def _roots(self) -> list[Any] | None:
+        seen: dict[Any, None] = {}
+        entries = self._runs[1::2] if self._runs is not None else self._per
+        for a in entries:
+            if a:
+                for i in range(0, len(a), 2):
+                    seen[a[i]] = None
+        out: list[Any] = []
+        for r in seen:
+            out.append(r)
+            out.append(0)
+        return out or None
+
+    @property
+    def source(self) -> str:
+        return self.meta.source
+
+    @property
+    def source_task(self) -> int:
+        return self.meta.source_task
+
+    @property
+    def stream(self) -> str:
+        return self.meta.stream
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def __iter__(self) -> Any:
+        cls = self._cls or Tuple
+        outbox = self._outbox
+        per = self._per
+        if per is None and self._runs is not None:
+            per = self._per = self._expand(self._runs, len(self.values))
+        new = Tuple.__new__
+        made = self._made
+        try:
+            for i, v in enumerate(self.values):
+                tup = new(cls)
+                tup.values = v
+                if per is not None:
+                    tup.anchors = per[i]
+                    tup._ackval = 0
+                    made.append(tup)
+                elif cls is Tuple:
+                    tup.meta, tup.anchors, tup._ackval = self.meta, None, 0
+                if outbox is not None:
+                    outbox.current = tup
+                yield tup
+        finally:
+            if outbox is not None:
+                outbox.current = self
+
+    def column(self, field: int | str) -> list[Any]:
+        """One field of every tuple, by position or name: ``batch.column("word")``."""
+        i = field if type(field) is int else self.meta.fields.get(field)  # type: ignore[arg-type]
+        if i is None:
+            msg = f"stream {self.meta.source}/{self.meta.stream} has no field {field!r}"
+            raise KeyError(msg)
+        return [v[i] for v in self.values]
+
+    def __repr__(self) -> str:
+        return f"Batch({self.meta.source}:{self.meta.source_task}/{self.meta.stream}, {len(self.values)} tuples)"
 
 
 @dataclass(frozen=True)
@@ -254,6 +369,18 @@ class Bolt(Component):
         """Handle one input tuple."""
         msg = f"{type(self).__name__} must implement process(tup)"
         raise NotImplementedError(msg)
+
+    def process_batch(self, batch: Batch) -> None:
+        """Handle one input batch at once, instead of :meth:`process` per tuple (optional).
+
+        Define it when per-tuple calls cost more than the work: the executor then calls it
+        once per batch (the tuples one upstream executor sent in one message, one stream at a
+        time, in emit order). With ``auto_ack`` every tuple of the batch is acked when it
+        returns and failed if it raises; ``for tup in batch`` anchors emits to each tuple in
+        turn (see :class:`Batch`). Tick tuples still go to :meth:`process_tick`.
+        """
+        for tup in batch:
+            self.process(tup)
 
     def process_tick(self, tup: Tuple) -> None:
         """Handle a tick tuple (``tick_secs``); by default passes it to :meth:`process`."""

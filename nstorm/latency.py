@@ -1,9 +1,16 @@
-"""Latency histograms: log-spaced buckets that workers count into and benchmarks read.
+"""Latency stamps and histograms: log-spaced buckets that workers count into and benchmarks read.
 
-Spouts count the complete latency (emit -> fully acked) of a sample of their tracked
-tuples into cumulative bucket counts and report them in heartbeats. A reader takes
-two snapshots, subtracts them, and gets percentiles over exactly that window; the
-resolution is one bucket (bounds grow by :data:`GROWTH`, about 10%).
+A spout stamps one tracked tuple in :data:`SAMPLE_EVERY` with its emit time, in the
+tuple's root id itself (:func:`stamped_root`), so the stamp travels to every
+descendant at no cost per tuple. Each bolt counts the time from that emit to the
+moment it processes a descendant (*emit-to-process latency*; for the last bolt of a
+topology, the end-to-end latency), and each spout the time to the tree's last ack
+(*complete latency*), into cumulative bucket counts reported in heartbeats. A reader
+takes two snapshots, subtracts them, and gets percentiles over exactly that window;
+the resolution is one bucket (bounds grow by :data:`GROWTH`, about 10%).
+
+Stamps are wall-clock microseconds: exact between the processes of one machine, as
+good as the clock synchronisation (NTP) between machines.
 
 Example::
 
@@ -17,9 +24,29 @@ Example::
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
 
-__all__ = ["BASE_SECS", "GROWTH", "add", "bucket", "merge", "percentile", "subtract", "upper_bound"]
+__all__ = ["BASE_SECS", "GROWTH", "SAMPLE_EVERY", "STAMPED", "Recorder", "add", "bucket", "merge", "percentile", "stamp_age",
+           "stamped_root", "subtract", "upper_bound"]
+
+SAMPLE_EVERY = 16  # a spout stamps one tracked tuple in this many
+STAMPED = 1 << 63  # roots at or above this carry an emit time; others are 63 random bits
+_STAMP_SHIFT = 23  # bits 23..62: emit time in µs (wraps every 12.7 days); bits 0..22: random
+_STAMP_MASK = (1 << 40) - 1
+
+
+def stamped_root(rand: Callable[[int], int]) -> int:
+    """A root id that carries the current time: ``STAMPED | time_us << 23 | 23 random bits``."""
+    return STAMPED | ((time.time_ns() // 1000) & _STAMP_MASK) << _STAMP_SHIFT | rand(_STAMP_SHIFT)
+
+
+def stamp_age(root: int, now_ns: int | None = None) -> float:
+    """Seconds since a stamped root was made (0 if the clocks disagree by a negative amount)."""
+    now_us = (time.time_ns() if now_ns is None else now_ns) // 1000
+    age = (now_us - (root >> _STAMP_SHIFT)) & _STAMP_MASK
+    return age / 1e6 if age < 1 << 39 else 0.0
 
 BASE_SECS = 50e-6  # the first bucket holds everything up to 50 µs
 GROWTH = 1.1  # each bucket's upper bound is 10% above the previous one
@@ -77,3 +104,30 @@ def percentile(counts: Mapping[int, int], q: float) -> float | None:
         if seen >= rank:
             return upper_bound(i)
     return upper_bound(max(counts))
+
+
+class Recorder:
+    """What an executor keeps of one latency: cumulative bucket counts (for exact windows) and
+    the last ``keep`` samples (for a rolling p50/p99 in heartbeats)."""
+
+    __slots__ = ("hist", "recent")
+
+    def __init__(self, keep: int = 2000) -> None:
+        self.hist: dict[int, int] = {}
+        self.recent: deque[float] = deque(maxlen=keep)
+
+    def add(self, secs: float) -> None:
+        self.recent.append(secs)
+        add(self.hist, secs)
+
+    def add_stamp(self, root: int) -> None:
+        """Count the age of a stamped root (see :func:`stamped_root`)."""
+        self.add(stamp_age(root))
+
+    def summary(self) -> dict[str, float] | None:
+        """``{"p50", "p99"}`` in ms and the sample count, over the last samples; None if none."""
+        lat = sorted(self.recent)
+        if not lat:
+            return None
+        return {"p50": round(1000 * lat[len(lat) // 2], 3),
+                "p99": round(1000 * lat[min(len(lat) - 1, int(len(lat) * 0.99))], 3), "samples": len(lat)}

@@ -229,14 +229,18 @@ def test_batches_keep_emit_order_across_streams() -> None:
         outbox.emit_tracked((i,), "side" if i % 3 == 0 else "default", 1000 + i)
     outbox.flush()
     _src, batch = worker.queues[1].get()
-    values, anchors, streams = wire.decode_batch(wire.pack(batch))  # as a remote worker sees it
+    values, runs, streams = wire.decode_batch(wire.pack(batch))  # as a remote worker sees it
     assert [v[0] for v in values] == list(range(10))
     assert streams == {0: "side", 3: "side", 6: "side", 9: "side"}
-    assert [a[0] for a in anchors] == [1000 + i for i in range(10)]
+    assert [a[0] for a in wire.expand_runs(runs, len(values))] == [1000 + i for i in range(10)]
 
 
 @pytest.mark.parametrize("garbage", [b"\x93\x01", wire.pack([1, 2]), wire.pack([[1], [1, 2], None]),
-                                     wire.pack([[1], None, [5]]), wire.pack(7)])
+                                     wire.pack([[1], None, [5]]), wire.pack(7),
+                                     wire.pack([[[1], [2]], [1, None], None]),  # runs count 1 of 2 tuples
+                                     wire.pack([[[1], [2]], [3, None, -1, None], None]),  # a negative run
+                                     wire.pack([[[1], [2]], [1.5, None, 0.5, None], None]),  # counts not ints
+                                     wire.pack([[[1]], [1, "x"], None])])  # an anchor that is not an array
 def test_garbage_batches_are_rejected(garbage: bytes) -> None:
     with pytest.raises(Exception):  # noqa: B017 - any decoding error; executors count and drop it
         wire.decode_batch(garbage)

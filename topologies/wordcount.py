@@ -11,7 +11,9 @@ Run it: ``nstorm local topologies/wordcount.py``. Settings (``-c key=value``):
 - ``wordcount.rate``: sentences per second per spout executor (default 0: as fast as it can);
 - ``wordcount.spouts``, ``wordcount.splits``, ``wordcount.counts``: parallelism;
 - ``wordcount.workers``: worker processes (default 2);
-- ``wordcount.reliable``: emit with message ids, tracked by the acker (default true).
+- ``wordcount.reliable``: emit with message ids, tracked by the acker (default true);
+- ``wordcount.batched``: count whole batches with ``process_batch`` (default true) or
+  call ``process`` per word (false), to compare the two APIs.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from nstorm import Bolt, Context, Spout, Topology, TopologyBuilder, Tuple
+from nstorm import Batch, Bolt, Context, Spout, Topology, TopologyBuilder, Tuple
 from topologies.sentences import sentences
 
 
@@ -89,8 +91,8 @@ class Split(Bolt):
             emit((word,))
 
 
-class Count(Bolt):
-    """Counts words in ``self.state`` (which moves with the executor on migration)."""
+class TupleCount(Bolt):
+    """Counts words in ``self.state`` (which moves with the executor on migration), a tuple at a time."""
 
     outputs = ("word", "count")
 
@@ -98,6 +100,17 @@ class Count(Bolt):
         word = tup.values[0]
         state = self.state
         state[word] = state.get(word, 0) + 1
+
+
+class Count(TupleCount):
+    """Counts words like :class:`TupleCount`, a whole input batch per call: no tuple object and no
+    call per word (every word of the batch is acked when it returns)."""
+
+    def process_batch(self, batch: Batch) -> None:
+        state = self.state
+        get = state.get
+        for (word,) in batch.values:
+            state[word] = get(word, 0) + 1
 
 
 def build_wordcount(conf: Mapping[str, Any], spout: type[Spout] | None = None, count: type[Bolt] | None = None,
@@ -109,7 +122,9 @@ def build_wordcount(conf: Mapping[str, Any], spout: type[Spout] | None = None, c
     builder = TopologyBuilder(name)
     builder.set_spout("sentences", spout or Sentences, parallelism=int(conf.get(f"{prefix}.spouts", 2)))
     builder.set_bolt("split", Split, parallelism=int(conf.get(f"{prefix}.splits", 4))).shuffle_grouping("sentences")
-    builder.set_bolt("count", count or Count, parallelism=int(conf.get(f"{prefix}.counts", 4))).fields_grouping(
+    if count is None:
+        count = Count if conf.get(f"{prefix}.batched", True) not in (False, "false", 0) else TupleCount
+    builder.set_bolt("count", count, parallelism=int(conf.get(f"{prefix}.counts", 4))).fields_grouping(
         "split", ["word"]
     )
     return builder.build(workers=int(conf.get(f"{prefix}.workers", workers)))

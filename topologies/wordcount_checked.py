@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from nstorm import Context, Topology, Tuple
+from nstorm import Batch, Context, Topology, Tuple
 from topologies.wordcount import Count, build_wordcount
 
 
@@ -38,6 +38,10 @@ class WritingCount(Count):
         word = tup.values[0]
         state = self.state
         state[word] = state.get(word, 0) + 1
+        self.dirty = True
+
+    def process_batch(self, batch: Batch) -> None:
+        super().process_batch(batch)
         self.dirty = True
 
 

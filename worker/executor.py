@@ -12,7 +12,6 @@ when the loop has returned and the component's ``close``/``cleanup`` has run.
 
 from __future__ import annotations
 
-import collections
 import logging
 import queue
 import random
@@ -24,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from nstorm import latency
 from nstorm.component import (
     TICK_STREAM,
+    Batch,
     Bolt,
     Context,
     Spout,
@@ -33,6 +33,7 @@ from nstorm.component import (
 )
 from worker import wire
 from worker.outbox import Outbox
+from worker.timeouts import Timeouts
 
 if TYPE_CHECKING:
     from worker.process import Worker
@@ -41,6 +42,8 @@ __all__ = ["AckerExecutor", "BoltExecutor", "Executor", "SpoutExecutor"]
 
 log = logging.getLogger(__name__)
 _getroot = random.Random().getrandbits  # root ids of spout tuples
+STAMPED = latency.STAMPED  # roots at or above carry their spout emit time (nstorm.latency)
+_SAMPLE_MASK = latency.SAMPLE_EVERY - 1
 _SPOUT_CALLS = 256  # next_tuple calls per spout loop iteration at most
 
 
@@ -120,16 +123,16 @@ class Executor:
             if batch is None or outbox is None or outbox.routing is None:
                 continue
             decoded = self.decode(batch)
-            for anchors in (decoded[1] or ()) if decoded else ():
-                for i in range(0, len(anchors or ()), 2):
-                    outbox.control(wire.FAIL, outbox.acker_for(anchors[i]), anchors[i])
+            runs = decoded[1] if decoded else None
+            for anchor in runs[1::2] if runs else ():
+                outbox.fail_anchors(anchor)
             outbox.flush()
 
     def loop(self) -> None:
         raise NotImplementedError
 
     def decode(self, batch: Any) -> tuple[Any, Any, Any] | None:
-        """``(values, anchors, streams)`` of a queued batch; None (counted, logged) for garbage."""
+        """``(values, runs, streams)`` of a queued batch; None (counted, logged) for garbage."""
         if type(batch) is not bytes:
             return batch  # type: ignore[no-any-return]  # from this worker: built by an outbox
         try:
@@ -154,6 +157,7 @@ class Executor:
         return {
             "emitted": getattr(outbox, "emitted", 0),
             "batches": getattr(outbox, "batches", 0),
+            "control_messages": getattr(outbox, "control_messages", 0),
             "executed": self.executed,
             "acked": self.acked,
             "failed": self.failed,
@@ -310,8 +314,8 @@ class SpoutExecutor(_UserExecutor):
     def setup(self) -> None:
         self.refresh_routing()
         self.pending: dict[int, Any] = {}
-        self.deadlines: collections.deque[tuple[float, int]] = collections.deque()
         self.timeout = float(self.conf["topology.message.timeout.secs"])
+        self.timeouts = Timeouts(self.timeout)
         max_pending = self.conf.get("topology.max.spout.pending")
         self.max_pending = int(max_pending) if max_pending else 0
         self.replayed = 0
@@ -319,9 +323,8 @@ class SpoutExecutor(_UserExecutor):
         self.immediate_acks: list[Any] = []
         self.ack_buckets: dict[int, int] = {}
         self.held_control: list[tuple[int, Any]] = []
-        self.sampled: dict[int, float] = {}  # root -> emit time, for complete latency
-        self.latencies: collections.deque[float] = collections.deque(maxlen=2000)
-        self.latency_hist: dict[int, int] = {}  # cumulative bucket counts (nstorm.latency)
+        self.tracked = 0  # tuples emitted with a msg id; one in SAMPLE_EVERY gets a stamped root
+        self.complete = latency.Recorder()  # emit -> tree fully acked, of the stamped tuples
         self.now = time.monotonic()  # of the current loop iteration: deadlines need no finer clock
         self.emit_calls = 0
         spout: Spout = self.instance
@@ -340,7 +343,8 @@ class SpoutExecutor(_UserExecutor):
             if msg_id is not None:
                 self.immediate_acks.append(msg_id)  # acking off: acked at once, as in Storm
             return
-        root = _getroot(64)
+        self.tracked += 1
+        root = latency.stamped_root(_getroot) if not self.tracked & _SAMPLE_MASK else _getroot(63)
         self._track(msg_id, outbox.emit_tracked(values, stream, root), root)
 
     def _emit_direct(self, task: int, values: Any, stream: str = "default", msg_id: Any = None) -> None:
@@ -351,7 +355,8 @@ class SpoutExecutor(_UserExecutor):
             if msg_id is not None:
                 self.immediate_acks.append(msg_id)
             return
-        root = _getroot(64)
+        self.tracked += 1
+        root = latency.stamped_root(_getroot) if not self.tracked & _SAMPLE_MASK else _getroot(63)
         self._track(msg_id, outbox.emit_direct_tracked(task, values, stream, root), root)
 
     def _track(self, msg_id: Any, init: int, root: int) -> None:
@@ -362,9 +367,11 @@ class SpoutExecutor(_UserExecutor):
             self.immediate_acks.append(msg_id)  # nobody subscribes: complete at once
             return
         self.pending[root] = msg_id
-        self.deadlines.append((self.now + self.timeout, root))
-        if not root & 15:  # complete latency of one tracked tuple in 16
-            self.sampled[root] = time.monotonic()
+        timeouts = self.timeouts
+        if self.now >= timeouts.open_until:
+            timeouts.add(root, self.now)
+        else:
+            timeouts.open.append(root)
         self.outbox.control(wire.ACK_INIT, self.outbox.acker_for(root), (root, init, self.task))
 
     def _handle_control(self) -> None:
@@ -401,18 +408,13 @@ class SpoutExecutor(_UserExecutor):
             return
         if kind == wire.ACKED:
             before = self.acked
-            sampled = self.sampled
             for root in entries:
                 msg_id = self.pending.pop(root, None)
                 if msg_id is not None:
                     self.acked += 1
                     self._call(spout.ack, msg_id)
-                    if sampled:
-                        t = sampled.pop(root, None)
-                        if t is not None:
-                            lat = time.monotonic() - t
-                            self.latencies.append(lat)
-                            latency.add(self.latency_hist, lat)
+                    if root >= STAMPED:
+                        self.complete.add_stamp(root)
             self._count_acks(self.acked - before)
         elif kind == wire.FAILED:
             for root in entries:
@@ -433,11 +435,9 @@ class SpoutExecutor(_UserExecutor):
         self._call(self.instance.fail, msg_id)
 
     def _expire(self, now: float) -> None:
-        deadlines = self.deadlines
-        while deadlines and deadlines[0][0] <= now:
-            _, root = deadlines.popleft()
-            self.sampled.pop(root, None)
-            msg_id = self.pending.pop(root, None)
+        pending = self.pending
+        for root in self.timeouts.expire(now):
+            msg_id = pending.pop(root, None)
             if msg_id is not None:
                 self._fail(msg_id)
 
@@ -476,7 +476,7 @@ class SpoutExecutor(_UserExecutor):
             if active != self.active:
                 self.active = active
                 self._call(spout.activate if active else spout.deactivate)
-            if self.deadlines and self.deadlines[0][0] <= now:
+            if self.timeouts.due(now):
                 self._expire(now)
             blocked = not active or self.worker.throttled or (self.max_pending and len(self.pending) >= self.max_pending)
             if not blocked:
@@ -530,7 +530,7 @@ class SpoutExecutor(_UserExecutor):
     def _handover_extra(self) -> dict[str, Any]:
         """Tracked tuples move too: the new copy gets their acks and calls ``ack``/``fail``."""
         now = time.monotonic()
-        expiry = {root: at for at, root in self.deadlines}
+        expiry = {root: at for at, root in self.timeouts.items()}
         pending = []
         for root, msg_id in self.pending.items():
             pending.append([root, msg_id, max(0.0, expiry.get(root, now) - now)])
@@ -552,8 +552,7 @@ class SpoutExecutor(_UserExecutor):
                          key=lambda x: x[0])
         for _at, root, msg_id in adopted:
             self.pending[root] = msg_id
-        merged = sorted([*self.deadlines, *((at, root) for at, root, _ in adopted)])
-        self.deadlines = collections.deque(merged)
+        self.timeouts.rebuild([*self.timeouts.items(), *((at, root) for at, root, _ in adopted)])
         held, self.held_control = self.held_control, []
         for kind, entries in held:
             self._control(kind, entries)
@@ -571,14 +570,10 @@ class SpoutExecutor(_UserExecutor):
         data["replayed"] = getattr(self, "replayed", 0)
         buckets = dict(getattr(self, "ack_buckets", {}))
         data["acked_per_sec"] = {str(sec): n for sec, n in sorted(buckets.items())[-15:]}
-        hist = getattr(self, "latency_hist", None)
-        if hist:
-            data["latency_hist"] = dict(hist)
-        lat = sorted(getattr(self, "latencies", ()))
-        if lat:
-            data["latency_ms"] = {"p50": round(1000 * lat[len(lat) // 2], 3),
-                                  "p99": round(1000 * lat[min(len(lat) - 1, int(len(lat) * 0.99))], 3),
-                                  "samples": len(lat)}
+        complete = getattr(self, "complete", None)
+        if complete is not None and complete.hist:
+            data["latency_hist"] = dict(complete.hist)
+            data["latency_ms"] = complete.summary()
         return data
 
 
@@ -601,18 +596,31 @@ class BoltExecutor(_UserExecutor):
             for stream, fields in comp["outputs"].items():
                 self.fields[(name, stream)] = {f: i for i, f in enumerate(fields)}
         self.tuple_classes: dict[int, dict[str, type[Tuple]]] = {}
+        # A bolt that defines process_batch gets whole batches.
+        self.batched = type(bolt).process_batch is not Bolt.process_batch
+        self.arrival = latency.Recorder()  # spout emit -> processed here, of the stamped tuples
         bolt.prepare(self.conf, self.context)
 
     def bind_emit(self) -> None:
         outbox = self.outbox
         self.instance.emit = outbox.emit_anchored if outbox.acking else outbox.emit  # type: ignore[method-assign]
 
-    def _ack(self, tup: Tuple) -> None:
+    def _ack(self, tup: Tuple | Batch) -> None:
+        if type(tup) is Batch:
+            self.acked += len(tup.values)
+            if self.outbox.acking:
+                self._ack_batch(tup)
+            return
         self.acked += 1
         if self.outbox.acking:
             self.outbox.ack_tuple(tup)
 
-    def _fail(self, tup: Tuple) -> None:
+    def _fail(self, tup: Tuple | Batch) -> None:
+        if type(tup) is Batch:
+            self.failed += len(tup.values)
+            if self.outbox.acking:
+                self.outbox.fail_anchors(tup.anchors)
+            return
         self.failed += 1
         if self.outbox.acking:
             self.outbox.fail_tuple(tup)
@@ -632,23 +640,28 @@ class BoltExecutor(_UserExecutor):
         return classes
 
     def _process_batch(self, src: int, batch: Any) -> None:
-        """Run ``process`` over one batch; the per-tuple hot path, so kept to a few bytecodes."""
+        """Run ``process`` over one batch (or ``process_batch`` once); the per-tuple hot path, so
+        kept to a few bytecodes a tuple."""
         if batch is None:  # a marker: ``src`` sends no more to this copy (it may come
             self.markers_seen.add(src)  # before this worker itself learns of the move)
             return
         decoded = self.decode(batch) if type(batch) is bytes else batch
         if decoded is None:
             return
-        values, anchors, streams = decoded
+        values, runs, streams = decoded
         self.batch_avg += (len(values) - self.batch_avg) * 0.125
         classes = self._classes(src)
+        if self.batched:
+            self._process_as_batches(classes, values, runs, streams)
+            return
         cls = classes.get("default")
         if streams is not None or cls is None:
-            self._process_general(classes, values, anchors, streams)
+            self._process_general(classes, values, runs, streams)
             return
         process = self.instance.process
         new = Tuple.__new__
-        if not self.outbox.acking:
+        outbox = self.outbox
+        if not outbox.acking:
             for v in values:
                 tup = new(cls)
                 tup.values = v
@@ -658,69 +671,88 @@ class BoltExecutor(_UserExecutor):
                     self.record_error("process", exc)
             self.executed += len(values)
             return
-        if anchors is None:
-            self._process_general(classes, values, anchors, streams)
-            return
         bolt: Bolt = self.instance
-        outbox = self.outbox
-        auto_ack = bolt.auto_ack
+        if runs is None or not bolt.auto_ack:
+            self._process_general(classes, values, runs, streams)
+            return
         auto_fail = bolt.auto_fail
-        ack_tuple = outbox.ack_tuple
         acks = outbox.acks
+        stamp = self.arrival.add_stamp
         acked = 0
-        # Tuples of one root tend to come in runs (a split's words of one sentence): XOR a run
-        # in a local and touch the acks dict once per run, not once per tuple.
-        run_root: Any = None
-        run_xor = 0
-        for v, a in zip(values, anchors, strict=False):  # same length: decode_batch checks it
-            tup = new(cls)
-            tup.values = v
-            tup.anchors = a
-            tup._ackval = 0
-            outbox.current = tup
-            try:
-                process(tup)
-            except Exception as exc:
-                self.record_error("process", exc)
-                if auto_fail:
-                    self._fail(tup)
+        i = 0
+        # One anchor entry per run: the tuples of a run share it, and the run (its edge) is
+        # acked once, with the XOR of its tuples' children, when all of them went through.
+        for k in range(0, len(runs), 2):
+            n = runs[k]
+            a = runs[k + 1]
+            j = i + n
+            if a is None:
+                for v in values[i:j]:
+                    tup = new(cls)
+                    tup.values = v
+                    tup.anchors = None
+                    tup._ackval = 0
+                    outbox.current = tup
+                    try:
+                        process(tup)
+                    except Exception as exc:
+                        self.record_error("process", exc)
+                i = j
                 continue
-            if auto_ack and a:
-                acked += 1
-                if len(a) == 2:  # one root: inline the XOR bookkeeping of ack_tuple
-                    r = a[0]
-                    x = tup._ackval
-                    x = a[1] ^ x if x else a[1]
-                    if r == run_root:
-                        run_xor ^= x
-                    else:
-                        if run_root is not None:
-                            acks[run_root] = acks.get(run_root, 0) ^ run_xor
-                        run_root, run_xor = r, x
-                else:
-                    ack_tuple(tup)
-        if run_root is not None:
-            acks[run_root] = acks.get(run_root, 0) ^ run_xor
+            if a[0] >= STAMPED:
+                stamp(a[0])
+            x = 0
+            ok = n
+            for v in (values[i],) if n == 1 else values[i:j]:
+                tup = new(cls)
+                tup.values = v
+                tup.anchors = a
+                tup._ackval = 0
+                outbox.current = tup
+                try:
+                    process(tup)
+                except Exception as exc:
+                    self.record_error("process", exc)
+                    if auto_fail:
+                        self._fail(tup)
+                    ok -= 1
+                    continue
+                x ^= tup._ackval
+            i = j
+            if ok != n:  # a tuple of the run was not acked: neither is the run
+                acked += ok
+                continue
+            acked += n
+            if len(a) == 2:
+                r = a[0]
+                acks[r] = acks.get(r, 0) ^ a[1] ^ x
+            else:
+                for q in range(0, len(a), 2):
+                    r = a[q]
+                    acks[r] = acks.get(r, 0) ^ a[q + 1] ^ x
         outbox.current = None
         self.acked += acked
         self.executed += len(values)
 
-    def _process_general(self, classes: Mapping[str, type[Tuple]], values: Any, anchors: Any, streams: Any) -> None:
-        """Any batch: tuples on named streams, unanchored tuples with acking, unknown streams."""
+    def _process_general(self, classes: Mapping[str, type[Tuple]], values: Any, runs: Any, streams: Any) -> None:
+        """Any batch: tuples on named streams, manual acking, unknown streams."""
         bolt: Bolt = self.instance
         outbox = self.outbox
         acking = outbox.acking
+        anchors = wire.expand_runs(runs, len(values)) if acking else None
         new = Tuple.__new__
         for i, v in enumerate(values):
             stream = streams.get(i, "default") if streams else "default"
             cls = classes.get(stream)
             if cls is None:
                 self.record_error("process", ValueError(f"a tuple on unknown stream {stream!r}"))
+                if anchors is not None:
+                    outbox.fail_anchors(anchors[i])
                 continue
             tup = new(cls)
             tup.values = v
             if acking:
-                tup.anchors = anchors[i] if anchors is not None else None
+                tup.anchors = anchors[i]  # type: ignore[index]
                 tup._ackval = 0
                 outbox.current = tup
             try:
@@ -735,6 +767,108 @@ class BoltExecutor(_UserExecutor):
                 outbox.ack_tuple(tup)
         outbox.current = None
         self.executed += len(values)
+
+    def _process_as_batches(self, classes: Mapping[str, type[Tuple]], values: Any, runs: Any, streams: Any) -> None:
+        """``process_batch`` once per run of tuples on one stream (once per batch, usually)."""
+        outbox = self.outbox
+        acking = outbox.acking
+        if streams is None:
+            segments = [("default", 0, len(values))]
+        else:
+            segments = []
+            for i in range(len(values)):
+                stream = streams.get(i, "default")
+                if segments and segments[-1][0] == stream:
+                    segments[-1] = (stream, segments[-1][1], i + 1)
+                else:
+                    segments.append((stream, i, i + 1))
+        whole = len(segments) == 1
+        per = None if whole or not acking else wire.expand_runs(runs, len(values))
+        for stream, i, j in segments:
+            cls = classes.get(stream)
+            if cls is None:
+                self.record_error("process_batch", ValueError(f"tuples on unknown stream {stream!r}"))
+                if per is not None:
+                    for a in per[i:j]:
+                        outbox.fail_anchors(a)
+                elif acking and runs is not None:
+                    for a in runs[1::2]:
+                        outbox.fail_anchors(a)
+                continue
+            if whole:
+                batch = Batch(values, cls.meta, cls, runs=runs if acking else None, outbox=outbox if acking else None,
+                              expand=wire.expand_runs)
+            else:
+                batch = Batch(values[i:j], cls.meta, cls, per_tuple=per[i:j] if per is not None else None,
+                              outbox=outbox if acking else None)
+            self._run_batch(batch)
+
+    def _run_batch(self, batch: Batch) -> None:
+        bolt: Bolt = self.instance
+        outbox = self.outbox
+        acking = outbox.acking
+        if acking:
+            outbox.current = batch
+            runs = batch._runs  # noqa: SLF001 - the executor owns the batch's bookkeeping
+            if runs is not None:
+                stamp = self.arrival.add_stamp
+                for a in runs[1::2]:
+                    if a and a[0] >= STAMPED:
+                        stamp(a[0])
+        try:
+            bolt.process_batch(batch)
+        except Exception as exc:
+            self.record_error("process_batch", exc)
+            if acking and bolt.auto_fail:
+                self.failed += len(batch.values)
+                outbox.fail_anchors(batch.anchors)
+            return
+        finally:
+            outbox.current = None
+        self.executed += len(batch.values)
+        if acking and bolt.auto_ack:
+            self.acked += len(batch.values)
+            self._ack_batch(batch)
+
+    def _ack_batch(self, batch: Batch) -> None:
+        """Ack every tuple of ``batch``: each run's (or tuple's) edge once, the children of the
+        tuples handed out by iteration, and the children anchored to the whole batch."""
+        acks = self.outbox.acks
+        runs = batch._runs  # noqa: SLF001
+        entries = runs[1::2] if runs is not None else batch._per  # noqa: SLF001
+        prev = None
+        for a in entries or ():
+            if a is prev or not a:
+                continue  # the tuples of an expanded run share one entry: its edge counts once
+            prev = a
+            if len(a) == 2:
+                r = a[0]
+                acks[r] = acks.get(r, 0) ^ a[1]
+            else:
+                for q in range(0, len(a), 2):
+                    r = a[q]
+                    acks[r] = acks.get(r, 0) ^ a[q + 1]
+        for tup in batch._made:  # noqa: SLF001
+            x = tup._ackval
+            a = tup.anchors
+            if x and a:
+                for q in range(0, len(a), 2):
+                    r = a[q]
+                    acks[r] = acks.get(r, 0) ^ x
+        x = batch._ackval  # noqa: SLF001
+        if x:
+            roots = batch.anchors or ()
+            for q in range(0, len(roots), 2):
+                r = roots[q]
+                acks[r] = acks.get(r, 0) ^ x
+
+    def counters(self) -> dict[str, Any]:
+        data = super().counters()
+        arrival = getattr(self, "arrival", None)
+        if arrival is not None and arrival.hist:
+            data["arrival_hist"] = dict(arrival.hist)
+            data["arrival_ms"] = arrival.summary()
+        return data
 
     def _tick(self) -> None:
         bolt: Bolt = self.instance
@@ -777,15 +911,20 @@ class BoltExecutor(_UserExecutor):
                 began = clock()
                 deadline.worked(began)
                 ctl_deadline.worked(began)  # acks
-                self._process_batch(src, batch)
-                # Keep taking input while more waits, up to the deadline.
-                at = deadline.at
-                while clock() < at:  # type: ignore[operator]
-                    try:
-                        src, batch = get_nowait()
-                    except queue.Empty:
-                        break
-                    self._process_batch(src, batch)
+                process = self._process_batch
+                try:
+                    process(src, batch)
+                    # Keep taking input while more waits, up to the deadline.
+                    at = deadline.at
+                    while clock() < at:  # type: ignore[operator]
+                        try:
+                            src, batch = get_nowait()
+                        except queue.Empty:
+                            break
+                        process(src, batch)
+                except Exception as exc:  # a batch that decoded but is not what it claims: drop it
+                    outbox.current = None
+                    self.record_error("batch", exc)
             now = clock()
             if tick and now >= self.next_tick:
                 self.next_tick = now + tick

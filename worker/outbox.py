@@ -11,11 +11,15 @@ serialisation); remote ones get one msgpack message on a zmq PUSH socket that
 this executor thread owns. A batch is three columns, ``(values, anchors,
 streams)`` (see :mod:`worker.wire`): no per-tuple record is built on either side.
 
-A buffer is a list: values only, or, with acking, values and anchors interleaved
-(``[v0, a0, v1, a1, ...]``), so that an emit is one or two appends and no
-allocation of a record. Tuples on other streams than ``default`` are noted in a
-per-buffer map ``{index: stream}``, so one destination keeps one FIFO buffer and
-the order of tuples between two executors is the order of the emits.
+A buffer is a list of values (one append per emit, no record built). With acking,
+each buffer also keeps its anchors as *runs* (see :mod:`worker.wire`): the tuples
+one input tuple emits in a row to one destination share one edge id, drawn when
+the run opens, so an anchored emit usually costs an identity check and an
+increment, not a random number, an XOR and an anchor record per tuple. A run is
+one node of the tuple tree: the receiver acks it once all its tuples are acked.
+Tuples on other streams than ``default`` are noted in a per-buffer map
+``{index: stream}``, so one destination keeps one FIFO buffer and the order of
+tuples between two executors is the order of the emits.
 
 Everything here runs in the owning executor's thread only.
 """
@@ -30,7 +34,6 @@ from typing import TYPE_CHECKING, Any
 
 import zmq
 
-from nstorm.component import Tuple
 from nstorm.topology import ALL, DIRECT, FIELDS, GLOBAL, LOCAL_OR_SHUFFLE
 from worker import wire
 from worker.batching import BatchPolicy, FlushDeadline
@@ -47,14 +50,24 @@ _getrandbits = random.Random().getrandbits  # edge ids: fast, not for secrets
 # grouping kinds, compiled
 _K_SHUFFLE, _K_FIELD1, _K_FIELDS, _K_ALL, _K_GLOBAL, _K_DIRECT = range(6)
 
+class _Unanchored:
+    """The owner of an open run of unanchored tuples (acking on, nothing to anchor to)."""
+
+
+_UNANCHORED = _Unanchored()
+
+
 class _Buffer(list):
-    """What waits for one destination task: values (and anchors, interleaved, with acking).
+    """What waits for one destination task: the values, in emit order.
 
     ``limit`` (list length that makes it leave), ``rate`` and ``last`` belong to the
-    batching policy; ``traffic`` is the destination's cumulative [tuples, bytes].
+    batching policy; ``traffic`` is the destination's cumulative [tuples, bytes]. With
+    acking, ``runs`` holds the closed anchor runs ``[n, anchor, n, anchor, ...]`` and
+    ``owner`` / ``run_n`` / ``run_anchor`` the open one: ``owner`` is the tuple (or
+    batch) it was emitted under, None when no run is open.
     """
 
-    __slots__ = ("dst", "streams", "limit", "rate", "last", "traffic")
+    __slots__ = ("dst", "streams", "limit", "rate", "last", "traffic", "runs", "owner", "run_n", "run_anchor")
 
     def __init__(self, dst: int, src: int, limit: int, now: float, traffic: list[int]) -> None:
         super().__init__()
@@ -64,6 +77,40 @@ class _Buffer(list):
         self.rate = 0.0
         self.last = now
         self.traffic = traffic
+        self.runs: list[Any] = []
+        self.owner: Any = None
+        self.run_n = 0
+        self.run_anchor: Any = None
+
+    def close_run(self) -> None:
+        """Move the open run (if any) to ``runs``."""
+        if self.owner is not None:
+            runs = self.runs
+            runs.append(self.run_n)
+            runs.append(self.run_anchor)
+            self.owner = None
+
+
+def _open_run(buf: _Buffer, cur: Any) -> None:
+    """Start a run in ``buf`` for tuples emitted under ``cur`` (its first tuple is appended
+    already): one new edge per root of ``cur``, XORed into ``cur``'s children."""
+    buf.close_run()
+    a = cur.anchors
+    if a:
+        edge = _getrandbits(64)
+        cur._ackval ^= edge
+        if len(a) == 2:
+            anc: Any = (a[0], edge)
+        else:
+            anc = []
+            for i in range(0, len(a), 2):
+                anc.append(a[i])
+                anc.append(edge)
+        buf.run_anchor = anc
+    else:
+        buf.run_anchor = None
+    buf.owner = cur
+    buf.run_n = 1
 
 
 class _Target:
@@ -93,13 +140,13 @@ class Outbox:
         self.component = component
         self.definition = definition
         self.acking = worker.acking
-        self.stride = 2 if self.acking else 1  # list slots per buffered tuple
-        self.policy = BatchPolicy.from_conf(worker.conf, unit=self.stride)
+        self.policy = BatchPolicy.from_conf(worker.conf)
         self.deadline = FlushDeadline(self.policy.max_latency)  # for everything buffered
         self.ctl_deadline = FlushDeadline(self.policy.control_latency)  # for acker entries
         self.clock = time.monotonic
         self.emitted = 0
         self.batches = 0
+        self.control_messages = 0  # acker and migration messages sent (queue puts or zmq sends)
         self.emit = self.emit_plain
         self.emit_anchored = self.emit_anchored_general
         self.emit_tracked = self.emit_tracked_general
@@ -114,7 +161,7 @@ class Outbox:
         self.traffic: dict[int, list[int]] = {}
         self._data_socks: dict[str, zmq.Socket] = {}
         self._ctl_socks: dict[str, zmq.Socket] = {}
-        self.current: Tuple | None = None
+        self.current: Any = None  # the tuple (or batch) being processed: what emits anchor to
         self.auto_anchor = True
         self.streams = set(definition["components"][component]["outputs"])
 
@@ -203,16 +250,27 @@ class Outbox:
                 out.append(t.bufs[0])
         return out
 
-    def _put(self, buf: _Buffer, values: Sequence[Any], stream: str, anchors: Any) -> None:
-        """Append one tuple to ``buf`` (any stream); send the buffer if it is full."""
+    def _put(self, buf: _Buffer, values: Sequence[Any], stream: str, anchor: Any) -> None:
+        """Append one tuple to ``buf`` (any stream) with its own anchor entry (None: unanchored,
+        which joins an open unanchored run); send the buffer if it is full."""
         if stream != "default":
             streams = buf.streams
             if streams is None:
                 streams = buf.streams = {}
-            streams[len(buf) // self.stride] = stream
+            streams[len(buf)] = stream
         buf.append(values)
-        if self.stride == 2:
-            buf.append(anchors)
+        if self.acking:
+            if anchor is None:
+                if buf.owner is _UNANCHORED:
+                    buf.run_n += 1
+                else:
+                    buf.close_run()
+                    buf.owner, buf.run_n, buf.run_anchor = _UNANCHORED, 1, None
+            else:
+                buf.close_run()
+                runs = buf.runs
+                runs.append(1)
+                runs.append(anchor)
         if len(buf) >= buf.limit:
             self.flush_buffer(buf)
 
@@ -242,7 +300,7 @@ class Outbox:
         """An unanchored emit compiled for the current routing table (without acking)."""
         general = self.emit_plain
         target = self._fast_target()
-        if target is None or self.stride != 1:
+        if target is None or self.acking:
             return general
         bufs, n, flush = target.bufs, target.n, self.flush_buffer
         if target.kind == _K_FIELD1 and n > 1:
@@ -274,46 +332,59 @@ class Outbox:
     def _make_anchored_emit(self) -> Any:
         """A bolt's anchored emit compiled for the current routing table.
 
-        The common case (default stream, one fields/shuffle/global subscriber,
-        anchored to the current tuple, which has a single root) costs one random
-        edge id and two appends; the rest goes through :meth:`emit_anchored_general`.
+        The common case (default stream, one fields/shuffle/global subscriber, anchored to
+        the current tuple) costs an append, an identity check and an increment while the
+        current tuple's run in that buffer is open; the rest goes through
+        :meth:`emit_anchored_general`.
         """
         general = self.emit_anchored_general
         target = self._fast_target()
-        if target is None or not self.auto_anchor or self.stride != 2:
+        if target is None or not self.auto_anchor or not self.acking:
             return general
         bufs, n, flush = target.bufs, target.n, self.flush_buffer
-        fields = target.kind == _K_FIELD1 and n > 1
-        idx = target.idx
-        nxt = self._cycle(target)
         outbox = self
-        rand = _getrandbits
+        open_run = _open_run
+        if target.kind == _K_FIELD1 and n > 1:
+            idx = target.idx
 
-        def emit(values: Sequence[Any], stream: str = "default", anchors: Sequence[Tuple] | None = None) -> None:
+            def emit_fields(values: Sequence[Any], stream: str = "default", anchors: Any = None) -> None:
+                cur = outbox.current
+                if stream != "default" or anchors is not None or cur is None:
+                    return general(values, stream, anchors)
+                buf = bufs[hash(values[idx]) % n]
+                buf.append(values)
+                if buf.owner is cur:
+                    buf.run_n += 1
+                else:
+                    open_run(buf, cur)
+                if len(buf) >= buf.limit:
+                    flush(buf)
+                return None
+
+            return emit_fields
+        nxt = self._cycle(target)
+
+        def emit_cycle(values: Sequence[Any], stream: str = "default", anchors: Any = None) -> None:
             cur = outbox.current
             if stream != "default" or anchors is not None or cur is None:
                 return general(values, stream, anchors)
-            a = cur.anchors
-            if not a or len(a) != 2:
-                return general(values, stream, anchors)
-            buf = bufs[hash(values[idx]) % n] if fields else nxt()
-            edge = rand(64)
-            cur._ackval ^= edge
+            buf = nxt()
             buf.append(values)
-            buf.append((a[0], edge))
+            if buf.owner is cur:
+                buf.run_n += 1
+            else:
+                open_run(buf, cur)
             if len(buf) >= buf.limit:
                 flush(buf)
             return None
 
-        return emit
+        return emit_cycle
 
-    def emit_anchored_general(
-        self, values: Sequence[Any], stream: str = "default", anchors: Sequence[Tuple] | None = None
-    ) -> None:
-        """A bolt's emit, anchored to the current tuple (or to ``anchors``)."""
+    def emit_anchored_general(self, values: Sequence[Any], stream: str = "default", anchors: Any = None) -> None:
+        """A bolt's emit, anchored to the current tuple (or batch), or to ``anchors``."""
         if anchors is None:
             cur = self.current if self.auto_anchor else None
-            anchor_tups: Sequence[Tuple] = (cur,) if cur is not None and cur.anchors else ()
+            anchor_tups: Sequence[Any] = (cur,) if cur is not None and cur.anchors else ()
         else:
             anchor_tups = [a for a in anchors if a.anchors]
         if not anchor_tups:
@@ -323,7 +394,7 @@ class Outbox:
             edge = _getrandbits(64)
             anc: list[int] = []
             for a in anchor_tups:
-                a._ackval ^= edge  # type: ignore[attr-defined]
+                a._ackval ^= edge
                 roots = a.anchors
                 for i in range(0, len(roots), 2):
                     anc.append(roots[i])
@@ -340,10 +411,10 @@ class Outbox:
         return init
 
     def _make_tracked_emit(self) -> Any:
-        """A spout's tracked emit compiled for the current routing table (one edge, two appends)."""
+        """A spout's tracked emit compiled for the current routing table (one edge, a run of one)."""
         general = self.emit_tracked_general
         target = self._fast_target()
-        if target is None or self.stride != 2:
+        if target is None or not self.acking:
             return general
         bufs, n, flush = target.bufs, target.n, self.flush_buffer
         fields = target.kind == _K_FIELD1 and n > 1
@@ -357,7 +428,11 @@ class Outbox:
             buf = bufs[hash(values[idx]) % n] if fields else nxt()
             edge = rand(64)
             buf.append(values)
-            buf.append((root, edge))
+            if buf.owner is not None:
+                buf.close_run()
+            runs = buf.runs
+            runs.append(1)
+            runs.append((root, edge))
             if len(buf) >= buf.limit:
                 flush(buf)
             return edge
@@ -402,19 +477,34 @@ class Outbox:
         return init
 
     # -- acker bookkeeping ---------------------------------------------------------------
-    def ack_tuple(self, tup: Tuple) -> None:
-        """Record the ack of ``tup``: XOR of its edge and its children's, per root."""
+    def ack_tuple(self, tup: Any) -> None:
+        """Record the ack of ``tup``: XOR of its edge and its children's, per root.
+
+        A tuple of a run (:class:`~worker.wire.AckRun`) gives its children's XOR now and
+        the run's edge only when it is the run's last tuple to be acked.
+        """
         anchors = tup.anchors
         if not anchors:
             return
-        x = tup._ackval  # type: ignore[attr-defined]
+        x = tup._ackval
         acks = self.acks
+        if type(anchors) is wire.AckRun:
+            anchors.left -= 1
+            if anchors.left > 0:
+                if x:
+                    for i in range(0, len(anchors), 2):
+                        r = anchors[i]
+                        acks[r] = acks.get(r, 0) ^ x
+                return
         for i in range(0, len(anchors), 2):
             r = anchors[i]
             acks[r] = acks.get(r, 0) ^ anchors[i + 1] ^ x
 
-    def fail_tuple(self, tup: Tuple) -> None:
-        anchors = tup.anchors
+    def fail_tuple(self, tup: Any) -> None:
+        self.fail_anchors(tup.anchors)
+
+    def fail_anchors(self, anchors: Any) -> None:
+        """Fail every root of a flat ``[root, edge, ...]`` anchor entry (None: nothing to fail)."""
         if not anchors:
             return
         for i in range(0, len(anchors), 2):
@@ -459,14 +549,17 @@ class Outbox:
                 self._send_control(kind, dst, entries)
 
     def flush_buffer(self, buf: _Buffer) -> None:
-        """Send what ``buf`` holds as one batch ``(values, anchors, streams)``."""
-        if self.stride == 1:
-            values = buf[:]
-            anchors = None
-        else:
-            values = buf[0::2]
-            anchors = buf[1::2]
+        """Send what ``buf`` holds as one batch ``(values, runs, streams)``."""
+        values = buf[:]
         buf.clear()
+        runs = None
+        if self.acking:
+            if buf.owner is not None:
+                buf.close_run()
+            runs = buf.runs
+            buf.runs = []
+            if len(runs) == 2 and runs[1] is None:
+                runs = None  # all unanchored
         streams = buf.streams
         if streams is not None:
             buf.streams = None
@@ -484,12 +577,12 @@ class Outbox:
         local = self.worker.local_target(dst, wid)
         if local is not None:
             local.in_size = n
-            local.data_q.put((self.task, (values, anchors, streams)))
+            local.data_q.put((self.task, (values, runs, streams)))
             return
         sock = self._data_socks.get(wid)
         if sock is None:
             sock = self._data_socks[wid] = self.worker.transport.data_socket(routing.endpoints[wid])  # type: ignore[union-attr]
-        payload = wire.pack((values, anchors, streams))
+        payload = wire.pack((values, runs, streams))
         traffic[1] += len(payload)
         send_frames(sock, wire.data_header(dst, self.task, 0, n), payload)
 
@@ -521,6 +614,7 @@ class Outbox:
         sock.send(wire.control_message(kind, dst, self.task, entries))
 
     def _send_control(self, kind: int, dst: int, entries: Any) -> None:
+        self.control_messages += 1
         routing = self.routing
         wid = routing.location[dst]  # type: ignore[union-attr]
         local = self.worker.local_control(dst, wid)

@@ -6,11 +6,17 @@ forward) a batch, and know how many tuples it holds, without decoding it. The pa
 array per batch, not one map or array per tuple, which is three times cheaper to
 pack and unpack):
 
-    [values, anchors, streams]
+    [values, runs, streams]
 
 - ``values``: the tuples' values, one array per tuple, in emit order;
-- ``anchors``: nil (no tuple of the batch is anchored) or one entry per tuple: nil
-  or a flat ``[root, edge, root, edge, ...]`` array for the acker;
+- ``runs``: nil (no tuple of the batch is anchored) or the anchors as runs, a flat
+  array ``[n, anchor, n, anchor, ...]``: the next ``n`` tuples share ``anchor``, nil
+  (unanchored) or a flat ``[root, edge, root, edge, ...]`` array for the acker; the
+  ``n`` add up to the number of values. A run is one node of its tuple trees: the
+  sender XORed its edge into the parent once, the receiver acks the run once all of
+  its tuples are acked (:class:`AckRun`) and fails it if any fails. A bolt's run is
+  what one input tuple emitted in a row to one destination, so the ten words of a
+  sentence that go to one counter cost one edge id, not ten;
 - ``streams``: nil (every tuple is on the ``default`` stream) or a map
   ``{index: stream}`` naming the stream of each tuple that is not.
 
@@ -37,12 +43,14 @@ __all__ = [
     "STATE",
     "ACK",
     "ACK_INIT",
+    "AckRun",
     "DATA",
     "FAIL",
     "FAILED",
     "control_message",
     "data_header",
     "decode_batch",
+    "expand_runs",
     "pack",
     "unpack",
 ]
@@ -72,28 +80,62 @@ def unpack(data: bytes) -> Any:
     return msgpack.unpackb(data, raw=False, use_list=False, strict_map_key=False)
 
 
+class AckRun(list):
+    """The anchor entry ``[root, edge, ...]`` shared by the tuples of one run, with how many
+    of them are still to be acked: the run's edge is acked with the last one."""
+
+    __slots__ = ("left",)
+
+    def __init__(self, anchor: Any, n: int) -> None:
+        super().__init__(anchor)
+        self.left = n
+
+
+def expand_runs(runs: Any, n: int) -> list[Any]:
+    """One anchor entry per tuple for a batch of ``n`` tuples (runs of several tuples share an
+    :class:`AckRun`); ``[None] * n`` for nil runs."""
+    if runs is None:
+        return [None] * n
+    out: list[Any] = []
+    for k in range(0, len(runs), 2):
+        count, anchor = runs[k], runs[k + 1]
+        if count > 1 and anchor:
+            anchor = AckRun(anchor, count)
+        out.extend([anchor] * count)
+    return out
+
+
 def decode_batch(batch: Any) -> tuple[Any, Any, Any]:
-    """``(values, anchors, streams)`` of a batch: decoded if it came as bytes, shape checked.
+    """``(values, runs, streams)`` of a batch: decoded if it came as bytes, shape checked.
 
     :raises ValueError: for anything that is not a batch (garbage from the network).
     """
     if type(batch) is bytes:
         batch = unpack(batch)
     try:
-        values, anchors, streams = batch
+        values, runs, streams = batch
     except (TypeError, ValueError):
-        msg = "a data batch must be [values, anchors, streams]"
+        msg = "a data batch must be [values, runs, streams]"
         raise ValueError(msg) from None
     if not isinstance(values, (list, tuple)):
         msg = "batch values must be an array"
         raise ValueError(msg)
-    if anchors is not None and (not isinstance(anchors, (list, tuple)) or len(anchors) != len(values)):
-        msg = "batch anchors must be nil or one entry per tuple"
-        raise ValueError(msg)
+    if runs is not None:
+        if not isinstance(runs, (list, tuple)) or len(runs) % 2:
+            msg = "batch runs must be nil or [n, anchor, ...]"
+            raise ValueError(msg)
+        counts = runs[0::2]
+        if set(map(type, counts)) - {int} or (counts and min(counts) < 1) or sum(counts) != len(values):
+            msg = "batch runs must count every tuple once"
+            raise ValueError(msg)
+        anchors = runs[1::2]
+        if set(map(type, anchors)) - {tuple, list, type(None)}:
+            msg = "a run's anchor must be nil or [root, edge, ...]"
+            raise ValueError(msg)
     if streams is not None and not isinstance(streams, dict):
         msg = "batch streams must be nil or a map"
         raise ValueError(msg)
-    return values, anchors, streams
+    return values, runs, streams
 
 
 def data_header(dst: int, src: int, hops: int = 0, count: int = 0) -> bytes:

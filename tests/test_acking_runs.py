@@ -1,0 +1,277 @@
+"""The acker's bookkeeping with anchor runs and ``process_batch``, on real executors in one process.
+
+A spout's outbox, a split bolt and a count bolt run in the test thread (no threads, no
+sockets: every batch goes through the wire format once, as between two workers); the
+acker is replaced by its ledger: per root, the XOR of the spout's init and of every ack
+entry. Storm's rule is that a tree is complete exactly when that XOR returns to zero, so
+the tests check that every root reaches zero once every tuple was processed, that none
+does while a tuple of its tree is still unprocessed, and that a failure fails its root.
+"""
+
+from __future__ import annotations
+
+import queue
+from collections.abc import Mapping
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from nstorm import Batch, Bolt, Spout, TopologyBuilder, Tuple
+from nstorm.config import merge_conf
+from worker import wire
+from worker.executor import BoltExecutor
+from worker.outbox import Outbox
+from worker.routing import RoutingTable
+
+SENTENCES = [" ".join(f"w{(i * 7 + k) % 13}" for k in range(10)) for i in range(40)]
+
+
+class Sentences(Spout):
+    outputs = ("sentence",)
+
+
+class Split(Bolt):
+    outputs = ("word",)
+
+    def process(self, tup: Tuple) -> None:
+        for w in tup[0].split():
+            self.emit((w,))
+
+
+class BatchSplit(Bolt):
+    """Split over whole batches: each word anchored to its sentence by iterating the batch."""
+
+    outputs = ("word",)
+
+    def process_batch(self, batch: Batch) -> None:
+        for tup in batch:
+            for w in tup[0].split():
+                self.emit((w,))
+
+
+class Count(Bolt):
+    outputs = ("word", "count")
+
+    def prepare(self, conf: Mapping[str, Any], context: Any) -> None:
+        self.counts: dict[str, int] = {}
+
+    def process(self, tup: Tuple) -> None:
+        self.counts[tup[0]] = self.counts.get(tup[0], 0) + 1
+
+
+class BatchCount(Count):
+    def process_batch(self, batch: Batch) -> None:
+        for (w,) in batch.values:
+            self.counts[w] = self.counts.get(w, 0) + 1
+
+
+class ManualCount(Count):
+    """Acks words itself, three at a time (so the words of a run are acked in different calls)."""
+
+    auto_ack = False
+
+    def process(self, tup: Tuple) -> None:
+        super().process(tup)
+        self.held = getattr(self, "held", [])
+        self.held.append(tup)
+        if len(self.held) >= 3:
+            for t in self.held:
+                self.ack(t)
+            self.held = []
+
+
+class ForgetfulCount(Count):
+    """Acks every word but ``w5`` (which it never acks nor fails)."""
+
+    auto_ack = False
+
+    def process(self, tup: Tuple) -> None:
+        super().process(tup)
+        if tup[0] != "w5":
+            self.ack(tup)
+
+
+class BatchTotals(Bolt):
+    """Counts a batch, then emits one total anchored to the whole batch (no iteration)."""
+
+    outputs = ("n",)
+
+    def process_batch(self, batch: Batch) -> None:
+        self.emit((len(batch),))
+
+
+class FailingCount(Count):
+    def process(self, tup: Tuple) -> None:
+        if tup[0] == "w3":
+            raise ValueError("no w3")
+        super().process(tup)
+
+
+class _Worker:
+    """One worker hosting every task; data batches go through msgpack like remote ones."""
+
+    def __init__(self, plan: Mapping[str, Any], conf: Mapping[str, Any]) -> None:
+        self.conf = merge_conf(conf)
+        self.acking = True
+        self.worker_id = "n1:1"
+        self.routing = RoutingTable.from_plan(plan)
+        self.queues: dict[int, queue.SimpleQueue[Any]] = {}
+        self.controls: dict[int, queue.SimpleQueue[Any]] = {}
+
+    def local_target(self, dst: int, wid: str) -> Any:
+        q = self.queues.setdefault(dst, queue.SimpleQueue())
+        return SimpleNamespace(data_q=SimpleNamespace(put=lambda item, q=q: q.put(_through_the_wire(item))), in_size=0)
+
+    def local_queue(self, dst: int, wid: str) -> Any:
+        return self.queues.setdefault(dst, queue.SimpleQueue())
+
+    def local_control(self, dst: int, wid: str) -> Any:
+        return self.controls.setdefault(dst, queue.SimpleQueue())
+
+    def migration_done(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
+def _through_the_wire(item: tuple[int, Any]) -> tuple[int, Any]:
+    src, batch = item
+    return src, wire.pack(batch)
+
+
+def _topology(split: type[Bolt], count: type[Bolt], counts: int = 2) -> tuple[dict[str, Any], dict[str, Any]]:
+    builder = TopologyBuilder("t")
+    builder.set_spout("sentences", Sentences)
+    builder.set_bolt("split", split).shuffle_grouping("sentences")
+    builder.set_bolt("count", count, parallelism=counts).fields_grouping("split", ["word"])
+    definition = builder.build(workers=1).definition
+    tasks = ["sentences:0", "split:0", *[f"count:{i}" for i in range(counts)], "__acker:0"]
+    plan = {"version": 1, "tasks": tasks, "executors": {t: "n1:1" for t in tasks},
+            "workers": {"n1:1": {"node": "n1", "host": "127.0.0.1", "port": 1, "ctl_port": 2}}}
+    return definition, plan
+
+
+class _Ledger:
+    """What the acker would compute: per root, the XOR of the init and every ack; failed roots."""
+
+    def __init__(self) -> None:
+        self.xor: dict[int, int] = {}
+        self.failed: set[int] = set()
+        self.entries = 0
+
+    def add(self, root: int, x: int) -> None:
+        self.entries += 1
+        self.xor[root] = self.xor.get(root, 0) ^ x
+
+    def take(self, worker: _Worker) -> None:
+        """Everything the executors sent the acker so far."""
+        for q in worker.controls.values():
+            while not q.empty():
+                kind, _src, entries = q.get()
+                if kind == wire.ACK:
+                    for root, x in entries:
+                        self.add(root, x)
+                elif kind == wire.FAIL:
+                    self.failed.update(entries)
+
+    def complete(self) -> set[int]:
+        return {r for r, x in self.xor.items() if x == 0}
+
+
+def _run(split: type[Bolt], count: type[Bolt], conf: Mapping[str, Any] | None = None,
+         drop_first_count_batch: bool = False) -> tuple[_Ledger, list[int], list[BoltExecutor]]:
+    definition, plan = _topology(split, count)
+    worker = _Worker(plan, {"topology.batch.adaptive": False, "topology.batch.size": 16, **(conf or {})})
+    spout = Outbox(worker, 0, "sentences", definition)  # type: ignore[arg-type]
+    spout.rebuild(worker.routing)
+    classes = {"split": split, "count": count}
+    executors = {}
+    for task, eid in enumerate(plan["tasks"]):
+        comp = eid.rpartition(":")[0]
+        if comp in classes:
+            ex = BoltExecutor(worker, eid, task, classes[comp], definition)  # type: ignore[arg-type]
+            ex.setup()
+            executors[task] = ex
+    ledger = _Ledger()
+    roots = []
+    for i, sentence in enumerate(SENTENCES):
+        root = 1000 + i
+        roots.append(root)
+        ledger.add(root, spout.emit_tracked((sentence,), "default", root))
+    spout.flush()
+    dropped = False
+    for _ in range(10):  # until every queue is empty
+        busy = False
+        for task, ex in executors.items():
+            q = worker.queues.get(task)
+            while q is not None and not q.empty():
+                busy = True
+                src, batch = q.get()
+                if drop_first_count_batch and not dropped and ex.component == "count":
+                    dropped = True
+                    continue
+                ex._process_batch(src, batch)
+            ex.outbox.flush()
+            ledger.take(worker)
+        if not busy:
+            break
+    for ex in executors.values():  # a manual-acking bolt acks what it still holds
+        for tup in getattr(ex.instance, "held", []):
+            ex.instance.ack(tup)
+        ex.outbox.flush()
+    ledger.take(worker)
+    return ledger, roots, list(executors.values())
+
+
+@pytest.mark.parametrize(("split", "count"), [(Split, Count), (Split, BatchCount), (BatchSplit, BatchCount),
+                                                (BatchSplit, Count), (Split, ManualCount), (Split, BatchTotals)])
+def test_every_tree_completes_exactly(split: type[Bolt], count: type[Bolt]) -> None:
+    ledger, roots, executors = _run(split, count)
+    assert ledger.complete() == set(roots)
+    assert not ledger.failed
+    if count is not BatchTotals:
+        counted: dict[str, int] = {}
+        for ex in executors:
+            for w, n in getattr(ex.instance, "counts", {}).items():
+                counted[w] = counted.get(w, 0) + n
+        expected: dict[str, int] = {}
+        for s in SENTENCES:
+            for w in s.split():
+                expected[w] = expected.get(w, 0) + 1
+        assert counted == expected
+
+
+def test_runs_cost_one_edge_per_destination_not_per_word() -> None:
+    """A split's ten words of one sentence go to two counters: two runs, so at most two ack entries
+    per sentence from the counters (one per run), not ten."""
+    ledger, roots, _ = _run(Split, BatchCount)
+    assert ledger.complete() == set(roots)
+    # per sentence: the spout's init, the split's ack, at most one entry per counter and batch
+    assert ledger.entries <= len(SENTENCES) * (2 + 2 * 2)
+
+
+def test_a_lost_batch_leaves_its_trees_incomplete() -> None:
+    ledger, roots, _ = _run(Split, BatchCount, drop_first_count_batch=True)
+    incomplete = set(roots) - ledger.complete()
+    assert incomplete, "the roots of the lost batch must not complete"
+    assert len(incomplete) < len(roots)
+
+
+def test_a_failing_tuple_fails_its_root_and_only_its_root() -> None:
+    ledger, roots, _ = _run(Split, FailingCount)
+    with_w3 = {1000 + i for i, s in enumerate(SENTENCES) if "w3" in s.split()}
+    assert ledger.failed == with_w3
+    assert ledger.complete() == set(roots) - with_w3  # the run that held w3 was not acked
+
+
+def test_per_tuple_sending_keeps_exact_acks() -> None:
+    ledger, roots, _ = _run(Split, Count, conf={"topology.batch.size": 1})
+    assert ledger.complete() == set(roots)
+
+
+def test_a_run_is_acked_only_with_its_last_tuple() -> None:
+    """The words of one sentence that go to one counter share a run; if one of them is never
+    acked, the run is not, and its root never completes."""
+    ledger, roots, _ = _run(Split, ForgetfulCount)
+    with_w5 = {1000 + i for i, s in enumerate(SENTENCES) if "w5" in s.split()}
+    assert with_w5 and not ledger.failed
+    assert ledger.complete() == set(roots) - with_w5
