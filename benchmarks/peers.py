@@ -1,6 +1,6 @@
 """Word count side by side: nstorm, bytewax and Spark Structured Streaming, in one run.
 
-``python -m benchmarks.peers [--duration S] [--warmup W] [--sentences N] [--only nstorm,bytewax,spark]``
+``python -m benchmarks.peers [--duration S] [--warmup W] [--rounds R] [--sentences N] [--only nstorm,bytewax,spark]``
 
 Every system counts the same words: two sentence streams (seeds 42 and 43, 10 Zipf-weighted
 words of ``w0``..``w9999`` a sentence, ``topologies/sentences.py``), as the two spout
@@ -11,8 +11,15 @@ executors of ``topologies/wordcount.py`` emit them. Each system runs alone, in t
 2. half: at a fixed rate of half of nstorm's peak sentences/s (or ``--half-rate``): latency;
 3. fixed: exactly ``--sentences`` sentences, the final counts compared with a Python Counter.
 
-nstorm runs on a local cluster (ZooKeeper, Nimbus, 2 supervisors, 2 worker processes,
-acking on); bytewax with 1 worker and with 2 worker processes; Spark in local[2].
+Peak and half runs are repeated ``--rounds`` times, every system once per round, so that
+the machine's own noise hits all of them alike; the table shows medians.
+
+nstorm runs on a local cluster (ZooKeeper, Nimbus, 2 supervisors, 2 worker processes) with
+acking on (at-least-once: every sentence tracked and replayed if lost) and, as a second
+configuration, with acking off (nothing replayed after a failure, which is what bytewax gives
+here: it runs without its recovery store); bytewax with 1 worker and with 2 worker
+processes; Spark in local[2] with a checkpoint location (offsets and state recovered after a
+failure).
 The peers are optional (``pip install -e '.[bench]'``): one that cannot run is reported
 with the reason, and the others still run. Prints a table, writes
 ``benchmarks/results/peers.json`` and ``benchmarks/results/peers.png``.
@@ -22,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import traceback
 from collections.abc import Callable
@@ -38,7 +46,7 @@ __all__ = ["main"]
 
 SYSTEMS = ("nstorm", "bytewax", "spark")
 TARGET_P99_MS = 20.0
-LATENCY_NOTE = ("latency: nstorm = complete latency (spout emit -> sentence fully acked, 1 in 16 sampled); "
+LATENCY_NOTE = ("latency: nstorm = spout emit -> count processes the words (stamped sentences, about one a ms); "
                 "bytewax = source emit -> count of each word (1 sentence in 16); "
                 "Spark = row timestamp -> end of its micro-batch")
 
@@ -54,6 +62,10 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--bytewax-procs", default="1,2", help="bytewax worker processes, one configuration each")
     parser.add_argument("--spark-rows-per-batch", type=int, default=100_000, help="sentences per Spark micro-batch at peak")
     parser.add_argument("--runs", default="peak,half,fixed", help="which runs: peak,half,fixed")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="peak and half runs of every system, interleaved; the table shows medians")
+    parser.add_argument("--no-acking-off", dest="nstorm_no_acks", action="store_false",
+                        help="skip nstorm with acking off (run only the at-least-once configuration)")
     parser.add_argument("--name", default="peers", help="results/<name>.json and .png")
     parser.add_argument("-c", "--conf", action="append", default=[], help="extra key=value for nstorm's runs")
     args = parser.parse_args(argv)
@@ -69,6 +81,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"--bytewax-procs takes comma-separated integers, got {args.bytewax_procs!r}")
     if not procs or min(procs) < 1:
         parser.error(f"--bytewax-procs must be at least 1, got {args.bytewax_procs!r}")
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
     if args.duration <= 0 or args.warmup < 0 or args.sentences < STREAMS or args.half_rate < 0:
         parser.error("--duration must be > 0, --warmup >= 0, --half-rate >= 0 and --sentences >= 2")
     if args.spark_rows_per_batch < 1:
@@ -88,15 +102,15 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _guarded(system: str, run: str, fn: Callable[[], RunResult], log: Console) -> RunResult:
+def _guarded(system: str, label: str, fn: Callable[[], RunResult], log: Console) -> RunResult:
     """Run one measurement; any failure becomes a result that says why (the others still run)."""
-    log.print(f"[bold]{system}[/]: {run} ...")
+    log.print(f"[bold]{system}[/]: {label} ...")
     before = os.getloadavg()[0]
     try:
         result = fn()
     except Exception as exc:
         log.print(traceback.format_exc(), style="dim")
-        result = RunResult(system=system, run=run, error=f"{type(exc).__name__}: {exc}")
+        result = RunResult(system=system, run=label.split()[0], error=f"{type(exc).__name__}: {exc}")
     result.details["load_1min"] = [before, os.getloadavg()[0]]  # the machine is shared: how busy it was
     log.print(f"  {_summary(result)}")
     return result
@@ -121,50 +135,94 @@ def _ms(x: float | None) -> str:
     return f"{x:,.1f}" if x < 100 else f"{x:,.0f}"
 
 
-def measure(args: argparse.Namespace, log: Console) -> tuple[list[RunResult], float]:
-    """All runs, in order (nstorm first: its peak sets the half rate); returns results and the half rate."""
-    results: list[RunResult] = []
-    half_rate = args.half_rate
+NSTORM = "nstorm"
+NSTORM_NO_ACKS = "nstorm (acking off)"
+NO_ACKS = {"topology.acker.executors": 0, "wordcount.reliable": False}
+
+
+def _runners(args: argparse.Namespace) -> list[tuple[str, Callable[[str, float], RunResult]]]:
+    """One ``(system, run(kind, rate))`` per configuration to measure, in the order they run."""
+    out: list[tuple[str, Callable[[str, float], RunResult]]] = []
     if "nstorm" in args.only:
         from benchmarks import _peers_nstorm as ns
 
-        if "peak" in args.runs:
-            peak = _guarded("nstorm", "peak", lambda: ns.run_rate(0, args.warmup, args.duration, extra=args.conf), log)
-            results.append(peak)
-            if not half_rate and peak.sentences_per_sec:
-                half_rate = round(peak.sentences_per_sec / 2, -1)
-        if "half" in args.runs and half_rate:
-            half = _guarded("nstorm", "half", lambda: ns.run_rate(half_rate, args.warmup, args.duration, extra=args.conf), log)
-            results.append(half)
-        if "fixed" in args.runs:
-            results.append(_guarded("nstorm", "fixed", lambda: ns.run_fixed(args.sentences, extra=args.conf), log))
+        for system, extra in ((NSTORM, {}), (NSTORM_NO_ACKS, NO_ACKS))[: 2 if args.nstorm_no_acks else 1]:
+            conf = {**extra, **args.conf}
+
+            def nstorm_run(kind: str, rate: float, system: str = system, conf: dict[str, Any] = conf) -> RunResult:
+                if kind == "fixed":
+                    return ns.run_fixed(args.sentences, extra=conf, system=system)
+                return ns.run_rate(rate, args.warmup, args.duration, extra=conf, system=system)
+
+            out.append((system, nstorm_run))
     if "bytewax" in args.only:
         from benchmarks import _peers_bytewax as bw
 
         for procs in args.bytewax_procs:
-            system = f"bytewax ({procs} proc)"
-            for run in args.runs:
-                if run == "half" and not half_rate:
-                    continue
-                rate = half_rate if run == "half" else 0.0
-                total = args.sentences if run == "fixed" else 0
-                results.append(_guarded(system, run, lambda p=procs, r=rate, t=total: bw.run(
-                    p, r, args.warmup, args.duration, total=t), log))
+            def bytewax_run(kind: str, rate: float, procs: int = procs) -> RunResult:
+                total = args.sentences if kind == "fixed" else 0
+                return bw.run(procs, rate if kind == "half" else 0.0, args.warmup, args.duration, total=total)
+
+            out.append((f"bytewax ({procs} proc)", bytewax_run))
     if "spark" in args.only:
         from benchmarks import _peers_spark as sp
 
-        runs = [r for r in args.runs if r != "half" or half_rate]
-        log.print(f"[bold]Spark SS[/]: {','.join(runs)} in one Spark process ...")
-        before = os.getloadavg()[0]
-        try:
-            spark = sp.run(runs, half_rate, args.warmup, args.duration, args.sentences, args.spark_rows_per_batch)
-        except Exception as exc:
-            spark = [RunResult(system=sp.SYSTEM, run=r, error=f"{type(exc).__name__}: {exc}") for r in runs]
-        for r in spark:
-            r.details["load_1min"] = [before, os.getloadavg()[0]]
-            log.print(f"  {r.run}: {_summary(r)}")
-        results += spark
+        def spark_run(kind: str, rate: float) -> RunResult:
+            results = sp.run([kind], rate, args.warmup, args.duration, args.sentences, args.spark_rows_per_batch)
+            return results[0] if results else RunResult(system=sp.SYSTEM, run=kind, error="no result")
+
+        out.append((sp.SYSTEM, spark_run))
+    return out
+
+
+def measure(args: argparse.Namespace, log: Console) -> tuple[list[RunResult], float]:
+    """Every run: peaks round by round (the systems interleaved, so a burst of other load on the
+    machine hits them alike), then the half-rate runs the same way, then one fixed run each.
+    Returns every result and the half rate (half of nstorm's median peak, acking on)."""
+    results: list[RunResult] = []
+    runners = _runners(args)
+    half_rate = args.half_rate
+    if "peak" in args.runs:
+        for r in range(args.rounds):
+            for system, fn in runners:
+                results.append(_guarded(system, f"peak (round {r + 1})", lambda fn=fn: fn("peak", 0.0), log))
+        peaks = [x.sentences_per_sec for x in results if x.system == NSTORM and x.run == "peak" and x.sentences_per_sec]
+        if not half_rate and peaks:
+            half_rate = round(statistics.median(peaks) / 2, -1)
+    if "half" in args.runs and half_rate:
+        for r in range(args.rounds):
+            for system, fn in runners:
+                results.append(_guarded(system, f"half (round {r + 1})", lambda fn=fn: fn("half", half_rate), log))
+    if "fixed" in args.runs:
+        for system, fn in runners:
+            results.append(_guarded(system, "fixed", lambda fn=fn: fn("fixed", 0.0), log))
     return results, half_rate
+
+
+def summarize(results: list[RunResult]) -> list[RunResult]:
+    """One result per (system, run): medians over the rounds, every round kept in ``details``."""
+    groups: dict[tuple[str, str], list[RunResult]] = {}
+    for r in results:
+        groups.setdefault((r.system, r.run), []).append(r)
+    out = []
+    for (system, run), rs in groups.items():
+        good = [r for r in rs if not r.error]
+        if len(rs) == 1 or not good:
+            out.append(rs[0])
+            continue
+
+        def med(key: str, good: list[RunResult] = good) -> float | None:
+            values = [getattr(r, key) for r in good if getattr(r, key) is not None]
+            return statistics.median(values) if values else None
+
+        out.append(RunResult(
+            system=system, run=run, sentences_per_sec=med("sentences_per_sec"), words_per_sec=med("words_per_sec"),
+            latency_p50_ms=med("latency_p50_ms"), latency_p99_ms=med("latency_p99_ms"),
+            latency_kind=good[0].latency_kind + f" (median of {len(good)} rounds)" if good[0].latency_kind else "",
+            offered_sentences_per_sec=good[0].offered_sentences_per_sec,
+            error="; ".join(r.error for r in rs if r.error) or None,
+            details={"rounds": [r.to_dict() for r in rs]}))
+    return out
 
 
 def _by_system(results: list[RunResult]) -> dict[str, dict[str, RunResult]]:
@@ -175,33 +233,39 @@ def _by_system(results: list[RunResult]) -> dict[str, dict[str, RunResult]]:
 
 
 def targets(results: list[RunResult]) -> dict[str, Any]:
-    """Issue 6's targets as ratios within this run (None where a side was not measured)."""
+    """Issue 6's targets as ratios within this run, for nstorm with acking on (at-least-once) and
+    off (no replay, like the peers as configured here); None where a side was not measured."""
     systems = _by_system(results)
-    ns_peak = systems.get("nstorm", {}).get("peak")
-    ns_half = systems.get("nstorm", {}).get("half")
-    nstorm = ns_peak.words_per_sec if ns_peak and not ns_peak.error else None
+
+    def peak(system: str) -> float | None:
+        r = systems.get(system, {}).get("peak")
+        return r.words_per_sec if r and not r.error and r.words_per_sec else None
 
     def best(prefix: str) -> float | None:
-        rates = [runs["peak"].words_per_sec for name, runs in systems.items()
-                 if name.startswith(prefix) and "peak" in runs and runs["peak"].words_per_sec]
-        return max(rates) if rates else None
+        rates = [peak(name) for name in systems if name.startswith(prefix)]
+        return max((r for r in rates if r), default=None)
 
     bytewax, spark = best("bytewax"), best("Spark")
+    ns_half = systems.get(NSTORM, {}).get("half")
     p99 = ns_half.latency_p99_ms if ns_half and not ns_half.error else None
-    return {
-        "nstorm_vs_best_bytewax": nstorm / bytewax if nstorm and bytewax else None,
-        "nstorm_vs_spark": nstorm / spark if nstorm and spark else None,
-        "nstorm_p99_at_half_peak_ms": p99,
-        "met": {"2x bytewax": nstorm / bytewax >= 2 if nstorm and bytewax else None,
-                ">= Spark SS": nstorm / spark >= 1 if nstorm and spark else None,
-                f"p99 < {TARGET_P99_MS:.0f} ms at half peak": p99 < TARGET_P99_MS if p99 is not None else None},
-    }
+    out: dict[str, Any] = {"nstorm_p99_at_half_peak_ms": p99, "met": {}}
+    for system, label in ((NSTORM, "acking on"), (NSTORM_NO_ACKS, "acking off")):
+        nstorm = peak(system)
+        if nstorm is None:
+            continue
+        key = "nstorm" if system == NSTORM else "nstorm_no_acks"
+        out[f"{key}_vs_best_bytewax"] = nstorm / bytewax if bytewax else None
+        out[f"{key}_vs_spark"] = nstorm / spark if spark else None
+        out["met"][f"2x bytewax ({label})"] = nstorm / bytewax >= 2 if bytewax else None
+        out["met"][f">= Spark SS ({label})"] = nstorm / spark >= 1 if spark else None
+    out["met"][f"p99 < {TARGET_P99_MS:.0f} ms at half peak (acking on)"] = p99 < TARGET_P99_MS if p99 is not None else None
+    return out
 
 
 def render(results: list[RunResult], half_rate: float, args: argparse.Namespace) -> Table:
     """One row per system: peak throughput, latency at peak and at the half rate, correctness."""
     systems = _by_system(results)
-    ns = systems.get("nstorm", {}).get("peak")
+    ns = systems.get(NSTORM, {}).get("peak")
     base = ns.words_per_sec if ns and ns.words_per_sec else None
     table = Table(title=f"word count, {args.duration:.0f} s windows, {machine()['cpus']} cores "
                         f"(half rate = {_num(half_rate)} sentences/s)")
@@ -234,7 +298,7 @@ def plot(results: list[RunResult], half_rate: float, path: Path, title: str) -> 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.8))
     peaks = [systems[n].get("peak") for n in names]
     values = [r.words_per_sec if r and r.words_per_sec else 0 for r in peaks]
-    bars = ax1.bar(names, values, color=["#d62728" if n == "nstorm" else "#7f7f7f" for n in names])
+    bars = ax1.bar(names, values, color=["#d62728" if n.startswith("nstorm") else "#7f7f7f" for n in names])
     for bar, v in zip(bars, values, strict=True):
         ax1.annotate(f"{v / 1e3:,.0f}k" if v else "not run", (bar.get_x() + bar.get_width() / 2, v),
                      ha="center", va="bottom", fontsize=9)
@@ -272,7 +336,8 @@ def main(argv: list[str] | None = None) -> None:
     args = _parse_args(argv)
     out, log = Console(width=None if sys.stdout.isatty() else 180), Console(stderr=True)
     info = machine()  # its date is the start of the run
-    results, half_rate = measure(args, log)
+    every, half_rate = measure(args, log)
+    results = summarize(every)
     table = render(results, half_rate, args)
     out.print(table)
     goals = targets(results)
@@ -291,6 +356,7 @@ def main(argv: list[str] | None = None) -> None:
         "workload": {"streams": STREAMS, "seeds": [SEED + i for i in range(STREAMS)], "pool_per_stream": POOL,
                      "latency_sample": f"1 sentence in {SAMPLE_EVERY}"},
         "half_rate_sentences_per_sec": half_rate, "targets": goals, "results": [r.to_dict() for r in results],
+        "rounds": args.rounds,
     })
     try:
         png = plot(results, half_rate, RESULTS / f"{args.name}.png",

@@ -1,6 +1,7 @@
 """Latency stamps and histograms: log-spaced buckets that workers count into and benchmarks read.
 
-A spout stamps one tracked tuple in :data:`SAMPLE_EVERY` with its emit time, in the
+A spout stamps a tracked tuple with its emit time at most every
+:data:`STAMP_INTERVAL_SECS` (so a thousand samples a second whatever the rate), in the
 tuple's root id itself (:func:`stamped_root`), so the stamp travels to every
 descendant at no cost per tuple. Each bolt counts the time from that emit to the
 moment it processes a descendant (*emit-to-process latency*; for the last bolt of a
@@ -26,20 +27,21 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
-__all__ = ["BASE_SECS", "GROWTH", "SAMPLE_EVERY", "STAMPED", "Recorder", "add", "bucket", "merge", "percentile", "stamp_age",
+__all__ = ["BASE_SECS", "GROWTH", "STAMPED", "STAMP_INTERVAL_SECS", "Recorder", "add", "bucket", "merge", "percentile", "stamp_age",
            "stamped_root", "subtract", "upper_bound"]
 
-SAMPLE_EVERY = 16  # a spout stamps one tracked tuple in this many
-STAMPED = 1 << 63  # roots at or above this carry an emit time; others are 63 random bits
-_STAMP_SHIFT = 23  # bits 23..62: emit time in µs (wraps every 12.7 days); bits 0..22: random
+STAMP_INTERVAL_SECS = 0.001  # a spout stamps a tracked tuple at most this often
+STAMPED = 1 << 63  # roots at or above this carry an emit time
+_STAMP_SHIFT = 23  # bits 23..62: emit time in µs (wraps every 12.7 days); bits 0..22: the caller's
 _STAMP_MASK = (1 << 40) - 1
 
 
-def stamped_root(rand: Callable[[int], int]) -> int:
-    """A root id that carries the current time: ``STAMPED | time_us << 23 | 23 random bits``."""
-    return STAMPED | ((time.time_ns() // 1000) & _STAMP_MASK) << _STAMP_SHIFT | rand(_STAMP_SHIFT)
+def stamped_root(low: int) -> int:
+    """A root id that carries the current time: ``STAMPED | time_us << 23 | low`` (``low`` < 2**23:
+    the worker puts its spout task and a few random bits there, see :mod:`worker.wire`)."""
+    return STAMPED | ((time.time_ns() // 1000) & _STAMP_MASK) << _STAMP_SHIFT | low
 
 
 def stamp_age(root: int, now_ns: int | None = None) -> float:

@@ -43,7 +43,7 @@ __all__ = ["AckerExecutor", "BoltExecutor", "Executor", "SpoutExecutor"]
 log = logging.getLogger(__name__)
 _getroot = random.Random().getrandbits  # root ids of spout tuples
 STAMPED = latency.STAMPED  # roots at or above carry their spout emit time (nstorm.latency)
-_SAMPLE_MASK = latency.SAMPLE_EVERY - 1
+_ROOT_TASK_BITS = wire.ROOT_TASK_BITS
 _SPOUT_CALLS = 256  # next_tuple calls per spout loop iteration at most
 
 
@@ -323,7 +323,7 @@ class SpoutExecutor(_UserExecutor):
         self.immediate_acks: list[Any] = []
         self.ack_buckets: dict[int, int] = {}
         self.held_control: list[tuple[int, Any]] = []
-        self.tracked = 0  # tuples emitted with a msg id; one in SAMPLE_EVERY gets a stamped root
+        self.next_stamp = 0.0  # the next tracked tuple from then on gets a stamped root
         self.complete = latency.Recorder()  # emit -> tree fully acked, of the stamped tuples
         self.now = time.monotonic()  # of the current loop iteration: deadlines need no finer clock
         self.emit_calls = 0
@@ -343,8 +343,7 @@ class SpoutExecutor(_UserExecutor):
             if msg_id is not None:
                 self.immediate_acks.append(msg_id)  # acking off: acked at once, as in Storm
             return
-        self.tracked += 1
-        root = latency.stamped_root(_getroot) if not self.tracked & _SAMPLE_MASK else _getroot(63)
+        root = self._root()
         self._track(msg_id, outbox.emit_tracked(values, stream, root), root)
 
     def _emit_direct(self, task: int, values: Any, stream: str = "default", msg_id: Any = None) -> None:
@@ -355,15 +354,22 @@ class SpoutExecutor(_UserExecutor):
             if msg_id is not None:
                 self.immediate_acks.append(msg_id)
             return
-        self.tracked += 1
-        root = latency.stamped_root(_getroot) if not self.tracked & _SAMPLE_MASK else _getroot(63)
+        root = self._root()
         self._track(msg_id, outbox.emit_direct_tracked(task, values, stream, root), root)
 
-    def _track(self, msg_id: Any, init: int, root: int) -> None:
+    def _root(self) -> int:
+        """A new root id: random, this spout's task in the low bits (the acker answers it from
+        them), and every millisecond or so a stamped one (nstorm.latency)."""
+        if self.now >= self.next_stamp:
+            self.next_stamp = self.now + latency.STAMP_INTERVAL_SECS
+            return latency.stamped_root(_getroot(7) << _ROOT_TASK_BITS | self.task)
+        return _getroot(47) << _ROOT_TASK_BITS | self.task
+
+    def _track(self, msg_id: Any, copies: int, root: int) -> None:
         if self.failed_ids and msg_id in self.failed_ids:
             self.failed_ids.discard(msg_id)
             self.replayed += 1
-        if init == 0:
+        if not copies:
             self.immediate_acks.append(msg_id)  # nobody subscribes: complete at once
             return
         self.pending[root] = msg_id
@@ -372,7 +378,6 @@ class SpoutExecutor(_UserExecutor):
             timeouts.add(root, self.now)
         else:
             timeouts.open.append(root)
-        self.outbox.control(wire.ACK_INIT, self.outbox.acker_for(root), (root, init, self.task))
 
     def _handle_control(self) -> None:
         get = self.ctl_q.get_nowait
@@ -725,7 +730,15 @@ class BoltExecutor(_UserExecutor):
             acked += n
             if len(a) == 2:
                 r = a[0]
-                acks[r] = acks.get(r, 0) ^ a[1] ^ x
+                x ^= a[1]
+                run = outbox.last_run
+                if run is not None and run.owner is tup:
+                    # The ack rides with a child: XORed into the edge of the run the last tuple
+                    # opened (still in its buffer), the receiver's ack of that run carries it.
+                    ra = run.run_anchor
+                    run.run_anchor = (ra[0], ra[1] ^ x)
+                else:
+                    acks[r] = acks.get(r, 0) ^ x
             else:
                 for q in range(0, len(a), 2):
                     r = a[q]
@@ -982,64 +995,72 @@ class BoltExecutor(_UserExecutor):
 
 
 class AckerExecutor(Executor):
-    """Storm's acker: XOR of 64-bit edge ids per spout tuple; zero means fully processed."""
+    """Storm's acker: XOR of 64-bit edge ids per spout tuple; zero means fully processed.
+
+    A root's entry starts at zero without an init from the spout (the copies of a spout tuple
+    carry edges that XOR to zero, :mod:`worker.wire`), so an entry is made by the first ack
+    that reaches it and the tree is complete when its XOR returns to zero; the spout to tell
+    is in the root's low bits. Entries older than ``topology.message.timeout.secs`` are dropped
+    (their spout has failed them by then).
+    """
 
     kind = "acker"
 
     def __init__(self, worker: Worker, executor_id: str, task: int) -> None:
         super().__init__(worker, executor_id, task)
         self.outbox = Outbox(worker, task, "__acker", {"components": {"__acker": {"outputs": {}, "inputs": []}}})
-        # root -> [xor, spout task or -1, created_at, failed]
-        self.entries: dict[int, list[Any]] = {}
+        self.entries: dict[int, int] = {}  # root -> XOR of the acks so far (never 0)
+        self.failed_roots: dict[int, None] = {}  # failed trees: their late acks are ignored
         self.timeout = float(worker.conf["topology.message.timeout.secs"])
+        self.timeouts = Timeouts(self.timeout, granularity=1.0)
 
-    def _complete(self, root: int, entry: list[Any]) -> None:
-        del self.entries[root]
-        if entry[3]:
-            self.failed += 1
-            self.outbox.control(wire.FAILED, entry[1], root)
-        else:
+    def _complete(self, root: int, kind: int) -> None:
+        task = wire.root_task(root)
+        routing = self.outbox.routing
+        if routing is None or task >= len(routing.location):
+            return  # not a root any spout of this topology made
+        if kind == wire.ACKED:
             self.acked += 1
-            self.outbox.control(wire.ACKED, entry[1], root)
+        else:
+            self.failed += 1
+        self.outbox.control(kind, task, root)
 
     def _handle(self, kind: int, entries: Any) -> None:
         table = self.entries
-        now = time.monotonic()
         self.executed += len(entries)
         if kind == wire.ACK:
+            failed = self.failed_roots
             for root, x in entries:
-                entry = table.get(root)
-                if entry is None:
-                    table[root] = [x, -1, now, False]
+                v = table.get(root)
+                if v is None:
+                    if failed and root in failed:
+                        continue
+                    if x:
+                        table[root] = x
+                        self.timeouts.add(root, time.monotonic())
+                    else:
+                        self._complete(root, wire.ACKED)
                     continue
-                entry[0] ^= x
-                if entry[0] == 0 and entry[1] >= 0:
-                    self._complete(root, entry)
-        elif kind == wire.ACK_INIT:
-            for root, x, spout_task in entries:
-                entry = table.get(root)
-                if entry is None:
-                    table[root] = entry = [0, spout_task, now, False]
+                v ^= x
+                if v:
+                    table[root] = v
                 else:
-                    entry[1] = spout_task
-                entry[0] ^= x
-                if entry[0] == 0 or entry[3]:
-                    self._complete(root, entry)
+                    del table[root]
+                    self._complete(root, wire.ACKED)
         elif kind == wire.FAIL:
             for root in entries:
-                entry = table.get(root)
-                if entry is None:
-                    table[root] = [0, -1, now, True]
-                else:
-                    entry[3] = True
-                    if entry[1] >= 0:
-                        self._complete(root, entry)
+                if root in self.failed_roots:
+                    continue
+                table.pop(root, None)
+                self.failed_roots[root] = None
+                self.timeouts.add(root, time.monotonic())
+                self._complete(root, wire.FAILED)
 
     def _expire(self, now: float) -> None:
-        cutoff = now - self.timeout
-        stale = [r for r, e in self.entries.items() if e[2] < cutoff]
-        for root in stale:
-            del self.entries[root]
+        table, failed = self.entries, self.failed_roots
+        for root in self.timeouts.expire(now):
+            table.pop(root, None)
+            failed.pop(root, None)
 
     def loop(self) -> None:
         self.outbox.rebuild(self.worker.routing)
@@ -1054,13 +1075,16 @@ class AckerExecutor(Executor):
             except queue.Empty:
                 pass
             else:
-                self._handle(kind, entries)
-                for _ in range(1000):
-                    try:
-                        kind, _src, entries = get_nowait()
-                    except queue.Empty:
-                        break
+                try:
                     self._handle(kind, entries)
+                    for _ in range(1000):
+                        try:
+                            kind, _src, entries = get_nowait()
+                        except queue.Empty:
+                            break
+                        self._handle(kind, entries)
+                except Exception as exc:  # entries that are not [root, xor] pairs: dropped
+                    self.record_error("acker entries", exc)
                 self.outbox.flush()
             now = time.monotonic()
             if now >= next_expiry:

@@ -39,6 +39,7 @@ from worker import wire
 from worker.batching import BatchPolicy, FlushDeadline
 from worker.routing import RoutingTable
 from worker.transport import send_frames
+from worker.wire import acker_index
 
 if TYPE_CHECKING:
     from worker.process import Worker
@@ -91,26 +92,14 @@ class _Buffer(list):
             self.owner = None
 
 
-def _open_run(buf: _Buffer, cur: Any) -> None:
-    """Start a run in ``buf`` for tuples emitted under ``cur`` (its first tuple is appended
-    already): one new edge per root of ``cur``, XORed into ``cur``'s children."""
-    buf.close_run()
-    a = cur.anchors
-    if a:
-        edge = _getrandbits(64)
-        cur._ackval ^= edge
-        if len(a) == 2:
-            anc: Any = (a[0], edge)
-        else:
-            anc = []
-            for i in range(0, len(a), 2):
-                anc.append(a[i])
-                anc.append(edge)
-        buf.run_anchor = anc
-    else:
-        buf.run_anchor = None
-    buf.owner = cur
-    buf.run_n = 1
+def _zero_xor_edges(n: int) -> list[int]:
+    """``n`` edge ids whose XOR is zero: random ones and, last, the XOR of the others."""
+    edges = [_getrandbits(64) for _ in range(n - 1)]
+    last = 0
+    for e in edges:
+        last ^= e
+    edges.append(last)
+    return edges if n else []
 
 
 class _Target:
@@ -162,6 +151,7 @@ class Outbox:
         self._data_socks: dict[str, zmq.Socket] = {}
         self._ctl_socks: dict[str, zmq.Socket] = {}
         self.current: Any = None  # the tuple (or batch) being processed: what emits anchor to
+        self.last_run: _Buffer | None = None  # the buffer whose run was opened last (see BoltExecutor)
         self.auto_anchor = True
         self.streams = set(definition["components"][component]["outputs"])
 
@@ -249,6 +239,28 @@ class Outbox:
             else:
                 out.append(t.bufs[0])
         return out
+
+    def open_run(self, buf: _Buffer, cur: Any) -> None:
+        """Start a run in ``buf`` for tuples emitted under ``cur`` (its first tuple is appended
+        already): one new edge per root of ``cur``, XORed into ``cur``'s children."""
+        buf.close_run()
+        a = cur.anchors
+        if a:
+            edge = _getrandbits(64)
+            cur._ackval ^= edge
+            if len(a) == 2:
+                anc: Any = (a[0], edge)
+            else:
+                anc = []
+                for i in range(0, len(a), 2):
+                    anc.append(a[i])
+                    anc.append(edge)
+            buf.run_anchor = anc
+        else:
+            buf.run_anchor = None
+        buf.owner = cur
+        buf.run_n = 1
+        self.last_run = buf
 
     def _put(self, buf: _Buffer, values: Sequence[Any], stream: str, anchor: Any) -> None:
         """Append one tuple to ``buf`` (any stream) with its own anchor entry (None: unanchored,
@@ -343,7 +355,7 @@ class Outbox:
             return general
         bufs, n, flush = target.bufs, target.n, self.flush_buffer
         outbox = self
-        open_run = _open_run
+        open_run = self.open_run
         if target.kind == _K_FIELD1 and n > 1:
             idx = target.idx
 
@@ -402,16 +414,19 @@ class Outbox:
             self._put(buf, values, stream, anc)
 
     def emit_tracked_general(self, values: Sequence[Any], stream: str, root: int) -> int:
-        """A spout's tracked emit: returns the XOR of the edge ids sent (0 if none)."""
-        init = 0
-        for buf in self._copies(values, stream):
-            edge = _getrandbits(64)
-            init ^= edge
+        """A spout's tracked emit: returns how many copies were sent (0: nobody subscribes).
+
+        The copies' edge ids XOR to zero (a single copy's edge is 0), so the acker needs no
+        "init" from the spout (:mod:`worker.wire`).
+        """
+        bufs = self._copies(values, stream)
+        edges = _zero_xor_edges(len(bufs))
+        for buf, edge in zip(bufs, edges, strict=True):
             self._put(buf, values, stream, (root, edge))
-        return init
+        return len(bufs)
 
     def _make_tracked_emit(self) -> Any:
-        """A spout's tracked emit compiled for the current routing table (one edge, a run of one)."""
+        """A spout's tracked emit compiled for the current routing table (one copy: a run of one, edge 0)."""
         general = self.emit_tracked_general
         target = self._fast_target()
         if target is None or not self.acking:
@@ -420,22 +435,20 @@ class Outbox:
         fields = target.kind == _K_FIELD1 and n > 1
         idx = target.idx
         nxt = self._cycle(target)
-        rand = _getrandbits
 
         def emit_tracked(values: Sequence[Any], stream: str, root: int) -> int:
             if stream != "default":
                 return general(values, stream, root)
             buf = bufs[hash(values[idx]) % n] if fields else nxt()
-            edge = rand(64)
             buf.append(values)
             if buf.owner is not None:
                 buf.close_run()
             runs = buf.runs
             runs.append(1)
-            runs.append((root, edge))
+            runs.append((root, 0))
             if len(buf) >= buf.limit:
                 flush(buf)
-            return edge
+            return 1
 
         return emit_tracked
 
@@ -461,20 +474,19 @@ class Outbox:
             self._put(bufs[task], values, stream, anc)
 
     def emit_direct_tracked(self, task: int, values: Sequence[Any], stream: str, root: int) -> int:
-        """A spout's tracked direct emit: returns the XOR of the edge ids sent."""
+        """A spout's tracked direct emit: returns how many copies were sent (edges XOR to zero)."""
         direct = self.direct_targets.get(stream)
         if direct is None:
             msg = f"{self.component} emits on undeclared stream {stream!r}"
             raise ValueError(msg)
-        init = 0
         for name, bufs in direct:
             if not 0 <= task < len(bufs):
                 msg = f"emit_direct to task {task} of {name!r}, which has {len(bufs)} executors"
                 raise ValueError(msg)
-            edge = _getrandbits(64)
-            init ^= edge
+        edges = _zero_xor_edges(len(direct))
+        for (_name, bufs), edge in zip(direct, edges, strict=True):
             self._put(bufs[task], values, stream, (root, edge))
-        return init
+        return len(direct)
 
     # -- acker bookkeeping ---------------------------------------------------------------
     def ack_tuple(self, tup: Any) -> None:
@@ -513,7 +525,7 @@ class Outbox:
 
     def acker_for(self, root: int) -> int:
         ackers = self.routing.ackers  # type: ignore[union-attr]
-        return ackers[root % len(ackers)]
+        return ackers[acker_index(root, len(ackers))]
 
     def control(self, kind: int, dst: int, entry: Any) -> None:
         """Queue one control entry for ``dst``; sent with the next flush."""
@@ -541,7 +553,7 @@ class Outbox:
             ackers = self.routing.ackers  # type: ignore[union-attr]
             n = len(ackers)
             for r, x in acks.items():
-                self.control(wire.ACK, ackers[r % n], (r, x))
+                self.control(wire.ACK, ackers[acker_index(r, n)], (r, x))
         if self.ctl_buffers:
             ctl = self.ctl_buffers
             self.ctl_buffers = {}

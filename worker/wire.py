@@ -26,6 +26,13 @@ objects on the destination's queue (no serialisation).
 Control messages (acker traffic, and later migration hand-over) are one frame
 ``[kind, dst_task, src_task, entries]`` on the worker's separate control port,
 whose receiver never blocks, so acks cannot deadlock behind backpressured data.
+
+Root ids (the acker's key for one spout tuple's tree) carry the emitting spout's task
+in their low :data:`ROOT_TASK_BITS` bits and pick their acker with the bits above
+(:func:`acker_index`). Knowing the spout from the root is what lets a spout skip
+Storm's "ack init" message: it gives the copies of a spout tuple edge ids whose XOR is
+zero (a single copy gets edge 0), so the acker's value for a root starts at zero
+without being told, and an acker entry that returns to zero is a complete tree.
 """
 
 from __future__ import annotations
@@ -42,8 +49,10 @@ __all__ = [
     "MAX_HOPS",
     "STATE",
     "ACK",
-    "ACK_INIT",
     "AckRun",
+    "ROOT_TASK_BITS",
+    "acker_index",
+    "root_task",
     "DATA",
     "FAIL",
     "FAILED",
@@ -56,7 +65,7 @@ __all__ = [
 ]
 
 DATA = 0
-ACK_INIT = 1  # entries: [[root, xor, spout_task], ...]   spout -> acker
+# 1 was ACK_INIT (spout -> acker): not needed, see the module docstring
 ACK = 2  # entries: [[root, xor], ...]                     bolt -> acker
 FAIL = 3  # entries: [root, ...]                           bolt -> acker
 ACKED = 4  # entries: [root, ...]                          acker -> spout
@@ -68,6 +77,19 @@ READY = 9  # entries: {}                                  new copy -> old copy: 
 MAX_HOPS = 16  # a data frame forwarded more often than this is dropped (the acker replays it)
 
 MAX_FRAME_BYTES = 64 * 2**20  # larger frames are refused by the receiving socket
+
+ROOT_TASK_BITS = 16  # a root's low bits: the task of the spout that emitted it
+_ROOT_TASK_MASK = (1 << ROOT_TASK_BITS) - 1
+
+
+def root_task(root: int) -> int:
+    """The task of the spout executor that emitted the tree of ``root``."""
+    return root & _ROOT_TASK_MASK
+
+
+def acker_index(root: int, ackers: int) -> int:
+    """Which of ``ackers`` acker executors keeps the tree of ``root`` (random bits, so even)."""
+    return (root >> ROOT_TASK_BITS) % ackers
 
 
 def pack(obj: Any) -> bytes:
