@@ -1,16 +1,20 @@
 """Word count throughput end to end on a local cluster, against a plain Python loop.
 
-``python -m benchmarks.throughput [--seconds S] [--warmup W] [--workers N]``
+``python -m benchmarks.throughput [--seconds S] [--warmup W] [--workers N] [--rounds R]``
 
 Measures, in one run: the single-process Python loop that splits and counts the same
-sentences, then nstorm's word count with acking off and with acking on (each on a fresh
-local cluster of real processes). Rates are the count bolts' executed counters over a
-steady-state window. Prints a table and writes ``benchmarks/results/throughput.json``.
+sentences, then nstorm's word count with acking off and on, each with the count bolt
+taking whole batches (``process_batch``, the default) and a tuple at a time (``process``),
+each on a fresh local cluster of real processes. Rates are the count bolts' executed
+counters over a steady-state window; with ``--rounds`` every configuration runs once per
+round (interleaved, so the machine's noise hits them alike) and the table shows medians.
+Prints a table and writes ``benchmarks/results/throughput.json``.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 from pathlib import Path
 
@@ -59,6 +63,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=15.0, help="measurement window per configuration")
     parser.add_argument("--warmup", type=float, default=5.0)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=1, help="runs of every configuration, interleaved")
     parser.add_argument("-c", "--conf", action="append", default=[], help="extra key=value for both runs")
     args = parser.parse_args()
     from nstorm.config import parse_conf_options
@@ -68,15 +73,23 @@ def main() -> None:
     loop = plain_loop()
     console.print(f"plain Python loop: {loop:,.0f} words/s")
     base = {"wordcount.spouts": args.workers, "wordcount.splits": args.workers, "wordcount.counts": args.workers}
+    no_acks = {"topology.acker.executors": 0, "wordcount.reliable": False}
     runs = {
-        "acking off": {**base, "topology.acker.executors": 0, "wordcount.reliable": False, **extra},
+        "acking off": {**base, **no_acks, **extra},
+        "acking off, process per tuple": {**base, **no_acks, "wordcount.batched": False, **extra},
         "acking on": {**base, **extra},
+        "acking on, process per tuple": {**base, "wordcount.batched": False, **extra},
     }
-    results = {}
-    for label, conf in runs.items():
-        results[label] = run_nstorm(conf, args.workers, args.warmup, args.seconds)
-        console.print(f"{label}: {results[label]['words_per_sec']:,.0f} words/s")
-    table = Table(title=f"word count throughput ({args.workers} workers, {machine()['cpus']} cores)")
+    rounds: dict[str, list[dict]] = {label: [] for label in runs}
+    for r in range(max(1, args.rounds)):
+        for label, conf in runs.items():
+            rounds[label].append(run_nstorm(conf, args.workers, args.warmup, args.seconds))
+            console.print(f"round {r + 1}, {label}: {rounds[label][-1]['words_per_sec']:,.0f} words/s")
+    results = {label: {"words_per_sec": statistics.median(x["words_per_sec"] for x in rs),
+                       "sentences_per_sec": statistics.median(x["sentences_per_sec"] for x in rs),
+                       "rounds": rs, "conf": runs[label]} for label, rs in rounds.items()}
+    table = Table(title=f"word count throughput ({args.workers} workers, {machine()['cpus']} cores"
+                        f"{f', medians of {args.rounds} rounds' if args.rounds > 1 else ''})")
     for col in ("run", "sentences/s", "words/s", "vs plain loop"):
         table.add_column(col, justify="right")
     table.add_row("plain Python loop (1 process)", f"{loop / 10:,.0f}", f"{loop:,.0f}", "1.00")

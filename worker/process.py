@@ -298,6 +298,7 @@ class Worker:
             "dropped_frames": self.transport.dropped if self.transport else 0,
             "forwarded": self.transport.forwarded if self.transport else 0,
             "curve_refused": self.transport.security.refused if self.transport else 0,
+            "backpressure_events": self.backpressure.events if self.backpressure else 0,  # on/off switches
         }
 
     def _heartbeat_loop(self) -> None:
