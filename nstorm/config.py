@@ -29,11 +29,11 @@ DEFAULTS: dict[str, Any] = {
     "topology.acker.executors": None,  # None = one per worker; 0 turns acking off
     "topology.message.timeout.secs": 30,
     "topology.max.spout.pending": 1000,  # per spout executor; None or 0 = unbounded
-    "topology.batch.size": 256,  # tuples per message at most; 1 = per-tuple sending (no batching)
+    "topology.batch.size": 1024,  # tuples per message at most; 1 = per-tuple sending (no batching)
     "topology.batch.max.latency.ms": 5,  # a buffered tuple leaves within this bound
     "topology.batch.adaptive": True,  # size each destination's batches from its rate (else always batch.size)
-    "topology.backpressure.high.batches": 64,  # a queue this deep pauses every spout of the topology
-    "topology.backpressure.low.batches": 16,  # ... until every such queue is back below this
+    "topology.backpressure.high.batches": 16,  # a queue this deep (x batch.size tuples) pauses every spout
+    "topology.backpressure.low.batches": 4,  # ... until every such queue is back below this
     "topology.hash.seed": 0,  # PYTHONHASHSEED of workers: fields grouping agrees across processes
     "topology.debug": False,
     "topology.scheduler": "static",

@@ -207,7 +207,7 @@ def test_slow_bolt_slows_its_spout(client) -> None:
     client.submit(TOPOLOGIES / "slow_sink.py")
     try:
         client.wait_running("slowsink", 60)
-        conf_high = 64 * 256  # topology.backpressure.high.batches x topology.batch.size
+        conf_high = 16 * 1024  # topology.backpressure.high.batches x topology.batch.size
 
         def lag() -> tuple[int, int]:
             comps = client.status("slowsink")["components"]
