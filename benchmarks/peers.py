@@ -68,6 +68,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="skip nstorm with acking off (run only the at-least-once configuration)")
     parser.add_argument("--name", default="peers", help="results/<name>.json and .png")
     parser.add_argument("-c", "--conf", action="append", default=[], help="extra key=value for nstorm's runs")
+    parser.add_argument("--plot", metavar="JSON", help="only draw the PNG of an earlier run's results file")
     args = parser.parse_args(argv)
     only = [s.strip() for s in args.only.split(",") if s.strip()]
     if not only or set(only) - set(SYSTEMS):
@@ -295,10 +296,11 @@ def plot(results: list[RunResult], half_rate: float, path: Path, title: str) -> 
 
     systems = _by_system(results)
     names = list(systems)
+    labels = [n.replace(" (", "\n(") for n in names]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.8))
     peaks = [systems[n].get("peak") for n in names]
     values = [r.words_per_sec if r and r.words_per_sec else 0 for r in peaks]
-    bars = ax1.bar(names, values, color=["#d62728" if n.startswith("nstorm") else "#7f7f7f" for n in names])
+    bars = ax1.bar(labels, values, color=["#d62728" if n.startswith("nstorm") else "#7f7f7f" for n in names])
     for bar, v in zip(bars, values, strict=True):
         ax1.annotate(f"{v / 1e3:,.0f}k" if v else "not run", (bar.get_x() + bar.get_width() / 2, v),
                      ha="center", va="bottom", fontsize=9)
@@ -313,12 +315,13 @@ def plot(results: list[RunResult], half_rate: float, path: Path, title: str) -> 
     ax2.bar([i + 0.2 for i in x], p99, width=0.4, label="p99", color="#ff7f0e")
     for i, (a, b) in enumerate(zip(p50, p99, strict=True)):
         if not a and not b:
-            ax2.annotate("not run", (i, 1), ha="center", fontsize=9)
+            why = "no stamps\n(acking off)" if names[i] == NSTORM_NO_ACKS else "not run"
+            ax2.annotate(why, (i, 1), ha="center", fontsize=8)
         else:
             ax2.annotate(_ms(b), (i + 0.2, b), ha="center", va="bottom", fontsize=8)
     ax2.axhline(TARGET_P99_MS, color="#2ca02c", linestyle="--", linewidth=1, label=f"target p99 {TARGET_P99_MS:.0f} ms")
     ax2.set_yscale("log")
-    ax2.set_xticks(list(x), names)
+    ax2.set_xticks(list(x), labels)
     ax2.set_ylabel("latency, ms (log scale)")
     ax2.set_title(f"latency at {half_rate:,.0f} sentences/s (lower is better)")
     ax2.legend(fontsize=8)
@@ -334,6 +337,16 @@ def plot(results: list[RunResult], half_rate: float, path: Path, title: str) -> 
 
 def main(argv: list[str] | None = None) -> None:
     args = _parse_args(argv)
+    if args.plot:
+        import json
+
+        data = json.loads(Path(args.plot).read_text())
+        results = [RunResult.from_dict(d) for d in data["results"]]
+        png = plot(results, data["half_rate_sentences_per_sec"], Path(args.plot).with_suffix(".png"),
+                   f"word count on {data['machine']['cpus']} cores, {data['machine']['date']}: "
+                   "same seeded sentences on every system")
+        print(f"wrote {png}")
+        return
     out, log = Console(width=None if sys.stdout.isatty() else 180), Console(stderr=True)
     info = machine()  # its date is the start of the run
     every, half_rate = measure(args, log)

@@ -7,6 +7,7 @@ plan with the workers' heartbeats into the schema of ``nstorm status --json``.
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -348,10 +349,14 @@ class ClusterClient:
         for cname, comp in definition["components"].items():
             agg = {"parallelism": comp["parallelism"], "emitted": 0, "batches": 0, "executed": 0, "acked": 0,
                    "failed": 0, "queue": 0, "errors": 0, "last_error": None}
+            recent = []  # each executor's latency over its last samples
             for i in range(comp["parallelism"]):
                 c = counters.get(f"{cname}:{i}", {})
                 for key in ("emitted", "batches", "executed", "acked", "failed", "queue", "errors"):
                     agg[key] += int(c.get(key) or 0)
+                lat = c.get("latency_ms" if comp["kind"] == "spout" else "arrival_ms")
+                if lat:
+                    recent.append(lat)
                 if c.get("last_error"):
                     agg["last_error"] = c["last_error"]
                 if comp["kind"] == "spout":
@@ -359,6 +364,10 @@ class ClusterClient:
                     spouts["acked"] += int(c.get("acked") or 0)
                     spouts["failed"] += int(c.get("failed") or 0)
                     spouts["replayed"] += int(c.get("replayed") or 0)
+            if recent:  # spouts: complete latency; bolts: from the spout's emit to processing here
+                agg["latency_ms"] = {"p50": statistics.median(x["p50"] for x in recent),
+                                     "p99": max(x["p99"] for x in recent),
+                                     "kind": "complete" if comp["kind"] == "spout" else "emit-to-process"}
             components[cname] = agg
         return {
             "name": name,

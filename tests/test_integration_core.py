@@ -142,6 +142,14 @@ def test_status_json_and_kill_leaves_other_topologies_running(client, cluster) -
             assert {"parallelism", "emitted", "executed", "acked", "failed"} <= set(comp)
         assert {"pending", "acked", "failed", "replayed"} <= set(status["spouts"])
         wait_until(lambda: client.status("lin-a")["spouts"]["acked"] > 0, 30, what="lin-a acks")
+        # Latency from the stamped roots: emit-to-process at every bolt, complete at the spout.
+        wait_until(lambda: all("latency_ms" in c for c in client.status("lin-a")["components"].values()), 30,
+                   what="latencies in status")
+        comps = client.status("lin-a")["components"]
+        assert comps["source"]["latency_ms"]["kind"] == "complete"
+        for bolt in ("stage1", "stage2", "stage3"):
+            lat = comps[bolt]["latency_ms"]
+            assert lat["kind"] == "emit-to-process" and 0 < lat["p50"] <= lat["p99"] < 30_000
 
         pids_a = [w["pid"] for w in status["workers"]]
         pids_b = [w["pid"] for w in client.status("lin-b")["workers"]]

@@ -104,8 +104,12 @@ class BackpressureMonitor:
 
     def _run(self) -> None:
         last_announce = 0.0
-        while not self._stop.wait(self.period):
+        period = self.period
+        while not self._stop.wait(period):
             depth = self._local_depth()
+            # Look every ``period`` while a queue is a quarter of the way to the high mark (or
+            # congested), four times less often otherwise: an idle worker need not wake 200 times a second.
+            period = self.period if (self.congested or depth > self.high / 4) else 4 * self.period
             was = self.congested
             if not was and depth > self.high:
                 self.congested = True

@@ -498,9 +498,8 @@ class SpoutExecutor(_UserExecutor):
                     if self.emit_calls == last:
                         break
             emitted = self.emit_calls != before
-            if emitted:
-                deadline.worked(now)
-                ctl_deadline.worked(now)  # acker inits
+            if emitted and deadline.at is None and outbox.holding():
+                deadline.worked(now)  # something waits in a buffer (at low rates each tuple left at once)
             if blocked:
                 # Nothing more may be emitted until acks arrive (or the topology resumes):
                 # holding tuples back would only stall the topology.
@@ -922,6 +921,7 @@ class BoltExecutor(_UserExecutor):
                 pass
             else:
                 began = clock()
+                armed = deadline.at is not None
                 deadline.worked(began)
                 ctl_deadline.worked(began)  # acks
                 process = self._process_batch
@@ -938,6 +938,12 @@ class BoltExecutor(_UserExecutor):
                 except Exception as exc:  # a batch that decoded but is not what it claims: drop it
                     outbox.current = None
                     self.record_error("batch", exc)
+                if not armed and not outbox.holding():
+                    deadline.flushed()  # everything left at once (low rates): no wake-up to send nothing
+                if self.batch_avg < 2.0 and empty():
+                    # Tuples come one at a time, further apart than acks would wait: holding the
+                    # acks back would cost a wake-up and save no message.
+                    outbox.flush_control()
             now = clock()
             if tick and now >= self.next_tick:
                 self.next_tick = now + tick

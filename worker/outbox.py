@@ -536,6 +536,10 @@ class Outbox:
         buf.append(entry)
 
     # -- flushing ------------------------------------------------------------------------
+    def holding(self) -> bool:
+        """True if some data buffer holds tuples (the executor's deadline must then be armed)."""
+        return any(self.buffers.values())
+
     def flush(self) -> None:
         """Send every non-empty buffer, then the acks and other control entries."""
         self.deadline.flushed()

@@ -91,9 +91,12 @@ def register(app: typer.Typer) -> None:
         for w in info["workers"]:
             typer.echo(f"  worker {w['id']} pid={w['pid']} executors={','.join(w['executors'])}")
         for cname, c in info["components"].items():
+            lat = c.get("latency_ms")
             typer.echo(
                 f"  {cname} x{c['parallelism']}: emitted={c['emitted']} executed={c['executed']} "
-                f"acked={c['acked']} failed={c['failed']}" + (f" last_error={c['last_error']}" if c["last_error"] else "")
+                f"acked={c['acked']} failed={c['failed']}"
+                + (f" {lat['kind']} latency p50={lat['p50']:.1f}ms p99={lat['p99']:.1f}ms" if lat else "")
+                + (f" last_error={c['last_error']}" if c["last_error"] else "")
             )
         s = info["spouts"]
         typer.echo(f"  spouts: pending={s['pending']} acked={s['acked']} failed={s['failed']} replayed={s['replayed']}")
