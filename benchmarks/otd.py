@@ -7,8 +7,8 @@ workers each. For each experiment, static placement then OTD (``topology.schedul
 same topology, same seed, each on a fresh cluster:
 
 - ``comm`` (communication-intensive): word count on links limited to ``--link-rate``;
-- ``comp`` (computation-intensive): ``topologies/compute.py`` (harmonic numbers over 128
-  Zipf-skewed keys whose weights are dealt anew every 60 s, 24 executors), each worker capped at ``--worker-cpu`` cores
+- ``comp`` (computation-intensive): ``topologies/compute.py`` (harmonic numbers over 64
+  Zipf-skewed keys whose weights are dealt anew every 120 s, 12 executors), each worker capped at ``--worker-cpu`` cores
   by its supervisor (``supervisor.worker.cpu.limit``, a cgroup quota): 8 workers of 0.2 cores
   on this 2-core machine are 8 small nodes' worth of compute, and a worker whose executors get
   the hot keys saturates its cap while the others idle, as on the paper's cluster. Uncapped,
@@ -49,13 +49,14 @@ EXPERIMENTS = {
     "comm": (ROOT / "topologies" / "wordcount.py", "wordcount", 10, {
         "wordcount.spouts": 2, "wordcount.splits": 8, "wordcount.counts": 8, "wordcount.workers": 8,
         "wordcount.rate": 4000, "topology.max.spout.pending": 2000}),
-    # 800 tuples/s of H(20000) (0.86 ms each): about 0.7 cores of work, which fits the 8 capped
-    # workers (1.6 cores) when spread evenly, while the round-robin placement gives one worker
-    # about twice its share (22% fewer tuples/s than offered in a pilot); 24 executors over 128
-    # Zipf(0.8) keys keep every executor below one worker's cap, so moving executors can help.
+    # 300 tuples/s of H(50000) (2.2 ms each): about 0.65 cores of work, which fits the 8 capped
+    # workers (1.6 cores, each also spending about 0.05 on its threads' wake-ups) when spread
+    # evenly, while the round-robin placement gives one worker about twice its share: in a
+    # pilot it sat at its cap, two others below half of theirs, and 24% of the offered tuples
+    # were not processed. Every executor fits a worker's cap alone, so moving executors can help.
     "comp": (ROOT / "topologies" / "compute.py", "compute", 1, {
-        "compute.rate": 400, "compute.cost": 20000, "compute.shift.secs": 60, "compute.workers": 8,
-        "compute.bolts": 24, "compute.keys": 128, "compute.skew": 0.8}),
+        "compute.rate": 150, "compute.cost": 50000, "compute.shift.secs": 120, "compute.workers": 8,
+        "compute.bolts": 12, "compute.keys": 64, "compute.skew": 0.8}),
 }
 WARMUP_SECS = 10.0
 
