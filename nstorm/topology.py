@@ -31,6 +31,8 @@ __all__ = [
     "normalize_outputs",
 ]
 
+MAX_TASKS = 1 << 16  # task ids must fit the low 16 bits of a root id (worker/wire.py)
+
 SHUFFLE = "shuffle"
 FIELDS = "fields"
 ALL = "all"
@@ -295,6 +297,11 @@ class TopologyBuilder:
         outputs = {c.name: normalize_outputs(c.cls.outputs, c.name) for c in self._components}
         self._check_inputs(by_name, outputs)
         self._check_acyclic()
+        executors = sum(c.parallelism for c in self._components)
+        if executors + workers > MAX_TASKS:  # one acker per worker by default
+            msg = (f"topology {self.name!r}: {executors} executors and {workers} ackers exceed {MAX_TASKS} tasks "
+                   "(a tuple tree's root id holds its spout's task in 16 bits)")
+            raise TopologyError(msg)
         components: dict[str, Any] = {}
         for c in self._components:
             components[c.name] = {

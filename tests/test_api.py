@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from nstorm import Bolt, Spout, TopologyBuilder, TopologyError, Tuple
+from nstorm import Batch, Bolt, Spout, TopologyBuilder, TopologyError, Tuple
+from nstorm.component import TupleMeta
 
 
 class S(Spout):
@@ -61,6 +62,7 @@ def test_build_gives_json_definition() -> None:
         (lambda b: b.set_bolt("a", B).shuffle_grouping("s", stream="nope"), "stream 'nope'"),
         (lambda b: b.set_bolt("a", S).shuffle_grouping("s"), "is not a Bolt subclass"),
         (lambda b: b.set_bolt("a", B).fields_grouping("s", []), "names no field"),
+        (lambda b: b.set_bolt("a", B, parallelism=70_000).shuffle_grouping("s"), "exceed 65536 tasks"),
     ],
 )
 def test_build_rejects_bad_graphs(make, message) -> None:
@@ -106,3 +108,27 @@ def test_tuple_access() -> None:
 def test_emit_outside_executor_is_a_clear_error() -> None:
     with pytest.raises(RuntimeError, match="outside a running executor"):
         B().emit(("x",))
+
+
+def test_batch_access_without_an_executor() -> None:
+    """``Batch`` gives the values as they came, a column by name, and tuples when iterated."""
+    meta = TupleMeta("split", 1, "default", {"word": 0, "n": 1})
+    batch = Batch([("a", 1), ("b", 2)], meta)
+    assert len(batch) == 2 and batch.values == [("a", 1), ("b", 2)]
+    assert batch.column("word") == ["a", "b"] and batch.column(1) == [1, 2]
+    assert batch.source == "split" and batch.source_task == 1 and batch.stream == "default"
+    assert [t["word"] for t in batch] == ["a", "b"]
+    assert batch.anchors is None  # nothing to anchor to without acking
+    with pytest.raises(KeyError, match="no field 'x'"):
+        batch.column("x")
+
+
+def test_process_batch_defaults_to_process() -> None:
+    seen = []
+
+    class P(Bolt):
+        def process(self, tup: Tuple) -> None:
+            seen.append(tup[0])
+
+    P().process_batch(Batch([("x",), ("y",)], TupleMeta("s", 0, "default", {"w": 0})))
+    assert seen == ["x", "y"]
