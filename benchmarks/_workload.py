@@ -37,7 +37,7 @@ SEED = 42  # stream i uses SEED + i, like the spout executor i of topologies/wor
 STREAMS = 2  # two spout executors, two source partitions: one per core
 POOL = 50_000  # sentences per stream cycled by endless runs (wordcount.pool's default)
 WORDS_PER_SENTENCE = 10
-SAMPLE_EVERY = 16  # one sentence in 16 carries its emit time, as nstorm's spouts sample 1 in 16
+SAMPLE_EVERY = 16  # bytewax: one sentence in 16 carries its emit time (nstorm stamps about one a ms)
 
 
 def stream(index: int, count: int = POOL) -> list[str]:

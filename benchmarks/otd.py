@@ -18,7 +18,7 @@ Both placements measure from 10 s after the topology runs (OTD's first rounds ag
 plain Python while Nimbus's SparkSession, started when Nimbus leads, warms up). Every second
 it records throughput (acked spout tuples), the inter-node ratio measured by the engine
 (load-collection records) and the bytes the kernel counted on the nodes' veths, the complete
-latency (spout emit -> fully acked, p50/p99 of a 1-in-16 sample), the average and the highest
+latency (spout emit -> fully acked, of the stamped tuples, about one a ms per spout), the average and the highest
 worker CPU, the machine's load average, and each OTD round (case, engine, duration). Prints a
 table, writes ``benchmarks/results/otd.json`` and PNG plots (cf. Fig. 12, 13).
 
