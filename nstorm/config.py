@@ -28,6 +28,10 @@ DEFAULTS: dict[str, Any] = {
     "topology.workers": 1,
     "topology.acker.executors": None,  # None = one per worker; 0 turns acking off
     "topology.message.timeout.secs": 30,
+    # Tracked tuples a spout emits in a row share one tuple tree, up to this many (1 = a tree per
+    # tuple, as in Storm): acking costs a few messages per group, not per tuple; a failure or a
+    # timeout fails (and replays) the whole group.
+    "topology.acking.group.size": 64,
     "topology.max.spout.pending": 1000,  # per spout executor; None or 0 = unbounded
     "topology.batch.size": 1024,  # tuples per message at most; 1 = per-tuple sending (no batching)
     "topology.batch.max.latency.ms": 5,  # a buffered tuple leaves within this bound

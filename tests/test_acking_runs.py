@@ -11,6 +11,7 @@ does while a tuple of its tree is still unprocessed, and that a failure fails it
 from __future__ import annotations
 
 import queue
+import time
 from collections.abc import Mapping
 from types import SimpleNamespace
 from typing import Any
@@ -20,8 +21,8 @@ import pytest
 from nstorm import Batch, Bolt, Spout, TopologyBuilder, Tuple
 from nstorm.config import merge_conf
 from worker import wire
-from worker.executor import BoltExecutor
-from worker.outbox import Outbox
+from worker.executor import BoltExecutor, SpoutExecutor
+from worker.outbox import Outbox, SpoutGroup
 from worker.routing import RoutingTable
 
 SENTENCES = [" ".join(f"w{(i * 7 + k) % 13}" for k in range(10)) for i in range(40)]
@@ -180,8 +181,16 @@ class _Ledger:
         return {r for r, x in self.xor.items() if x == 0 and r in self.seen}
 
 
+def _root(i: int, group: int) -> int:
+    """The root of sentence ``i`` when the spout groups ``group`` tracked tuples a tree."""
+    return 1000 + i // group
+
+
 def _run(split: type[Bolt], count: type[Bolt], conf: Mapping[str, Any] | None = None,
-         drop_first_count_batch: bool = False) -> tuple[_Ledger, list[int], list[BoltExecutor]]:
+         drop_first_count_batch: bool = False, group: int = 1,
+         late_close: bool = False) -> tuple[_Ledger, list[int], list[BoltExecutor]]:
+    """Emit SENTENCES ``group`` to a tree; ``late_close``: each group's buffers are sent before
+    it closes (its last run has left, so its XOR goes to the acker as an entry)."""
     definition, plan = _topology(split, count)
     worker = _Worker(plan, {"topology.batch.adaptive": False, "topology.batch.size": 16, **(conf or {})})
     spout = Outbox(worker, 0, "sentences", definition)  # type: ignore[arg-type]
@@ -195,12 +204,19 @@ def _run(split: type[Bolt], count: type[Bolt], conf: Mapping[str, Any] | None = 
             ex.setup()
             executors[task] = ex
     ledger = _Ledger()
-    roots = []
+    roots: list[int] = []
+    open_group: SpoutGroup | None = None
     for i, sentence in enumerate(SENTENCES):
-        root = 1000 + i
-        roots.append(root)
-        assert spout.emit_tracked((sentence,), "default", root) == 1  # one copy, edge 0: no init
+        root = _root(i, group)
+        if open_group is None or open_group.root != root:
+            if open_group is not None:
+                _close(spout, open_group, late_close)
+            open_group = SpoutGroup(root)
+            roots.append(root)
+        assert spout.emit_tracked((sentence,), "default", open_group) == 1
+    _close(spout, open_group, late_close)  # type: ignore[arg-type]
     spout.flush()
+    ledger.take(worker)
     dropped = False
     for _ in range(10):  # until every queue is empty
         busy = False
@@ -223,6 +239,12 @@ def _run(split: type[Bolt], count: type[Bolt], conf: Mapping[str, Any] | None = 
         ex.outbox.flush()
     ledger.take(worker)
     return ledger, roots, list(executors.values())
+
+
+def _close(spout: Outbox, group: SpoutGroup, late: bool) -> None:
+    if late:
+        spout.flush()
+    assert spout.close_group(group)
 
 
 @pytest.mark.parametrize(("split", "count"), [(Split, Count), (Split, BatchCount), (BatchSplit, BatchCount),
@@ -279,3 +301,90 @@ def test_a_run_is_acked_only_with_its_last_tuple() -> None:
     with_w5 = {1000 + i for i, s in enumerate(SENTENCES) if "w5" in s.split()}
     assert with_w5 and not ledger.failed
     assert ledger.complete() == set(roots) - with_w5
+
+
+@pytest.mark.parametrize("late_close", [False, True])
+@pytest.mark.parametrize("group", [7, 40])
+@pytest.mark.parametrize(("split", "count"), [(Split, Count), (BatchSplit, BatchCount), (Split, ManualCount)])
+def test_grouped_trees_complete_exactly(split: type[Bolt], count: type[Bolt], group: int, late_close: bool) -> None:
+    """Tracked tuples sharing a tree (topology.acking.group.size): every group completes, whether
+    its last run was still buffered when it closed or had left (then its XOR is an ack entry)."""
+    ledger, roots, _ = _run(split, count, group=group, late_close=late_close)
+    assert roots == sorted({_root(i, group) for i in range(len(SENTENCES))})
+    assert ledger.complete() == set(roots)
+    assert not ledger.failed
+
+
+def test_a_group_is_not_complete_while_one_of_its_tuples_is_unprocessed() -> None:
+    ledger, roots, _ = _run(Split, BatchCount, group=8, drop_first_count_batch=True)
+    incomplete = set(roots) - ledger.complete()
+    assert incomplete
+    assert len(incomplete) < len(roots)
+
+
+class FailingOnceCount(Count):
+    """Fails the first "w3" it sees, counts the rest."""
+
+    def process(self, tup: Tuple) -> None:
+        if tup[0] == "w3" and not getattr(self, "failed_one", False):
+            self.failed_one = True
+            raise ValueError("no w3, once")
+        super().process(tup)
+
+
+def test_a_failing_tuple_fails_its_whole_group() -> None:
+    ledger, roots, _ = _run(Split, FailingOnceCount, group=5)
+    assert 1 <= len(ledger.failed) <= 2  # one per counter at most
+    assert ledger.failed < set(roots)
+    assert ledger.complete() == set(roots) - ledger.failed
+
+
+def test_groups_cost_a_few_entries_per_group() -> None:
+    """A group's sentences to one split form one run, and the split's words of that run to one
+    counter form one run too: the ack entries scale with groups, not sentences."""
+    per_tuple, _, _ = _run(Split, BatchCount, group=1)
+    grouped, roots, _ = _run(Split, BatchCount, group=20)
+    assert grouped.complete() == set(roots)
+    assert grouped.entries <= len(roots) * 2 * 4
+    assert grouped.entries * 5 <= per_tuple.entries
+
+
+class RecordingSpout(Spout):
+    outputs = ("sentence",)
+
+    def open(self, conf: Mapping[str, Any], context: Any) -> None:
+        self.acked: list[int] = []
+        self.failed: list[int] = []
+
+    def ack(self, msg_id: int) -> None:
+        self.acked.append(msg_id)
+
+    def fail(self, msg_id: int) -> None:
+        self.failed.append(msg_id)
+
+
+def test_a_spout_acks_and_fails_whole_groups() -> None:
+    """SpoutExecutor: groups of ``topology.acking.group.size`` tracked tuples, one root each;
+    the acker's answer for a root acks (or fails) every tuple of its group, one call each."""
+    definition, plan = _topology(Split, Count)
+    worker = _Worker(plan, {"topology.acking.group.size": 4})
+    ex = SpoutExecutor(worker, "sentences:0", 0, RecordingSpout, definition)  # type: ignore[arg-type]
+    ex.setup()
+    ex.refresh_routing()
+    spout = ex.instance
+    for i in range(10):
+        spout.emit((f"s{i}",), msg_id=i)
+    ex._close_group()  # the end of a loop iteration closes the open group (8, 9)
+    assert ex.pending_n == 10 and ex.counters()["pending"] == 10  # tuples, not groups
+    assert [sorted(ids) for ids in ex.pending.values()] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    first, second, third = ex.pending
+    assert {r & 0xFFFF for r in ex.pending} == {0}  # the spout's task rides in every root
+    ex._control(wire.ACKED, [first])
+    ex._control(wire.FAILED, [second])
+    assert spout.acked == [0, 1, 2, 3]
+    assert spout.failed == [4, 5, 6, 7]
+    assert ex.pending_n == 2 and list(ex.pending) == [third]
+    ex._expire(time.monotonic() + 3600)  # past topology.message.timeout.secs
+    assert spout.failed == [4, 5, 6, 7, 8, 9]
+    assert ex.pending_n == 0 and not ex.pending
+    assert ex.acked == 4 and ex.failed == 6

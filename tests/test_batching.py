@@ -15,7 +15,7 @@ import pytest
 from nstorm.config import merge_conf
 from worker import wire
 from worker.batching import BatchPolicy, FlushDeadline
-from worker.outbox import Outbox
+from worker.outbox import Outbox, SpoutGroup
 from worker.routing import RoutingTable
 
 from conftest import TOPOLOGIES, read_outputs, wait_until
@@ -145,8 +145,10 @@ def _run_spout_like(outbox: Outbox, worker: _FakeWorker, clock: list[float], emi
         while pending and pending[0] <= now:
             pending.pop(0)
             emitted_at[i] = now
-            if outbox.acking:  # what SpoutExecutor._emit does
-                assert outbox.emit_tracked((i,), "default", i) == 1
+            if outbox.acking:  # what SpoutExecutor._emit does, with topology.acking.group.size 1
+                group = SpoutGroup(i)
+                assert outbox.emit_tracked((i,), "default", group) == 1
+                assert outbox.close_group(group)
             else:
                 outbox.emit((i,))
             i += 1
@@ -222,7 +224,9 @@ def test_batches_keep_emit_order_across_streams() -> None:
     outbox = Outbox(worker, 0, "s", builder.build(workers=1).definition)  # type: ignore[arg-type]
     outbox.rebuild(RoutingTable.from_plan(plan))
     for i in range(10):
-        outbox.emit_tracked((i,), "side" if i % 3 == 0 else "default", 1000 + i)
+        group = SpoutGroup(1000 + i)
+        outbox.emit_tracked((i,), "side" if i % 3 == 0 else "default", group)
+        outbox.close_group(group)
     outbox.flush()
     _src, batch = worker.queues[1].get()
     values, runs, streams = wire.decode_batch(wire.pack(batch))  # as a remote worker sees it

@@ -32,7 +32,7 @@ from nstorm.component import (
     delivered_tuple_class,
 )
 from worker import wire
-from worker.outbox import Outbox
+from worker.outbox import Outbox, SpoutGroup
 from worker.timeouts import Timeouts
 
 if TYPE_CHECKING:
@@ -313,7 +313,10 @@ class SpoutExecutor(_UserExecutor):
 
     def setup(self) -> None:
         self.refresh_routing()
-        self.pending: dict[int, Any] = {}
+        self.pending: dict[int, list[Any]] = {}  # root -> the msg ids of its group
+        self.pending_n = 0  # tracked tuples not acked yet (topology.max.spout.pending counts these)
+        self.group: SpoutGroup | None = None  # the open group: tracked emits join its tree
+        self.group_size = max(1, int(self.conf.get("topology.acking.group.size") or 1))
         self.timeout = float(self.conf["topology.message.timeout.secs"])
         self.timeouts = Timeouts(self.timeout)
         max_pending = self.conf.get("topology.max.spout.pending")
@@ -343,8 +346,9 @@ class SpoutExecutor(_UserExecutor):
             if msg_id is not None:
                 self.immediate_acks.append(msg_id)  # acking off: acked at once, as in Storm
             return
-        root = self._root()
-        self._track(msg_id, outbox.emit_tracked(values, stream, root), root)
+        group = self.group or self._open_group()
+        outbox.emit_tracked(values, stream, group)
+        self._track(msg_id, group)
 
     def _emit_direct(self, task: int, values: Any, stream: str = "default", msg_id: Any = None) -> None:
         outbox = self.outbox
@@ -354,8 +358,9 @@ class SpoutExecutor(_UserExecutor):
             if msg_id is not None:
                 self.immediate_acks.append(msg_id)
             return
-        root = self._root()
-        self._track(msg_id, outbox.emit_direct_tracked(task, values, stream, root), root)
+        group = self.group or self._open_group()
+        outbox.emit_direct_tracked(task, values, stream, group)
+        self._track(msg_id, group)
 
     def _root(self) -> int:
         """A new root id: random, this spout's task in the low bits (the acker answers it from
@@ -365,14 +370,33 @@ class SpoutExecutor(_UserExecutor):
             return latency.stamped_root(_getroot(7) << _ROOT_TASK_BITS | self.task)
         return _getroot(47) << _ROOT_TASK_BITS | self.task
 
-    def _track(self, msg_id: Any, copies: int, root: int) -> None:
+    def _open_group(self) -> SpoutGroup:
+        group = self.group = SpoutGroup(self._root())
+        return group
+
+    def _track(self, msg_id: Any, group: SpoutGroup) -> None:
         if self.failed_ids and msg_id in self.failed_ids:
             self.failed_ids.discard(msg_id)
             self.replayed += 1
-        if not copies:
-            self.immediate_acks.append(msg_id)  # nobody subscribes: complete at once
+        ids = group.msg_ids
+        ids.append(msg_id)
+        self.pending_n += 1
+        if len(ids) >= self.group_size:
+            self._close_group()
+
+    def _close_group(self) -> None:
+        """The open group's tree is complete: track its root (or ack it at once if none of its
+        tuples had a subscriber)."""
+        group = self.group
+        if group is None:
             return
-        self.pending[root] = msg_id
+        self.group = None
+        if not self.outbox.close_group(group):
+            self.pending_n -= len(group.msg_ids)
+            self.immediate_acks.extend(group.msg_ids)  # nobody subscribes: complete at once
+            return
+        root = group.root
+        self.pending[root] = group.msg_ids
         timeouts = self.timeouts
         if self.now >= timeouts.open_until:
             timeouts.add(root, self.now)
@@ -413,19 +437,24 @@ class SpoutExecutor(_UserExecutor):
             return
         if kind == wire.ACKED:
             before = self.acked
+            pending = self.pending
+            ack = spout.ack
             for root in entries:
-                msg_id = self.pending.pop(root, None)
-                if msg_id is not None:
-                    self.acked += 1
-                    self._call(spout.ack, msg_id)
+                ids = pending.pop(root, None)
+                if ids is not None:
+                    self.pending_n -= len(ids)
+                    self.acked += len(ids)
+                    for msg_id in ids:
+                        try:
+                            ack(msg_id)
+                        except Exception as exc:
+                            self.record_error("ack", exc)
                     if root >= STAMPED:
                         self.complete.add_stamp(root)
             self._count_acks(self.acked - before)
         elif kind == wire.FAILED:
             for root in entries:
-                msg_id = self.pending.pop(root, None)
-                if msg_id is not None:
-                    self._fail(msg_id)
+                self._fail_root(root)
         elif kind == wire.READY:
             self.ready_seen = True
         elif kind == wire.STATE:
@@ -439,12 +468,17 @@ class SpoutExecutor(_UserExecutor):
             pass
         self._call(self.instance.fail, msg_id)
 
-    def _expire(self, now: float) -> None:
-        pending = self.pending
-        for root in self.timeouts.expire(now):
-            msg_id = pending.pop(root, None)
-            if msg_id is not None:
+    def _fail_root(self, root: int) -> None:
+        """Every tuple of the root's group failed (one failed or timed out): replay them all."""
+        ids = self.pending.pop(root, None)
+        if ids is not None:
+            self.pending_n -= len(ids)
+            for msg_id in ids:
                 self._fail(msg_id)
+
+    def _expire(self, now: float) -> None:
+        for root in self.timeouts.expire(now):
+            self._fail_root(root)
 
     def _call(self, fn: Any, *args: Any) -> None:
         try:
@@ -472,6 +506,7 @@ class SpoutExecutor(_UserExecutor):
             before = self.emit_calls
             if not self.ctl_q.empty() or self.immediate_acks:
                 self._handle_control()  # ``ack``/``fail`` may emit too
+                self._close_group()
             if self.draining and self._drain_done():
                 # The new copy is set up: it continues exactly where this one stops.
                 outbox.flush()
@@ -483,7 +518,7 @@ class SpoutExecutor(_UserExecutor):
                 self._call(spout.activate if active else spout.deactivate)
             if self.timeouts.due(now):
                 self._expire(now)
-            blocked = not active or self.worker.throttled or (self.max_pending and len(self.pending) >= self.max_pending)
+            blocked = not active or self.worker.throttled or (self.max_pending and self.pending_n >= self.max_pending)
             if not blocked:
                 for _ in range(calls):
                     last = self.emit_calls
@@ -492,11 +527,15 @@ class SpoutExecutor(_UserExecutor):
                     except Exception as exc:
                         self.record_error("next_tuple", exc)
                         break
-                    if self.max_pending and len(self.pending) >= self.max_pending:
+                    if self.max_pending and self.pending_n >= self.max_pending:
                         blocked = True
                         break
                     if self.emit_calls == last:
                         break
+            if self.group is not None:
+                self._close_group()
+                if outbox.acks:
+                    ctl_deadline.worked(now)  # a group's XOR for the acker (its last run had left)
             emitted = self.emit_calls != before
             if emitted and deadline.at is None and outbox.holding():
                 deadline.worked(now)  # something waits in a buffer (at low rates each tuple left at once)
@@ -524,6 +563,7 @@ class SpoutExecutor(_UserExecutor):
                 pass
             else:
                 self.ctl_q.put(item)
+        self._close_group()
         outbox.flush()
 
     def _drain_done(self) -> bool:
@@ -536,8 +576,8 @@ class SpoutExecutor(_UserExecutor):
         now = time.monotonic()
         expiry = {root: at for at, root in self.timeouts.items()}
         pending = []
-        for root, msg_id in self.pending.items():
-            pending.append([root, msg_id, max(0.0, expiry.get(root, now) - now)])
+        for root, ids in self.pending.items():
+            pending.append([root, ids, max(0.0, expiry.get(root, now) - now)])
         try:
             wire.pack(pending)
         except (TypeError, ValueError, OverflowError):
@@ -552,10 +592,11 @@ class SpoutExecutor(_UserExecutor):
         for sec, n in entry.get("ack_buckets") or ():
             self.ack_buckets[int(sec)] = self.ack_buckets.get(int(sec), 0) + int(n)
         now = time.monotonic()
-        adopted = sorted(((now + float(left), root, msg_id) for root, msg_id, left in entry.get("pending") or ()),
+        adopted = sorted(((now + float(left), root, ids) for root, ids, left in entry.get("pending") or ()),
                          key=lambda x: x[0])
-        for _at, root, msg_id in adopted:
-            self.pending[root] = msg_id
+        for _at, root, ids in adopted:
+            self.pending[root] = list(ids)
+            self.pending_n += len(ids)
         self.timeouts.rebuild([*self.timeouts.items(), *((at, root) for at, root, _ in adopted)])
         held, self.held_control = self.held_control, []
         for kind, entries in held:
@@ -570,7 +611,7 @@ class SpoutExecutor(_UserExecutor):
 
     def counters(self) -> dict[str, Any]:
         data = super().counters()
-        data["pending"] = len(getattr(self, "pending", ()))
+        data["pending"] = getattr(self, "pending_n", 0)  # tuples, not groups
         data["replayed"] = getattr(self, "replayed", 0)
         buckets = dict(getattr(self, "ack_buckets", {}))
         data["acked_per_sec"] = {str(sec): n for sec, n in sorted(buckets.items())[-15:]}

@@ -44,7 +44,7 @@ from worker.wire import acker_index
 if TYPE_CHECKING:
     from worker.process import Worker
 
-__all__ = ["Outbox"]
+__all__ = ["Outbox", "SpoutGroup"]
 
 _getrandbits = random.Random().getrandbits  # edge ids: fast, not for secrets
 
@@ -58,6 +58,29 @@ class _Unanchored:
 _UNANCHORED = _Unanchored()
 
 
+class SpoutGroup:
+    """Tracked tuples of one spout that share a tuple tree (one root).
+
+    To an outgoing buffer the group is what an input tuple is to a bolt: the owner of a
+    run, so the group's tuples to one destination form one run with one edge. The edges
+    are XORed into ``_ackval``; when the group closes, the last run's edge is changed so
+    that they all XOR to zero (or, if that run already left, the acker gets the XOR as an
+    ack entry), so the acker needs no message from the spout.
+    """
+
+    __slots__ = ("root", "anchors", "_ackval", "msg_ids", "bufs", "last", "last_buf", "last_sent")
+
+    def __init__(self, root: int) -> None:
+        self.root = root
+        self.anchors = (root, 0)
+        self._ackval = 0
+        self.msg_ids: list[Any] = []
+        self.bufs: list[_Buffer] = []  # where runs were opened (full ones are flushed on close)
+        self.last: list[int] | None = None  # the last run's anchor [root, edge]
+        self.last_buf: _Buffer | None = None
+        self.last_sent = 0  # last_buf.sent when that run opened
+
+
 class _Buffer(list):
     """What waits for one destination task: the values, in emit order.
 
@@ -68,7 +91,7 @@ class _Buffer(list):
     batch) it was emitted under, None when no run is open.
     """
 
-    __slots__ = ("dst", "streams", "limit", "rate", "last", "traffic", "runs", "owner", "run_n", "run_anchor")
+    __slots__ = ("dst", "streams", "limit", "rate", "last", "traffic", "runs", "owner", "run_n", "run_anchor", "sent")
 
     def __init__(self, dst: int, src: int, limit: int, now: float, traffic: list[int]) -> None:
         super().__init__()
@@ -82,6 +105,7 @@ class _Buffer(list):
         self.owner: Any = None
         self.run_n = 0
         self.run_anchor: Any = None
+        self.sent = 0  # batches sent: a run's anchor may change only while its batch is here
 
     def close_run(self) -> None:
         """Move the open run (if any) to ``runs``."""
@@ -90,16 +114,6 @@ class _Buffer(list):
             runs.append(self.run_n)
             runs.append(self.run_anchor)
             self.owner = None
-
-
-def _zero_xor_edges(n: int) -> list[int]:
-    """``n`` edge ids whose XOR is zero: random ones and, last, the XOR of the others."""
-    edges = [_getrandbits(64) for _ in range(n - 1)]
-    last = 0
-    for e in edges:
-        last ^= e
-    edges.append(last)
-    return edges if n else []
 
 
 class _Target:
@@ -242,9 +256,20 @@ class Outbox:
 
     def open_run(self, buf: _Buffer, cur: Any) -> None:
         """Start a run in ``buf`` for tuples emitted under ``cur`` (its first tuple is appended
-        already): one new edge per root of ``cur``, XORed into ``cur``'s children."""
-        buf.close_run()
+        already): one new edge per root of ``cur``, XORed into ``cur``'s children.
+
+        If the run open in ``buf`` belongs to a tuple with the very same anchor entry (an
+        earlier tuple of the same input run), ``cur`` joins it instead: the edge is already
+        in that tuple's children, and the run is acked once, after all its tuples.
+        """
         a = cur.anchors
+        o = buf.owner
+        if o is not None and o is not _UNANCHORED and a and o.anchors is a:
+            buf.owner = cur
+            buf.run_n += 1
+            self.last_run = buf
+            return
+        buf.close_run()
         if a:
             edge = _getrandbits(64)
             cur._ackval ^= edge
@@ -413,41 +438,85 @@ class Outbox:
                     anc.append(edge)
             self._put(buf, values, stream, anc)
 
-    def emit_tracked_general(self, values: Sequence[Any], stream: str, root: int) -> int:
-        """A spout's tracked emit: returns how many copies were sent (0: nobody subscribes).
-
-        The copies' edge ids XOR to zero (a single copy's edge is 0), so the acker needs no
-        "init" from the spout (:mod:`worker.wire`).
-        """
+    def emit_tracked_general(self, values: Sequence[Any], stream: str, group: SpoutGroup) -> int:
+        """A spout's tracked emit, any grouping and stream: returns how many copies were
+        buffered (0: nobody subscribes). Each copy joins ``group``'s run in its buffer."""
         bufs = self._copies(values, stream)
-        edges = _zero_xor_edges(len(bufs))
-        for buf, edge in zip(bufs, edges, strict=True):
-            self._put(buf, values, stream, (root, edge))
+        for buf in bufs:
+            self._put_grouped(buf, values, stream, group)
         return len(bufs)
 
+    def _put_grouped(self, buf: _Buffer, values: Sequence[Any], stream: str, group: SpoutGroup) -> None:
+        if stream != "default":
+            streams = buf.streams
+            if streams is None:
+                streams = buf.streams = {}
+            streams[len(buf)] = stream
+        buf.append(values)
+        if buf.owner is group:
+            buf.run_n += 1
+        else:
+            self.open_group_run(buf, group)
+
+    def open_group_run(self, buf: _Buffer, group: SpoutGroup) -> None:
+        """Start ``group``'s run in ``buf`` (its first tuple is appended already)."""
+        buf.close_run()
+        edge = _getrandbits(64)
+        group._ackval ^= edge
+        anc = [group.root, edge]
+        buf.run_anchor = anc
+        buf.owner = group
+        buf.run_n = 1
+        group.bufs.append(buf)
+        group.last = anc
+        group.last_buf = buf
+        group.last_sent = buf.sent
+
+    def close_group(self, group: SpoutGroup) -> bool:
+        """Seal ``group``'s tree: False if none of its tuples went anywhere (complete at once).
+
+        The last run's edge becomes the XOR of the others, so all the group's edges XOR to
+        zero and the first ack the acker sees for the root creates it; if that run has left
+        already, the XOR goes to the acker as an ack entry instead. Buffers the group filled
+        are sent now (tracked emits do not send, so that the last run usually is still here).
+        """
+        last = group.last
+        if last is None:
+            return False
+        x = group._ackval
+        if group.last_buf.sent == group.last_sent:  # type: ignore[union-attr]
+            last[1] ^= x
+        else:
+            root = group.root
+            acks = self.acks
+            acks[root] = acks.get(root, 0) ^ x
+        for buf in group.bufs:
+            if len(buf) >= buf.limit:
+                self.flush_buffer(buf)
+        return True
+
     def _make_tracked_emit(self) -> Any:
-        """A spout's tracked emit compiled for the current routing table (one copy: a run of one, edge 0)."""
+        """A spout's tracked emit compiled for the current routing table: while the group's
+        run in the chosen buffer is open, an append, an identity check and an increment."""
         general = self.emit_tracked_general
         target = self._fast_target()
         if target is None or not self.acking:
             return general
-        bufs, n, flush = target.bufs, target.n, self.flush_buffer
+        bufs, n = target.bufs, target.n
         fields = target.kind == _K_FIELD1 and n > 1
         idx = target.idx
         nxt = self._cycle(target)
+        open_group_run = self.open_group_run
 
-        def emit_tracked(values: Sequence[Any], stream: str, root: int) -> int:
+        def emit_tracked(values: Sequence[Any], stream: str, group: SpoutGroup) -> int:
             if stream != "default":
-                return general(values, stream, root)
+                return general(values, stream, group)
             buf = bufs[hash(values[idx]) % n] if fields else nxt()
             buf.append(values)
-            if buf.owner is not None:
-                buf.close_run()
-            runs = buf.runs
-            runs.append(1)
-            runs.append((root, 0))
-            if len(buf) >= buf.limit:
-                flush(buf)
+            if buf.owner is group:
+                buf.run_n += 1
+            else:
+                open_group_run(buf, group)
             return 1
 
         return emit_tracked
@@ -473,8 +542,8 @@ class Outbox:
                     anc.extend((roots[i], edge))
             self._put(bufs[task], values, stream, anc)
 
-    def emit_direct_tracked(self, task: int, values: Sequence[Any], stream: str, root: int) -> int:
-        """A spout's tracked direct emit: returns how many copies were sent (edges XOR to zero)."""
+    def emit_direct_tracked(self, task: int, values: Sequence[Any], stream: str, group: SpoutGroup) -> int:
+        """A spout's tracked direct emit: returns how many copies were buffered."""
         direct = self.direct_targets.get(stream)
         if direct is None:
             msg = f"{self.component} emits on undeclared stream {stream!r}"
@@ -483,9 +552,8 @@ class Outbox:
             if not 0 <= task < len(bufs):
                 msg = f"emit_direct to task {task} of {name!r}, which has {len(bufs)} executors"
                 raise ValueError(msg)
-        edges = _zero_xor_edges(len(direct))
-        for (_name, bufs), edge in zip(direct, edges, strict=True):
-            self._put(bufs[task], values, stream, (root, edge))
+        for _name, bufs in direct:
+            self._put_grouped(bufs[task], values, stream, group)
         return len(direct)
 
     # -- acker bookkeeping ---------------------------------------------------------------
@@ -568,6 +636,7 @@ class Outbox:
         """Send what ``buf`` holds as one batch ``(values, runs, streams)``."""
         values = buf[:]
         buf.clear()
+        buf.sent += 1
         runs = None
         if self.acking:
             if buf.owner is not None:
