@@ -388,3 +388,145 @@ def test_a_spout_acks_and_fails_whole_groups() -> None:
     assert spout.failed == [4, 5, 6, 7, 8, 9]
     assert ex.pending_n == 0 and not ex.pending
     assert ex.acked == 4 and ex.failed == 6
+
+
+# -- regressions found in review: trees that looked complete too early ------------------------
+
+
+def _executors(worker: _Worker, definition: Mapping[str, Any], plan: Mapping[str, Any],
+               classes: Mapping[str, type[Bolt]]) -> dict[int, BoltExecutor]:
+    out = {}
+    for task, eid in enumerate(plan["tasks"]):
+        comp = eid.rpartition(":")[0]
+        if comp in classes:
+            ex = BoltExecutor(worker, eid, task, classes[comp], definition)  # type: ignore[arg-type]
+            ex.setup()
+            out[task] = ex
+    return out
+
+
+def _drain(worker: _Worker, ex: BoltExecutor, ledger: _Ledger) -> None:
+    q = worker.queues.get(ex.task)
+    while q is not None and not q.empty():
+        ex._process_batch(*q.get())
+    ex.outbox.flush()
+    ledger.take(worker)
+
+
+class HoldingSplit(Split):
+    """Acks by hand and holds every sentence until told; splits only the first three (the rest
+    it would write elsewhere)."""
+
+    auto_ack = False
+
+    def process(self, tup: Tuple) -> None:
+        self.held = getattr(self, "held", [])
+        if len(self.held) < 3:
+            super().process(tup)
+        self.held.append(tup)
+
+
+def test_a_run_acked_in_parts_completes_only_with_its_last_tuple() -> None:
+    """A group's sentences reach a hand-acking split as one run (its edge is 0: the group's only
+    run). Acking the three that had children, and counting those, must not complete the tree."""
+    definition, plan = _topology(HoldingSplit, Count)
+    worker = _Worker(plan, {"topology.batch.adaptive": False, "topology.batch.size": 16})
+    exs = _executors(worker, definition, plan, {"split": HoldingSplit, "count": Count})
+    spout = Outbox(worker, 0, "sentences", definition)  # type: ignore[arg-type]
+    spout.rebuild(worker.routing)
+    ledger = _Ledger()
+    group = SpoutGroup(1000)
+    for s in SENTENCES[:10]:
+        spout.emit_tracked((s,), "default", group)
+    assert spout.close_group(group)
+    spout.flush()
+    ledger.take(worker)
+    split = exs[1]
+    _drain(worker, split, ledger)
+    held = split.instance.held
+    for tup in held[:3]:  # the three that had children: those children are counted next
+        split.instance.ack(tup)
+    for _ in range(2):
+        for ex in exs.values():
+            _drain(worker, ex, ledger)
+    assert 1000 not in ledger.complete()  # seven sentences are not acked
+    for tup in held[3:]:
+        split.instance.ack(tup)
+    for ex in exs.values():
+        _drain(worker, ex, ledger)
+    assert ledger.complete() == {1000}
+
+
+class TwoStreams(Spout):
+    outputs = {"default": ("s",), "other": ("s",)}
+
+
+class BatchSink(Bolt):
+    outputs = ("n",)
+
+    def process_batch(self, batch: Batch) -> None:
+        pass
+
+
+def test_a_group_on_two_streams_completes_only_when_every_tuple_is_processed() -> None:
+    """A group's tuples on two streams never share a run: a process_batch bolt gets each
+    stream's tuples apart and would otherwise ack the run twice."""
+    builder = TopologyBuilder("t")
+    builder.set_spout("sp", TwoStreams)
+    builder.set_bolt("c", BatchSink, parallelism=2).shuffle_grouping("sp").shuffle_grouping("sp", "other")
+    definition = builder.build(workers=1).definition
+    tasks = ["sp:0", "c:0", "c:1", "__acker:0"]
+    plan = {"version": 1, "tasks": tasks, "executors": {t: "n1:1" for t in tasks},
+            "workers": {"n1:1": {"node": "n1", "host": "127.0.0.1", "port": 1, "ctl_port": 2}}}
+    worker = _Worker(plan, {"topology.batch.adaptive": False, "topology.batch.size": 16})
+    exs = _executors(worker, definition, plan, {"c": BatchSink})
+    spout = Outbox(worker, 0, "sp", definition)  # type: ignore[arg-type]
+    spout.rebuild(worker.routing)
+    ledger = _Ledger()
+    group = SpoutGroup(1000)
+    for v in "abcdefg":
+        spout.emit_tracked((v,), "default" if v in "aceg" else "other", group)
+    assert spout.close_group(group)
+    spout.flush()
+    ledger.take(worker)
+    _drain(worker, exs[1], ledger)
+    assert 1000 not in ledger.complete()
+    _drain(worker, exs[2], ledger)
+    assert ledger.complete() == {1000}
+
+
+class Pair(Bolt):
+    """Joins tuples two by two: one word anchored to both."""
+
+    outputs = ("word",)
+    auto_ack = False
+
+    def process(self, tup: Tuple) -> None:
+        held = getattr(self, "h", None)
+        if held is None:
+            self.h = tup
+            return
+        self.emit((held[0].split()[0],), anchors=[held, tup])
+        self.ack(held)
+        self.ack(tup)
+        self.h = None
+
+
+def test_a_tuple_anchored_to_two_tuples_of_one_group_keeps_the_tree_open() -> None:
+    definition, plan = _topology(Pair, Count)
+    worker = _Worker(plan, {"topology.batch.adaptive": False, "topology.batch.size": 16})
+    exs = _executors(worker, definition, plan, {"split": Pair, "count": Count})
+    spout = Outbox(worker, 0, "sentences", definition)  # type: ignore[arg-type]
+    spout.rebuild(worker.routing)
+    ledger = _Ledger()
+    group = SpoutGroup(1000)
+    for s in SENTENCES[:2]:
+        spout.emit_tracked((s,), "default", group)
+    assert spout.close_group(group)
+    spout.flush()
+    ledger.take(worker)
+    _drain(worker, exs[1], ledger)  # the join is emitted, not yet counted
+    assert 1000 not in ledger.complete()
+    for task in (2, 3):
+        _drain(worker, exs[task], ledger)
+    assert ledger.complete() == {1000}

@@ -316,7 +316,8 @@ class SpoutExecutor(_UserExecutor):
         self.pending: dict[int, list[Any]] = {}  # root -> the msg ids of its group
         self.pending_n = 0  # tracked tuples not acked yet (topology.max.spout.pending counts these)
         self.group: SpoutGroup | None = None  # the open group: tracked emits join its tree
-        self.group_size = max(1, int(self.conf.get("topology.acking.group.size") or 1))
+        # Per-tuple sending (topology.batch.size 1) sends every tuple alone: groups of one.
+        self.group_size = 1 if self.outbox.policy.cap == 1 else max(1, int(self.conf.get("topology.acking.group.size") or 1))
         self.timeout = float(self.conf["topology.message.timeout.secs"])
         self.timeouts = Timeouts(self.timeout)
         max_pending = self.conf.get("topology.max.spout.pending")
@@ -509,6 +510,9 @@ class SpoutExecutor(_UserExecutor):
                 self._close_group()
             if self.draining and self._drain_done():
                 # The new copy is set up: it continues exactly where this one stops.
+                if self.immediate_acks:  # acks due now (a group nobody subscribes to): not lost
+                    self._handle_control()
+                    self._close_group()
                 outbox.flush()
                 self.hand_over()
                 break

@@ -428,14 +428,20 @@ class Outbox:
             self.emit_plain(values, stream)
             return
         for buf in self._copies(values, stream):
-            edge = _getrandbits(64)
-            anc: list[int] = []
+            # Storm's scheme: an edge per anchor tuple, XORed per root. (One edge for all would
+            # cancel out when two anchors share a root, as tuples of one spout group do.)
+            ids: dict[int, int] = {}
             for a in anchor_tups:
+                edge = _getrandbits(64)
                 a._ackval ^= edge
                 roots = a.anchors
                 for i in range(0, len(roots), 2):
-                    anc.append(roots[i])
-                    anc.append(edge)
+                    r = roots[i]
+                    ids[r] = ids.get(r, 0) ^ edge
+            anc: list[int] = []
+            for r, e in ids.items():
+                anc.append(r)
+                anc.append(e)
             self._put(buf, values, stream, anc)
 
     def emit_tracked_general(self, values: Sequence[Any], stream: str, group: SpoutGroup) -> int:
@@ -448,10 +454,16 @@ class Outbox:
 
     def _put_grouped(self, buf: _Buffer, values: Sequence[Any], stream: str, group: SpoutGroup) -> None:
         if stream != "default":
+            # A run never spans streams (a process_batch bolt gets each stream's tuples
+            # apart and would ack the run once per part): a run of its own.
             streams = buf.streams
             if streams is None:
                 streams = buf.streams = {}
             streams[len(buf)] = stream
+            buf.append(values)
+            self.open_group_run(buf, group)
+            buf.close_run()
+            return
         buf.append(values)
         if buf.owner is group:
             buf.run_n += 1
@@ -560,8 +572,8 @@ class Outbox:
     def ack_tuple(self, tup: Any) -> None:
         """Record the ack of ``tup``: XOR of its edge and its children's, per root.
 
-        A tuple of a run (:class:`~worker.wire.AckRun`) gives its children's XOR now and
-        the run's edge only when it is the run's last tuple to be acked.
+        A tuple of a run (:class:`~worker.wire.AckRun`) adds its children's XOR to the run's;
+        the run's last tuple to be acked sends it all with the run's edge.
         """
         anchors = tup.anchors
         if not anchors:
@@ -571,11 +583,9 @@ class Outbox:
         if type(anchors) is wire.AckRun:
             anchors.left -= 1
             if anchors.left > 0:
-                if x:
-                    for i in range(0, len(anchors), 2):
-                        r = anchors[i]
-                        acks[r] = acks.get(r, 0) ^ x
+                anchors.x ^= x
                 return
+            x ^= anchors.x
         for i in range(0, len(anchors), 2):
             r = anchors[i]
             acks[r] = acks.get(r, 0) ^ anchors[i + 1] ^ x

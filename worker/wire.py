@@ -104,13 +104,17 @@ def unpack(data: bytes) -> Any:
 
 class AckRun(list):
     """The anchor entry ``[root, edge, ...]`` shared by the tuples of one run, with how many
-    of them are still to be acked: the run's edge is acked with the last one."""
+    of them are still to be acked and the XOR of the children of those acked so far: all of
+    it goes to the acker with the last one. (Sent earlier, the children of the first tuples
+    could cancel with their own acks while the run's edge is still unseen: a spout group's
+    single run has edge 0, so the tree would look complete.)"""
 
-    __slots__ = ("left",)
+    __slots__ = ("left", "x")
 
     def __init__(self, anchor: Any, n: int) -> None:
         super().__init__(anchor)
         self.left = n
+        self.x = 0
 
 
 def expand_runs(runs: Any, n: int) -> list[Any]:
