@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -36,17 +38,29 @@ def write_json(name: str, data: dict[str, Any]) -> Path:
 
 @contextmanager
 def temporary_home() -> Iterator[Path]:
-    """Run with ``NSTORM_HOME`` in a fresh directory (daemon logs end up there)."""
+    """Run with ``NSTORM_HOME`` in a fresh directory (daemon logs end up there).
+
+    Removed afterwards, unless the run failed or ``NSTORM_BENCH_KEEP_HOME=1``: then its logs
+    stay, and stderr says where.
+    """
     old = os.environ.get("NSTORM_HOME")
     home = Path(tempfile.mkdtemp(prefix="nstorm-bench-"))
     os.environ["NSTORM_HOME"] = str(home)
+    keep = os.environ.get("NSTORM_BENCH_KEEP_HOME") == "1"
     try:
         yield home
+    except BaseException:
+        keep = True
+        raise
     finally:
         if old is None:
             os.environ.pop("NSTORM_HOME", None)
         else:
             os.environ["NSTORM_HOME"] = old
+        if keep:
+            print(f"nstorm home (daemon logs) kept in {home}", file=sys.stderr)
+        else:
+            shutil.rmtree(home, ignore_errors=True)
 
 
 def sample_rate(client: Any, name: str, component: str, key: str, warmup: float, seconds: float) -> float:
