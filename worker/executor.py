@@ -593,6 +593,7 @@ class SpoutExecutor(_UserExecutor):
 
     def _adopt_extra(self, entry: Mapping[str, Any]) -> None:
         self.awaiting_until = None
+        self.now = time.monotonic()  # ``ack``/``fail`` below may emit: timeouts count from now
         for sec, n in entry.get("ack_buckets") or ():
             self.ack_buckets[int(sec)] = self.ack_buckets.get(int(sec), 0) + int(n)
         now = time.monotonic()
