@@ -207,6 +207,7 @@ class Batch:
             per = self._per = self._expand(self._runs, len(self.values))
         new = Tuple.__new__
         made = self._made
+        prev = outbox.current if outbox is not None else None  # the batch being processed, usually
         try:
             for i, v in enumerate(self.values):
                 tup = new(cls)
@@ -217,12 +218,15 @@ class Batch:
                     made.append(tup)
                 elif cls is Tuple:
                     tup.meta, tup.anchors, tup._ackval = self.meta, None, 0
+                elif outbox is not None:  # acking on, but nothing in this batch is anchored
+                    tup.anchors = None
+                    tup._ackval = 0
                 if outbox is not None:
                     outbox.current = tup
                 yield tup
         finally:
             if outbox is not None:
-                outbox.current = self
+                outbox.current = prev  # emits after the loop anchor to what they did before it
 
     def column(self, field: int | str) -> list[Any]:
         """One field of every tuple, by position or name: ``batch.column("word")``."""

@@ -530,3 +530,98 @@ def test_a_tuple_anchored_to_two_tuples_of_one_group_keeps_the_tree_open() -> No
     for task in (2, 3):
         _drain(worker, exs[task], ledger)
     assert ledger.complete() == {1000}
+
+
+def _pipeline(split: type[Bolt], count: type[Bolt] = Count, counts: int = 2) -> tuple[_Worker, dict[int, BoltExecutor], Outbox, _Ledger]:
+    definition, plan = _topology(split, count, counts)
+    worker = _Worker(plan, {"topology.batch.adaptive": False, "topology.batch.size": 16})
+    exs = _executors(worker, definition, plan, {"split": split, "count": count})
+    spout = Outbox(worker, 0, "sentences", definition)  # type: ignore[arg-type]
+    spout.rebuild(worker.routing)
+    return worker, exs, spout, _Ledger()
+
+
+def test_iterating_an_unanchored_batch_with_acking_on() -> None:
+    """Untracked spout tuples (no msg id) reach a process_batch bolt with no anchors at all: its
+    loop still emits and acks."""
+    worker, exs, spout, ledger = _pipeline(BatchSplit)
+    for s in SENTENCES[:5]:
+        spout.emit((s,))
+    spout.flush()
+    for _ in range(3):
+        for ex in exs.values():
+            _drain(worker, ex, ledger)
+    assert exs[1].errors == 0
+    assert sum(sum(getattr(ex.instance, "counts", {}).values()) for ex in exs.values()) == 50
+
+
+class KeepLast(Bolt):
+    """Reads the batch it kept from its previous call, then emits a summary after the loop."""
+
+    outputs = ("word",)
+
+    def process_batch(self, batch: Batch) -> None:
+        prev = getattr(self, "prev", None)
+        n = sum(1 for _ in prev) if prev is not None else 0
+        self.emit((f"w{len(batch)}-{n}",))  # anchored to the whole current batch
+        self.prev = batch
+
+
+def test_an_emit_after_iterating_another_batch_anchors_to_the_current_one() -> None:
+    worker, exs, spout, ledger = _pipeline(KeepLast, counts=1)
+    split, count = exs[1], exs[2]
+    for k in range(2):
+        group = SpoutGroup(1000 + k)
+        for s in SENTENCES[k * 3:(k + 1) * 3]:
+            spout.emit_tracked((s,), "default", group)
+        assert spout.close_group(group)
+        spout.flush()
+        ledger.take(worker)
+        _drain(worker, split, ledger)
+        assert 1000 + k not in ledger.complete()  # its summary is not counted yet
+    _drain(worker, count, ledger)
+    assert ledger.complete() == {1000, 1001}
+
+
+class DirectJoin(Bolt):
+    """Joins tuples two by two and sends the join to counter 1, anchored to both."""
+
+    outputs = ("word",)
+    auto_ack = False
+
+    def process(self, tup: Tuple) -> None:
+        held = getattr(self, "h", None)
+        if held is None:
+            self.h = tup
+            return
+        self.emit_direct(1, (held[0].split()[0],), anchors=[held, tup])
+        self.ack(held)
+        self.ack(tup)
+        self.h = None
+
+
+def test_emit_direct_anchors_to_the_tuples_given() -> None:
+    builder = TopologyBuilder("t")
+    builder.set_spout("sentences", Sentences)
+    builder.set_bolt("split", DirectJoin).shuffle_grouping("sentences")
+    builder.set_bolt("count", Count, parallelism=2).direct_grouping("split")
+    definition = builder.build(workers=1).definition
+    tasks = ["sentences:0", "split:0", "count:0", "count:1", "__acker:0"]
+    plan = {"version": 1, "tasks": tasks, "executors": {t: "n1:1" for t in tasks},
+            "workers": {"n1:1": {"node": "n1", "host": "127.0.0.1", "port": 1, "ctl_port": 2}}}
+    worker = _Worker(plan, {"topology.batch.adaptive": False, "topology.batch.size": 16})
+    exs = _executors(worker, definition, plan, {"split": DirectJoin, "count": Count})
+    spout = Outbox(worker, 0, "sentences", definition)  # type: ignore[arg-type]
+    spout.rebuild(worker.routing)
+    ledger = _Ledger()
+    for i, s in enumerate(SENTENCES[:2]):  # two trees, joined into one word
+        group = SpoutGroup(1000 + i)
+        spout.emit_tracked((s,), "default", group)
+        assert spout.close_group(group)
+    spout.flush()
+    ledger.take(worker)
+    _drain(worker, exs[1], ledger)
+    assert not ledger.complete() & {1000, 1001}  # the join is not counted yet
+    _drain(worker, exs[3], ledger)
+    assert ledger.complete() == {1000, 1001}
+    assert sum(exs[3].instance.counts.values()) == 1

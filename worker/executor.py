@@ -396,6 +396,9 @@ class SpoutExecutor(_UserExecutor):
             self.pending_n -= len(group.msg_ids)
             self.immediate_acks.extend(group.msg_ids)  # nobody subscribes: complete at once
             return
+        outbox = self.outbox
+        if outbox.acks:
+            outbox.ctl_deadline.worked(self.now)  # the group's XOR for the acker (its last run had left)
         root = group.root
         self.pending[root] = group.msg_ids
         timeouts = self.timeouts
@@ -538,8 +541,6 @@ class SpoutExecutor(_UserExecutor):
                         break
             if self.group is not None:
                 self._close_group()
-                if outbox.acks:
-                    ctl_deadline.worked(now)  # a group's XOR for the acker (its last run had left)
             emitted = self.emit_calls != before
             if emitted and deadline.at is None and outbox.holding():
                 deadline.worked(now)  # something waits in a buffer (at low rates each tuple left at once)

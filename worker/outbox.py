@@ -116,6 +116,25 @@ class _Buffer(list):
             self.owner = None
 
 
+def _anchor_entry(anchor_tups: Sequence[Any]) -> list[int]:
+    """A new child's anchor entry ``[root, id, ...]``: Storm's scheme, an edge per anchor tuple
+    (XORed into it), XORed per root. (One edge for all would cancel out when two anchors share
+    a root, as tuples of one spout group do.)"""
+    ids: dict[int, int] = {}
+    for a in anchor_tups:
+        edge = _getrandbits(64)
+        a._ackval ^= edge
+        roots = a.anchors
+        for i in range(0, len(roots), 2):
+            r = roots[i]
+            ids[r] = ids.get(r, 0) ^ edge
+    anc: list[int] = []
+    for r, e in ids.items():
+        anc.append(r)
+        anc.append(e)
+    return anc
+
+
 class _Target:
     """One subscribing component of a stream, compiled for the current routing table."""
 
@@ -428,21 +447,7 @@ class Outbox:
             self.emit_plain(values, stream)
             return
         for buf in self._copies(values, stream):
-            # Storm's scheme: an edge per anchor tuple, XORed per root. (One edge for all would
-            # cancel out when two anchors share a root, as tuples of one spout group do.)
-            ids: dict[int, int] = {}
-            for a in anchor_tups:
-                edge = _getrandbits(64)
-                a._ackval ^= edge
-                roots = a.anchors
-                for i in range(0, len(roots), 2):
-                    r = roots[i]
-                    ids[r] = ids.get(r, 0) ^ edge
-            anc: list[int] = []
-            for r, e in ids.items():
-                anc.append(r)
-                anc.append(e)
-            self._put(buf, values, stream, anc)
+            self._put(buf, values, stream, _anchor_entry(anchor_tups))
 
     def emit_tracked_general(self, values: Sequence[Any], stream: str, group: SpoutGroup) -> int:
         """A spout's tracked emit, any grouping and stream: returns how many copies were
@@ -533,26 +538,26 @@ class Outbox:
 
         return emit_tracked
 
-    def emit_direct(self, task: int, values: Sequence[Any], stream: str = "default", **_: Any) -> None:
-        """Send to executor ``task`` (index within each direct-subscribing component)."""
+    def emit_direct(self, task: int, values: Sequence[Any], stream: str = "default", anchors: Any = None,
+                    **_: Any) -> None:
+        """Send to executor ``task`` (index within each direct-subscribing component); anchored
+        like :meth:`emit_anchored_general` (to the current tuple, or to ``anchors``)."""
         direct = self.direct_targets.get(stream)
         if direct is None:
             msg = f"{self.component} emits on undeclared stream {stream!r}"
             raise ValueError(msg)
-        cur = self.current if (self.acking and self.auto_anchor) else None
+        anchor_tups: Sequence[Any] = ()
+        if self.acking:
+            if anchors is not None:
+                anchor_tups = [a for a in anchors if a.anchors]
+            elif self.auto_anchor:
+                cur = self.current
+                anchor_tups = (cur,) if cur is not None and cur.anchors else ()
         for name, bufs in direct:
             if not 0 <= task < len(bufs):
                 msg = f"emit_direct to task {task} of {name!r}, which has {len(bufs)} executors"
                 raise ValueError(msg)
-            anc = None
-            if cur is not None and cur.anchors:
-                edge = _getrandbits(64)
-                cur._ackval ^= edge
-                roots = cur.anchors
-                anc = []
-                for i in range(0, len(roots), 2):
-                    anc.extend((roots[i], edge))
-            self._put(bufs[task], values, stream, anc)
+            self._put(bufs[task], values, stream, _anchor_entry(anchor_tups) if anchor_tups else None)
 
     def emit_direct_tracked(self, task: int, values: Sequence[Any], stream: str, group: SpoutGroup) -> int:
         """A spout's tracked direct emit: returns how many copies were buffered."""
