@@ -10,11 +10,18 @@ checks its executors' queues every few milliseconds; when one holds more than
 ``next_tuple`` until every congested worker has drained below the low mark.
 The announcement is repeated while it lasts and expires if not repeated, so a
 worker that dies cannot pause its topology for ever.
+
+A starting worker's spouts also wait until every other worker of the topology has
+said hello (an announcement, which carries the sender's incarnation), at most
+``_GATE_SECS``: tuples sent to a worker that is still starting queue where its
+backpressure cannot see them. A worker answers a hello from an incarnation it has
+not heard from yet, so a restarted worker is let through at once.
 """
 
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 from typing import TYPE_CHECKING
@@ -33,6 +40,7 @@ log = logging.getLogger(__name__)
 WORKER_TASK = -1  # control messages addressed to a worker, not to an executor
 _REPEAT_SECS = 0.5
 _EXPIRE_SECS = 2.0
+_GATE_SECS = 10.0  # spouts wait at most this long for every other worker's hello
 
 
 class BackpressureMonitor:
@@ -47,7 +55,12 @@ class BackpressureMonitor:
         self.cap = float(max(1, int(conf["topology.batch.size"])))
         self.congested = False
         self.remote: dict[str, float] = {}  # worker id -> expiry of its "congested" announcement
-        self.throttled = False
+        self.incarnation = random.getrandbits(48)  # tells a restarted worker from its earlier self
+        self.heard: dict[str, int] = {}  # worker id -> the incarnation it announced last
+        self.replies: set[str] = set()  # peers to say hello to (sent by the monitor thread)
+        self.gate: set[str] | None = None  # peers not heard from yet, from the first plan on
+        self.gate_until = 0.0
+        self.throttled = True  # until the gate is set up and open
         self.events = 0
         self._stop = threading.Event()
         self._socks: dict[str, zmq.Socket] = {}
@@ -60,12 +73,18 @@ class BackpressureMonitor:
         self._stop.set()
         self._thread.join(timeout=1)
 
-    def on_announcement(self, worker_id: str, congested: bool) -> None:
+    def on_announcement(self, worker_id: str, congested: bool, incarnation: int | None = None) -> None:
         """Called by the control receiver for a peer's announcement."""
         if congested:
             self.remote[worker_id] = time.monotonic() + _EXPIRE_SECS
         else:
             self.remote.pop(worker_id, None)
+        if incarnation is not None and self.heard.get(worker_id) != incarnation:
+            self.heard[worker_id] = incarnation
+            self.replies.add(worker_id)  # a new incarnation: it waits for our hello too
+        gate = self.gate
+        if gate:
+            gate.discard(worker_id)
         self._update()
 
     def _update(self) -> None:
@@ -73,7 +92,21 @@ class BackpressureMonitor:
         for wid, expiry in list(self.remote.items()):
             if expiry < now:
                 self.remote.pop(wid, None)
-        self.throttled = self.congested or bool(self.remote)
+        gate = self.gate
+        waiting = gate is None or (bool(gate) and now < self.gate_until)
+        self.throttled = self.congested or bool(self.remote) or waiting
+
+    def _open_gate(self) -> None:
+        """At the first plan: wait for the peers not heard from yet, and say hello to all."""
+        routing = self.worker.routing
+        if routing is None:
+            return
+        me = self.worker.worker_id
+        self.gate = {wid for wid in routing.endpoints if wid != me and wid not in self.heard}
+        self.gate_until = time.monotonic() + _GATE_SECS
+        if self.gate:
+            log.info("spouts wait for %d worker(s) to start: %s", len(self.gate), sorted(self.gate))
+        self._announce(self.congested)
 
     def _local_depth(self) -> float:
         """The deepest input queue, in full batches' worth of tuples (``topology.batch.size`` each).
@@ -89,13 +122,14 @@ class BackpressureMonitor:
         return max((ex.data_q.qsize() * max(ex.batch_avg, ex.in_size) / cap
                     for ex in list(self.worker.executors.values())), default=0.0)
 
-    def _announce(self, congested: bool) -> None:
+    def _announce(self, congested: bool, only: set[str] | None = None) -> None:
         routing = self.worker.routing
         if routing is None:
             return
-        message = wire.control_message(wire.BACKPRESSURE, WORKER_TASK, WORKER_TASK, [self.worker.worker_id, congested])
+        message = wire.control_message(wire.BACKPRESSURE, WORKER_TASK, WORKER_TASK,
+                                       [self.worker.worker_id, congested, self.incarnation])
         for wid, endpoint in routing.endpoints.items():
-            if wid == self.worker.worker_id:
+            if wid == self.worker.worker_id or (only is not None and wid not in only):
                 continue
             sock = self._socks.get(wid)
             if sock is None:
@@ -105,7 +139,12 @@ class BackpressureMonitor:
     def _run(self) -> None:
         last_announce = 0.0
         period = self.period
-        while not self._stop.wait(period):
+        while not self._stop.wait(period if self.gate is not None else self.period):
+            if self.gate is None:
+                self._open_gate()
+            if self.replies:
+                peers, self.replies = self.replies, set()
+                self._announce(self.congested, only=peers)
             depth = self._local_depth()
             # Look every ``period`` while a queue is a quarter of the way to the high mark (or
             # congested), four times less often otherwise: an idle worker need not wake 200 times a second.

@@ -221,8 +221,9 @@ class Transport:
                 continue
             if dst == -1 and kind == wire.BACKPRESSURE:
                 try:
-                    wid, congested = entries
-                    worker.backpressure.on_announcement(str(wid), bool(congested))
+                    wid, congested, *rest = entries
+                    incarnation = rest[0] if rest and type(rest[0]) is int else None
+                    worker.backpressure.on_announcement(str(wid), bool(congested), incarnation)
                 except (TypeError, ValueError):
                     self._drop("backpressure entry")
                 continue
