@@ -144,11 +144,14 @@ def _topology(split: type[Bolt], count: type[Bolt], counts: int = 2) -> tuple[di
     builder.set_spout("sentences", Sentences)
     builder.set_bolt("split", split).shuffle_grouping("sentences")
     builder.set_bolt("count", count, parallelism=counts).fields_grouping("split", ["word"])
-    definition = builder.build(workers=1).definition
-    tasks = ["sentences:0", "split:0", *[f"count:{i}" for i in range(counts)], "__acker:0"]
-    plan = {"version": 1, "tasks": tasks, "executors": {t: "n1:1" for t in tasks},
+    return builder.build(workers=1).definition, _plan(["sentences:0", "split:0", *[f"count:{i}" for i in range(counts)]])
+
+
+def _plan(executors: list[str]) -> dict[str, Any]:
+    """A plan that puts ``executors`` and one acker (the task ids in this order) on one worker."""
+    tasks = [*executors, "__acker:0"]
+    return {"version": 1, "tasks": tasks, "executors": {t: "n1:1" for t in tasks},
             "workers": {"n1:1": {"node": "n1", "host": "127.0.0.1", "port": 1, "ctl_port": 2}}}
-    return definition, plan
 
 
 class _Ledger:
@@ -413,6 +416,33 @@ def _drain(worker: _Worker, ex: BoltExecutor, ledger: _Ledger) -> None:
     ledger.take(worker)
 
 
+def _pipeline(definition: Mapping[str, Any], plan: Mapping[str, Any], classes: Mapping[str, type[Bolt]],
+              spout: str = "sentences") -> tuple[_Worker, dict[int, BoltExecutor], Outbox, _Ledger]:
+    """The bolts of ``plan`` as executors, the spout (task 0) as an outbox, and an empty ledger."""
+    worker = _Worker(plan, {"topology.batch.adaptive": False, "topology.batch.size": 16})
+    exs = _executors(worker, definition, plan, classes)
+    outbox = Outbox(worker, 0, spout, definition)  # type: ignore[arg-type]
+    outbox.rebuild(worker.routing)
+    return worker, exs, outbox, _Ledger()
+
+
+def _wordcount(split: type[Bolt], count: type[Bolt] = Count,
+               counts: int = 2) -> tuple[_Worker, dict[int, BoltExecutor], Outbox, _Ledger]:
+    definition, plan = _topology(split, count, counts)
+    return _pipeline(definition, plan, {"split": split, "count": count})
+
+
+def _send_group(worker: _Worker, spout: Outbox, ledger: _Ledger, root: int, values: list[Any],
+                streams: list[str] | None = None) -> None:
+    """Emit ``values`` as one spout group, close it and send it."""
+    group = SpoutGroup(root)
+    for i, v in enumerate(values):
+        spout.emit_tracked((v,), streams[i] if streams else "default", group)
+    assert spout.close_group(group)
+    spout.flush()
+    ledger.take(worker)
+
+
 class HoldingSplit(Split):
     """Acks by hand and holds every sentence until told; splits only the first three (the rest
     it would write elsewhere)."""
@@ -429,18 +459,8 @@ class HoldingSplit(Split):
 def test_a_run_acked_in_parts_completes_only_with_its_last_tuple() -> None:
     """A group's sentences reach a hand-acking split as one run (its edge is 0: the group's only
     run). Acking the three that had children, and counting those, must not complete the tree."""
-    definition, plan = _topology(HoldingSplit, Count)
-    worker = _Worker(plan, {"topology.batch.adaptive": False, "topology.batch.size": 16})
-    exs = _executors(worker, definition, plan, {"split": HoldingSplit, "count": Count})
-    spout = Outbox(worker, 0, "sentences", definition)  # type: ignore[arg-type]
-    spout.rebuild(worker.routing)
-    ledger = _Ledger()
-    group = SpoutGroup(1000)
-    for s in SENTENCES[:10]:
-        spout.emit_tracked((s,), "default", group)
-    assert spout.close_group(group)
-    spout.flush()
-    ledger.take(worker)
+    worker, exs, spout, ledger = _wordcount(HoldingSplit)
+    _send_group(worker, spout, ledger, 1000, SENTENCES[:10])
     split = exs[1]
     _drain(worker, split, ledger)
     held = split.instance.held
@@ -474,21 +494,10 @@ def test_a_group_on_two_streams_completes_only_when_every_tuple_is_processed() -
     builder = TopologyBuilder("t")
     builder.set_spout("sp", TwoStreams)
     builder.set_bolt("c", BatchSink, parallelism=2).shuffle_grouping("sp").shuffle_grouping("sp", "other")
-    definition = builder.build(workers=1).definition
-    tasks = ["sp:0", "c:0", "c:1", "__acker:0"]
-    plan = {"version": 1, "tasks": tasks, "executors": {t: "n1:1" for t in tasks},
-            "workers": {"n1:1": {"node": "n1", "host": "127.0.0.1", "port": 1, "ctl_port": 2}}}
-    worker = _Worker(plan, {"topology.batch.adaptive": False, "topology.batch.size": 16})
-    exs = _executors(worker, definition, plan, {"c": BatchSink})
-    spout = Outbox(worker, 0, "sp", definition)  # type: ignore[arg-type]
-    spout.rebuild(worker.routing)
-    ledger = _Ledger()
-    group = SpoutGroup(1000)
-    for v in "abcdefg":
-        spout.emit_tracked((v,), "default" if v in "aceg" else "other", group)
-    assert spout.close_group(group)
-    spout.flush()
-    ledger.take(worker)
+    worker, exs, spout, ledger = _pipeline(builder.build(workers=1).definition, _plan(["sp:0", "c:0", "c:1"]),
+                                           {"c": BatchSink}, spout="sp")
+    values = list("abcdefg")
+    _send_group(worker, spout, ledger, 1000, values, ["default" if v in "aceg" else "other" for v in values])
     _drain(worker, exs[1], ledger)
     assert 1000 not in ledger.complete()
     _drain(worker, exs[2], ledger)
@@ -513,18 +522,8 @@ class Pair(Bolt):
 
 
 def test_a_tuple_anchored_to_two_tuples_of_one_group_keeps_the_tree_open() -> None:
-    definition, plan = _topology(Pair, Count)
-    worker = _Worker(plan, {"topology.batch.adaptive": False, "topology.batch.size": 16})
-    exs = _executors(worker, definition, plan, {"split": Pair, "count": Count})
-    spout = Outbox(worker, 0, "sentences", definition)  # type: ignore[arg-type]
-    spout.rebuild(worker.routing)
-    ledger = _Ledger()
-    group = SpoutGroup(1000)
-    for s in SENTENCES[:2]:
-        spout.emit_tracked((s,), "default", group)
-    assert spout.close_group(group)
-    spout.flush()
-    ledger.take(worker)
+    worker, exs, spout, ledger = _wordcount(Pair)
+    _send_group(worker, spout, ledger, 1000, SENTENCES[:2])
     _drain(worker, exs[1], ledger)  # the join is emitted, not yet counted
     assert 1000 not in ledger.complete()
     for task in (2, 3):
@@ -532,19 +531,10 @@ def test_a_tuple_anchored_to_two_tuples_of_one_group_keeps_the_tree_open() -> No
     assert ledger.complete() == {1000}
 
 
-def _pipeline(split: type[Bolt], count: type[Bolt] = Count, counts: int = 2) -> tuple[_Worker, dict[int, BoltExecutor], Outbox, _Ledger]:
-    definition, plan = _topology(split, count, counts)
-    worker = _Worker(plan, {"topology.batch.adaptive": False, "topology.batch.size": 16})
-    exs = _executors(worker, definition, plan, {"split": split, "count": count})
-    spout = Outbox(worker, 0, "sentences", definition)  # type: ignore[arg-type]
-    spout.rebuild(worker.routing)
-    return worker, exs, spout, _Ledger()
-
-
 def test_iterating_an_unanchored_batch_with_acking_on() -> None:
     """Untracked spout tuples (no msg id) reach a process_batch bolt with no anchors at all: its
     loop still emits and acks."""
-    worker, exs, spout, ledger = _pipeline(BatchSplit)
+    worker, exs, spout, ledger = _wordcount(BatchSplit)
     for s in SENTENCES[:5]:
         spout.emit((s,))
     spout.flush()
@@ -568,15 +558,10 @@ class KeepLast(Bolt):
 
 
 def test_an_emit_after_iterating_another_batch_anchors_to_the_current_one() -> None:
-    worker, exs, spout, ledger = _pipeline(KeepLast, counts=1)
+    worker, exs, spout, ledger = _wordcount(KeepLast, counts=1)
     split, count = exs[1], exs[2]
     for k in range(2):
-        group = SpoutGroup(1000 + k)
-        for s in SENTENCES[k * 3:(k + 1) * 3]:
-            spout.emit_tracked((s,), "default", group)
-        assert spout.close_group(group)
-        spout.flush()
-        ledger.take(worker)
+        _send_group(worker, spout, ledger, 1000 + k, SENTENCES[k * 3:(k + 1) * 3])
         _drain(worker, split, ledger)
         assert 1000 + k not in ledger.complete()  # its summary is not counted yet
     _drain(worker, count, ledger)
@@ -605,21 +590,11 @@ def test_emit_direct_anchors_to_the_tuples_given() -> None:
     builder.set_spout("sentences", Sentences)
     builder.set_bolt("split", DirectJoin).shuffle_grouping("sentences")
     builder.set_bolt("count", Count, parallelism=2).direct_grouping("split")
-    definition = builder.build(workers=1).definition
-    tasks = ["sentences:0", "split:0", "count:0", "count:1", "__acker:0"]
-    plan = {"version": 1, "tasks": tasks, "executors": {t: "n1:1" for t in tasks},
-            "workers": {"n1:1": {"node": "n1", "host": "127.0.0.1", "port": 1, "ctl_port": 2}}}
-    worker = _Worker(plan, {"topology.batch.adaptive": False, "topology.batch.size": 16})
-    exs = _executors(worker, definition, plan, {"split": DirectJoin, "count": Count})
-    spout = Outbox(worker, 0, "sentences", definition)  # type: ignore[arg-type]
-    spout.rebuild(worker.routing)
-    ledger = _Ledger()
+    worker, exs, spout, ledger = _pipeline(builder.build(workers=1).definition,
+                                           _plan(["sentences:0", "split:0", "count:0", "count:1"]),
+                                           {"split": DirectJoin, "count": Count})
     for i, s in enumerate(SENTENCES[:2]):  # two trees, joined into one word
-        group = SpoutGroup(1000 + i)
-        spout.emit_tracked((s,), "default", group)
-        assert spout.close_group(group)
-    spout.flush()
-    ledger.take(worker)
+        _send_group(worker, spout, ledger, 1000 + i, [s])
     _drain(worker, exs[1], ledger)
     assert not ledger.complete() & {1000, 1001}  # the join is not counted yet
     _drain(worker, exs[3], ledger)

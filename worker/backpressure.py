@@ -139,11 +139,12 @@ class BackpressureMonitor:
     def _run(self) -> None:
         last_announce = 0.0
         period = self.period
-        while not self._stop.wait(period if self.gate is not None else self.period):
+        while not self._stop.wait(period):
             if self.gate is None:
                 self._open_gate()
             if self.replies:
-                peers, self.replies = self.replies, set()
+                peers = set(self.replies)
+                self.replies -= peers  # one C call: an add by the receiver thread meanwhile stays
                 self._announce(self.congested, only=peers)
             depth = self._local_depth()
             # Look every ``period`` while a queue is a quarter of the way to the high mark (or

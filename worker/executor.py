@@ -392,11 +392,11 @@ class SpoutExecutor(_UserExecutor):
         if group is None:
             return
         self.group = None
-        if not self.outbox.close_group(group):
+        outbox = self.outbox
+        if not outbox.close_group(group):
             self.pending_n -= len(group.msg_ids)
             self.immediate_acks.extend(group.msg_ids)  # nobody subscribes: complete at once
             return
-        outbox = self.outbox
         if outbox.acks:
             outbox.ctl_deadline.worked(self.now)  # the group's XOR for the acker (its last run had left)
         root = group.root
@@ -441,18 +441,13 @@ class SpoutExecutor(_UserExecutor):
             return
         if kind == wire.ACKED:
             before = self.acked
-            pending = self.pending
-            ack = spout.ack
             for root in entries:
-                ids = pending.pop(root, None)
+                ids = self.pending.pop(root, None)
                 if ids is not None:
                     self.pending_n -= len(ids)
                     self.acked += len(ids)
                     for msg_id in ids:
-                        try:
-                            ack(msg_id)
-                        except Exception as exc:
-                            self.record_error("ack", exc)
+                        self._call(spout.ack, msg_id)
                     if root >= STAMPED:
                         self.complete.add_stamp(root)
             self._count_acks(self.acked - before)

@@ -68,11 +68,10 @@ class SpoutGroup:
     ack entry), so the acker needs no message from the spout.
     """
 
-    __slots__ = ("root", "anchors", "_ackval", "msg_ids", "bufs", "last", "last_buf", "last_sent")
+    __slots__ = ("root", "_ackval", "msg_ids", "bufs", "last", "last_buf", "last_sent")
 
     def __init__(self, root: int) -> None:
         self.root = root
-        self.anchors = (root, 0)
         self._ackval = 0
         self.msg_ids: list[Any] = []
         self.bufs: list[_Buffer] = []  # where runs were opened (full ones are flushed on close)
@@ -106,6 +105,13 @@ class _Buffer(list):
         self.run_n = 0
         self.run_anchor: Any = None
         self.sent = 0  # batches sent: a run's anchor may change only while its batch is here
+
+    def note_stream(self, stream: str) -> None:
+        """The tuple about to be appended goes on ``stream`` (not ``default``)."""
+        streams = self.streams
+        if streams is None:
+            streams = self.streams = {}
+        streams[len(self)] = stream
 
     def close_run(self) -> None:
         """Move the open run (if any) to ``runs``."""
@@ -310,10 +316,7 @@ class Outbox:
         """Append one tuple to ``buf`` (any stream) with its own anchor entry (None: unanchored,
         which joins an open unanchored run); send the buffer if it is full."""
         if stream != "default":
-            streams = buf.streams
-            if streams is None:
-                streams = buf.streams = {}
-            streams[len(buf)] = stream
+            buf.note_stream(stream)
         buf.append(values)
         if self.acking:
             if anchor is None:
@@ -461,10 +464,7 @@ class Outbox:
         if stream != "default":
             # A run never spans streams (a process_batch bolt gets each stream's tuples
             # apart and would ack the run once per part): a run of its own.
-            streams = buf.streams
-            if streams is None:
-                streams = buf.streams = {}
-            streams[len(buf)] = stream
+            buf.note_stream(stream)
             buf.append(values)
             self.open_group_run(buf, group)
             buf.close_run()
