@@ -14,6 +14,7 @@ With acking off there are no stamps and no latency.
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
 import time
 from collections.abc import Iterator
@@ -143,6 +144,7 @@ def fixed_on(client: Any, total: int, workers: int = 2, timeout: float | None = 
     finally:
         client.kill(name)
         client.wait_removed(name, 30)
+        shutil.rmtree(out, ignore_errors=True)
     check = check_counts(counts, per_stream(total) * STREAMS)
     return RunResult(
         system=system, run="fixed", correct=check["correct"],

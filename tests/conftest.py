@@ -9,6 +9,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -108,6 +109,12 @@ def wait_every_sentence_acked(directory: Path, per_spout: int, spouts: int = 2, 
     out = read_outputs(directory)
     for i in range(spouts):
         assert sorted(int(k) for k in out[f"spout-{i}"]["acks"]) == list(range(per_spout))
+
+
+def pytest_sessionfinish(session: Any, exitstatus: int) -> None:
+    """Remove the session's home when every test passed (a failure keeps its logs)."""
+    if exitstatus == 0:
+        shutil.rmtree(_HOME, ignore_errors=True)
 
 
 def pytest_exception_interact(node: Any, call: Any, report: Any) -> None:
