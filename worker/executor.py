@@ -32,7 +32,7 @@ from nstorm.component import (
     delivered_tuple_class,
 )
 from worker import wire
-from worker.outbox import Outbox, SpoutGroup
+from worker.outbox import InputRun, Outbox, SpoutGroup
 from worker.timeouts import Timeouts
 
 if TYPE_CHECKING:
@@ -44,7 +44,9 @@ log = logging.getLogger(__name__)
 _getroot = random.Random().getrandbits  # root ids of spout tuples
 STAMPED = latency.STAMPED  # roots at or above carry their spout emit time (nstorm.latency)
 _ROOT_TASK_BITS = wire.ROOT_TASK_BITS
+_STAMP_ACKER_CHOICES = 1 << 7  # a stamped root has 7 bits to pick its acker with
 _SPOUT_CALLS = 256  # next_tuple calls per spout loop iteration at most
+_ACKER_EXPIRY_SECS = 0.25  # how often an acker's thread drops entries past the message timeout
 
 
 class Executor:
@@ -312,6 +314,7 @@ class SpoutExecutor(_UserExecutor):
     kind = "spout"
 
     def setup(self) -> None:
+        self.acker_pick: tuple[int, int] | None = None  # (ackers, index of this spout's acker)
         self.refresh_routing()
         self.pending: dict[int, list[Any]] = {}  # root -> the msg ids of its group
         self.pending_n = 0  # tracked tuples not acked yet (topology.max.spout.pending counts these)
@@ -363,13 +366,39 @@ class SpoutExecutor(_UserExecutor):
         outbox.emit_direct_tracked(task, values, stream, group)
         self._track(msg_id, group)
 
+    def refresh_routing(self) -> None:
+        routing = self.routing
+        super().refresh_routing()
+        if self.routing is not routing:
+            self._pick_acker()
+
+    def _pick_acker(self) -> None:
+        """Choose the acker of this spout's new trees: one in this worker if there is one, so
+        that its answers never cross processes (and, with the bolts here, neither do the acks).
+        Trees already open keep theirs: the choice is written in each root's bits."""
+        routing = self.routing
+        ackers = routing.ackers if routing is not None else []
+        me = self.worker.worker_id
+        local = [i for i, task in enumerate(ackers) if routing.location[task] == me]  # type: ignore[union-attr]
+        self.acker_pick = (len(ackers), local[self.index % len(local)]) if local and len(ackers) > 1 else None
+
     def _root(self) -> int:
         """A new root id: random, this spout's task in the low bits (the acker answers it from
-        them), and every millisecond or so a stamped one (nstorm.latency)."""
+        them), the bits above them chosen so that :func:`wire.acker_index` gives the acker of
+        :meth:`_pick_acker`, and every millisecond or so a stamped one (nstorm.latency)."""
+        pick = self.acker_pick
         if self.now >= self.next_stamp:
             self.next_stamp = self.now + latency.STAMP_INTERVAL_SECS
-            return latency.stamped_root(_getroot(7) << _ROOT_TASK_BITS | self.task)
-        return _getroot(47) << _ROOT_TASK_BITS | self.task
+            if pick is None or pick[0] > _STAMP_ACKER_CHOICES:
+                return latency.stamped_root(_getroot(7) << _ROOT_TASK_BITS | self.task)
+            root = latency.stamped_root(self.task)  # bits 16..22 are free: they pick the acker
+            n, index = pick
+            return root | ((index - (root >> _ROOT_TASK_BITS)) % n) << _ROOT_TASK_BITS
+        r = _getroot(46)
+        if pick is not None:
+            n, index = pick
+            r += (index - r) % n
+        return r << _ROOT_TASK_BITS | self.task
 
     def _open_group(self) -> SpoutGroup:
         group = self.group = SpoutGroup(self._root())
@@ -728,17 +757,20 @@ class BoltExecutor(_UserExecutor):
         i = 0
         # One anchor entry per run: the tuples of a run share it, and the run (its edge) is
         # acked once, with the XOR of its tuples' children, when all of them went through.
+        # Emits anchor to the run (an InputRun), not to each tuple: a run's tuples would
+        # share the children's runs anyway, and this way a continued child run costs an
+        # emit no more than an identity check.
         for k in range(0, len(runs), 2):
             n = runs[k]
             a = runs[k + 1]
             j = i + n
+            own = outbox.current = InputRun(a)
             if a is None:
                 for v in values[i:j]:
                     tup = new(cls)
                     tup.values = v
                     tup.anchors = None
                     tup._ackval = 0
-                    outbox.current = tup
                     try:
                         process(tup)
                     except Exception as exc:
@@ -754,7 +786,6 @@ class BoltExecutor(_UserExecutor):
                 tup.values = v
                 tup.anchors = a
                 tup._ackval = 0
-                outbox.current = tup
                 try:
                     process(tup)
                 except Exception as exc:
@@ -763,19 +794,20 @@ class BoltExecutor(_UserExecutor):
                         self._fail(tup)
                     ok -= 1
                     continue
-                x ^= tup._ackval
+                x ^= tup._ackval  # the children of emits anchored to it by hand
             i = j
             if ok != n:  # a tuple of the run was not acked: neither is the run
                 acked += ok
                 continue
             acked += n
+            x ^= own._ackval
             if len(a) == 2:
                 r = a[0]
                 x ^= a[1]
                 run = outbox.last_run
-                if run is not None and run.owner is tup:
-                    # The ack rides with a child: XORed into the edge of the run the last tuple
-                    # opened (still in its buffer), the receiver's ack of that run carries it.
+                if run is not None and run.owner is own:
+                    # The ack rides with a child: XORed into the edge of the run this input run
+                    # opened last (still in its buffer); the receiver's ack of that run carries it.
                     ra = run.run_anchor
                     run.run_anchor = (ra[0], ra[1] ^ x)
                 else:
@@ -1050,12 +1082,19 @@ class AckerExecutor(Executor):
     that reaches it and the tree is complete when its XOR returns to zero; the spout to tell
     is in the root's low bits. Entries older than ``topology.message.timeout.secs`` are dropped
     (their spout has failed them by then).
+
+    The acker has no queue to wait on: a message put on its ``ctl_q`` is handled at once, in
+    the thread that puts it (a local executor flushing its acks, or the receiver of control
+    messages from other workers), under the acker's lock, and the answers leave at once.
+    An ack message then costs no thread wake-up; the acker's own thread only expires entries.
     """
 
     kind = "acker"
 
     def __init__(self, worker: Worker, executor_id: str, task: int) -> None:
         super().__init__(worker, executor_id, task)
+        self.lock = threading.Lock()
+        self.ctl_q = _InlineInbox(self)  # type: ignore[assignment]
         self.outbox = Outbox(worker, task, "__acker", {"components": {"__acker": {"outputs": {}, "inputs": []}}})
         self.entries: dict[int, int] = {}  # root -> XOR of the acks so far (never 0)
         self.failed_roots: dict[int, None] = {}  # failed trees: their late acks are ignored
@@ -1110,41 +1149,53 @@ class AckerExecutor(Executor):
             table.pop(root, None)
             failed.pop(root, None)
 
-    def loop(self) -> None:
-        self.outbox.rebuild(self.worker.routing)
-        get = self.ctl_q.get
-        get_nowait = self.ctl_q.get_nowait
-        next_expiry = time.monotonic() + 1.0
-        while self._running:
-            if self.worker.routing is not self.outbox.routing:
-                self.outbox.rebuild(self.worker.routing)
+    def handle_now(self, kind: int, entries: Any) -> None:
+        """One control message, in the caller's thread: update the entries, send the answers."""
+        with self.lock:
+            if not self._running:
+                return  # stopping with its worker: the spouts time these trees out
+            routing = self.worker.routing
+            if routing is not self.outbox.routing and routing is not None:
+                self.outbox.rebuild(routing)
             try:
-                kind, _src, entries = get(timeout=0.1)
-            except queue.Empty:
-                pass
-            else:
-                try:
-                    self._handle(kind, entries)
-                    for _ in range(1000):
-                        try:
-                            kind, _src, entries = get_nowait()
-                        except queue.Empty:
-                            break
-                        self._handle(kind, entries)
-                except Exception as exc:  # entries that are not [root, xor] pairs: dropped
-                    self.record_error("acker entries", exc)
-                self.outbox.flush()
-            now = time.monotonic()
-            if now >= next_expiry:
-                next_expiry = now + 1.0
-                self._expire(now)
-        self.outbox.flush()
+                self._handle(kind, entries)
+            except Exception as exc:  # entries that are not [root, xor] pairs: dropped
+                self.record_error("acker entries", exc)
+            self.outbox.flush()
+
+    def loop(self) -> None:
+        while self._running:
+            time.sleep(_ACKER_EXPIRY_SECS)
+            with self.lock:
+                self._expire(time.monotonic())
 
     def teardown(self) -> None:
-        self.outbox.close()
+        with self.lock:
+            self._running = False
+            self.outbox.flush()
+            self.outbox.close()
 
     def counters(self) -> dict[str, Any]:
         data = super().counters()
-        data["queue"] = self.ctl_q.qsize()
+        data["queue"] = 0
         data["pending"] = len(self.entries)
         return data
+
+
+class _InlineInbox:
+    """An acker's ``ctl_q``: what is put on it is handled at once (see :class:`AckerExecutor`)."""
+
+    __slots__ = ("acker",)
+
+    def __init__(self, acker: AckerExecutor) -> None:
+        self.acker = acker
+
+    def put(self, item: tuple[int, int, Any]) -> None:
+        kind, _src, entries = item
+        self.acker.handle_now(kind, entries)
+
+    def qsize(self) -> int:
+        return 0
+
+    def empty(self) -> bool:
+        return True

@@ -44,7 +44,7 @@ from worker.wire import acker_index
 if TYPE_CHECKING:
     from worker.process import Worker
 
-__all__ = ["Outbox", "SpoutGroup"]
+__all__ = ["InputRun", "Outbox", "SpoutGroup"]
 
 _getrandbits = random.Random().getrandbits  # edge ids: fast, not for secrets
 
@@ -56,6 +56,18 @@ class _Unanchored:
 
 
 _UNANCHORED = _Unanchored()
+
+
+class InputRun:
+    """What a bolt's emits anchor to while it processes one input run (the tuples of a batch
+    that share one anchor entry): the owner of the runs they open, ``_ackval`` the XOR of
+    those runs' edges. One object per run, so that an emit continues its run by identity."""
+
+    __slots__ = ("anchors", "_ackval")
+
+    def __init__(self, anchors: Any) -> None:
+        self.anchors = anchors
+        self._ackval = 0
 
 
 class SpoutGroup:
@@ -86,11 +98,14 @@ class _Buffer(list):
     ``limit`` (list length that makes it leave), ``rate`` and ``last`` belong to the
     batching policy; ``traffic`` is the destination's cumulative [tuples, bytes]. With
     acking, ``runs`` holds the closed anchor runs ``[n, anchor, n, anchor, ...]`` and
-    ``owner`` / ``run_n`` / ``run_anchor`` the open one: ``owner`` is the tuple (or
-    batch) it was emitted under, None when no run is open.
+    ``owner`` / ``run_start`` / ``run_anchor`` the open one: ``owner`` is what its tuples
+    were emitted under (an input run, a tuple, a batch or a spout group), None when no run
+    is open; the run is the buffer's tuples from index ``run_start`` on, so that an emit
+    that continues it writes nothing but the tuple.
     """
 
-    __slots__ = ("dst", "streams", "limit", "rate", "last", "traffic", "runs", "owner", "run_n", "run_anchor", "sent")
+    __slots__ = ("dst", "streams", "limit", "rate", "last", "traffic", "runs", "owner", "run_start", "run_anchor",
+                 "sent")
 
     def __init__(self, dst: int, src: int, limit: int, now: float, traffic: list[int]) -> None:
         super().__init__()
@@ -102,7 +117,7 @@ class _Buffer(list):
         self.traffic = traffic
         self.runs: list[Any] = []
         self.owner: Any = None
-        self.run_n = 0
+        self.run_start = 0
         self.run_anchor: Any = None
         self.sent = 0  # batches sent: a run's anchor may change only while its batch is here
 
@@ -113,13 +128,24 @@ class _Buffer(list):
             streams = self.streams = {}
         streams[len(self)] = stream
 
-    def close_run(self) -> None:
-        """Move the open run (if any) to ``runs``."""
+    def close_run(self, end: int) -> None:
+        """Move the open run (if any), which ends before index ``end``, to ``runs``."""
         if self.owner is not None:
             runs = self.runs
-            runs.append(self.run_n)
+            runs.append(end - self.run_start)
             runs.append(self.run_anchor)
             self.owner = None
+
+    def open(self, owner: Any, anchor: Any) -> None:
+        """Close the open run before the tuple just appended, and start ``owner``'s with it."""
+        end = len(self) - 1
+        if self.owner is not None:
+            runs = self.runs
+            runs.append(end - self.run_start)
+            runs.append(self.run_anchor)
+        self.owner = owner
+        self.run_start = end
+        self.run_anchor = anchor
 
 
 def _anchor_entry(anchor_tups: Sequence[Any]) -> list[int]:
@@ -291,10 +317,8 @@ class Outbox:
         o = buf.owner
         if o is not None and o is not _UNANCHORED and a and o.anchors is a:
             buf.owner = cur
-            buf.run_n += 1
             self.last_run = buf
             return
-        buf.close_run()
         if a:
             edge = _getrandbits(64)
             cur._ackval ^= edge
@@ -305,11 +329,9 @@ class Outbox:
                 for i in range(0, len(a), 2):
                     anc.append(a[i])
                     anc.append(edge)
-            buf.run_anchor = anc
+            buf.open(cur, anc)
         else:
-            buf.run_anchor = None
-        buf.owner = cur
-        buf.run_n = 1
+            buf.open(cur, None)
         self.last_run = buf
 
     def _put(self, buf: _Buffer, values: Sequence[Any], stream: str, anchor: Any) -> None:
@@ -320,13 +342,10 @@ class Outbox:
         buf.append(values)
         if self.acking:
             if anchor is None:
-                if buf.owner is _UNANCHORED:
-                    buf.run_n += 1
-                else:
-                    buf.close_run()
-                    buf.owner, buf.run_n, buf.run_anchor = _UNANCHORED, 1, None
+                if buf.owner is not _UNANCHORED:
+                    buf.open(_UNANCHORED, None)
             else:
-                buf.close_run()
+                buf.close_run(len(buf) - 1)
                 runs = buf.runs
                 runs.append(1)
                 runs.append(anchor)
@@ -412,9 +431,7 @@ class Outbox:
                     return general(values, stream, anchors)
                 buf = bufs[hash(values[idx]) % n]
                 buf.append(values)
-                if buf.owner is cur:
-                    buf.run_n += 1
-                else:
+                if buf.owner is not cur:
                     open_run(buf, cur)
                 if len(buf) >= buf.limit:
                     flush(buf)
@@ -429,9 +446,7 @@ class Outbox:
                 return general(values, stream, anchors)
             buf = nxt()
             buf.append(values)
-            if buf.owner is cur:
-                buf.run_n += 1
-            else:
+            if buf.owner is not cur:
                 open_run(buf, cur)
             if len(buf) >= buf.limit:
                 flush(buf)
@@ -467,23 +482,18 @@ class Outbox:
             buf.note_stream(stream)
             buf.append(values)
             self.open_group_run(buf, group)
-            buf.close_run()
+            buf.close_run(len(buf))
             return
         buf.append(values)
-        if buf.owner is group:
-            buf.run_n += 1
-        else:
+        if buf.owner is not group:
             self.open_group_run(buf, group)
 
     def open_group_run(self, buf: _Buffer, group: SpoutGroup) -> None:
         """Start ``group``'s run in ``buf`` (its first tuple is appended already)."""
-        buf.close_run()
         edge = _getrandbits(64)
         group._ackval ^= edge
         anc = [group.root, edge]
-        buf.run_anchor = anc
-        buf.owner = group
-        buf.run_n = 1
+        buf.open(group, anc)
         group.bufs.append(buf)
         group.last = anc
         group.last_buf = buf
@@ -530,9 +540,7 @@ class Outbox:
                 return general(values, stream, group)
             buf = bufs[hash(values[idx]) % n] if fields else nxt()
             buf.append(values)
-            if buf.owner is group:
-                buf.run_n += 1
-            else:
+            if buf.owner is not group:
                 open_group_run(buf, group)
             return 1
 
@@ -649,17 +657,17 @@ class Outbox:
 
     def flush_buffer(self, buf: _Buffer) -> None:
         """Send what ``buf`` holds as one batch ``(values, runs, streams)``."""
-        values = buf[:]
-        buf.clear()
-        buf.sent += 1
         runs = None
         if self.acking:
             if buf.owner is not None:
-                buf.close_run()
+                buf.close_run(len(buf))
             runs = buf.runs
             buf.runs = []
             if len(runs) == 2 and runs[1] is None:
                 runs = None  # all unanchored
+        values = buf[:]
+        buf.clear()
+        buf.sent += 1
         streams = buf.streams
         if streams is not None:
             buf.streams = None
