@@ -33,7 +33,7 @@ DEFAULTS: dict[str, Any] = {
     # timeout fails (and replays) the whole group.
     "topology.acking.group.size": 64,
     "topology.max.spout.pending": 2000,  # per spout executor; None or 0 = unbounded
-    "topology.batch.size": 1024,  # tuples per message at most; 1 = per-tuple sending (no batching)
+    "topology.batch.size": 4096,  # tuples per message at most; 1 = per-tuple sending (no batching)
     "topology.batch.max.latency.ms": 5,  # a buffered tuple leaves within this bound
     "topology.batch.adaptive": True,  # size each destination's batches from its rate (else always batch.size)
     "topology.backpressure.high.batches": 16,  # a queue this deep (x batch.size tuples) pauses every spout

@@ -63,9 +63,9 @@ def test_per_tuple_and_fixed_modes() -> None:
     assert per_tuple.initial_limit() == 1
     fixed = BatchPolicy.from_conf(merge_conf({"topology.batch.adaptive": "false"}))
     dst = _Dst(fixed)
-    assert dst.limit == fixed.cap == 1024
+    assert dst.limit == fixed.cap == merge_conf({})["topology.batch.size"]
     _feed(fixed, dst, 1000.0, 1.0)
-    assert dst.limit == 1024  # never adapts
+    assert dst.limit == fixed.cap  # never adapts
     interleaved = BatchPolicy(cap=100, max_latency=0.005, unit=2)
     assert interleaved.initial_limit() == 2  # limits count list slots: values and anchors
 

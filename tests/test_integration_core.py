@@ -9,6 +9,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from nstorm.config import merge_conf
 from topologies.sentences import sentences
 
 from conftest import TOPOLOGIES, read_outputs, run_cli, wait_until
@@ -215,7 +216,8 @@ def test_slow_bolt_slows_its_spout(client) -> None:
     client.submit(TOPOLOGIES / "slow_sink.py")
     try:
         client.wait_running("slowsink", 60)
-        conf_high = 16 * 1024  # topology.backpressure.high.batches x topology.batch.size
+        defaults = merge_conf({})
+        conf_high = defaults["topology.backpressure.high.batches"] * defaults["topology.batch.size"]
 
         def lag() -> tuple[int, int]:
             comps = client.status("slowsink")["components"]
