@@ -30,7 +30,7 @@ BASE = {"wordcount.spouts": 2, "wordcount.splits": 2, "wordcount.counts": 2, "to
 CONFIGS: dict[str, dict[str, Any]] = {  # name (for --configs) -> the -c options
     "acking": {},
     "tree-per-tuple": {"topology.acking.group.size": 1},
-    "pending-1000": {"topology.max.spout.pending": 1000},
+    "defaults-before": {"topology.max.spout.pending": 1000, "topology.batch.size": 1024},  # before 2026-11-23 05:00
     "pending-5000": {"topology.max.spout.pending": 5000},
     "no-acking": {"topology.acker.executors": 0},
 }

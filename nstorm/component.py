@@ -17,7 +17,7 @@ should return at once (the executor backs off by itself).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -389,6 +389,15 @@ class Bolt(Component):
     def process_tick(self, tup: Tuple) -> None:
         """Handle a tick tuple (``tick_secs``); by default passes it to :meth:`process`."""
         self.process(tup)
+
+    def emit_many(self, values_list: Iterable[Sequence[Any]], stream: str = "default", anchors: Any = None) -> None:
+        """Emit several tuples on ``stream``, exactly as calling :meth:`emit` for each in turn
+        would (same routing, order and anchoring), but in one call: what bytewax's ``flat_map``
+        is to ``map``. ``self.emit_many([(w,) for w in sentence.split()])`` splits a sentence.
+        The executor replaces it with a compiled loop; called elsewhere, it loops over ``emit``.
+        """
+        for values in values_list:
+            self.emit(values, stream, anchors=anchors)
 
     def ack(self, tup: Tuple) -> None:
         """Ack ``tup`` (only needed with ``auto_ack = False``)."""

@@ -164,3 +164,15 @@ def test_a_spout_without_an_acker_in_its_worker_spreads_its_trees() -> None:
     worker = _Worker(_plan(places), worker_id="n3:1")
     ex = _spout(worker)
     assert _ackers_of(ex) == {2, 3}
+
+
+def test_a_hand_over_keeps_the_groups_whose_message_ids_can_travel() -> None:
+    """A moved spout's tracked tuples go with its state; a group whose ids are not msgpack data
+    stays behind (logged), and the others still go."""
+    worker = _Worker(_plan(PLACES))
+    ex = _spout(worker)
+    ex.pending = {11 << wire.ROOT_TASK_BITS: [1, 2], 12 << wire.ROOT_TASK_BITS: [object()],
+                  13 << wire.ROOT_TASK_BITS: ["a"]}
+    moved = ex._handover_extra()["pending"]
+    assert [(root >> wire.ROOT_TASK_BITS, ids) for root, ids, _left in moved] == [(11, [1, 2]), (13, ["a"])]
+    wire.pack(moved)

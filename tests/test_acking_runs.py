@@ -40,6 +40,15 @@ class Split(Bolt):
             self.emit((w,))
 
 
+class ManySplit(Bolt):
+    """Split with ``emit_many``: a sentence's words in one call."""
+
+    outputs = ("word",)
+
+    def process(self, tup: Tuple) -> None:
+        self.emit_many(zip(tup[0].split()))
+
+
 class BatchSplit(Bolt):
     """Split over whole batches: each word anchored to its sentence by iterating the batch."""
 
@@ -251,7 +260,8 @@ def _close(spout: Outbox, group: SpoutGroup, late: bool) -> None:
 
 
 @pytest.mark.parametrize(("split", "count"), [(Split, Count), (Split, BatchCount), (BatchSplit, BatchCount),
-                                                (BatchSplit, Count), (Split, ManualCount), (Split, BatchTotals)])
+                                                (BatchSplit, Count), (Split, ManualCount), (Split, BatchTotals),
+                                                (ManySplit, BatchCount), (ManySplit, ManualCount)])
 def test_every_tree_completes_exactly(split: type[Bolt], count: type[Bolt]) -> None:
     ledger, roots, executors = _run(split, count)
     assert ledger.complete() == set(roots)

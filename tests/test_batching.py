@@ -313,3 +313,32 @@ def test_order_per_executor_pair_and_exact_acks(client, tmp_path: Path, conf: di
 def test_a_lone_tuple_is_delivered_and_acked(client, tmp_path: Path) -> None:
     """The spout emits one tuple and then nothing: no later emit fills its batch, the deadline sends it."""
     _run_sequenced(client, tmp_path, "seq-lone", {"test.tuples": 1})
+
+
+@pytest.mark.parametrize("acking", [False, True], ids=["acking-off", "acking-on"])
+def test_emit_many_sends_what_emit_per_tuple_sends(acking: bool) -> None:
+    """``emit_many`` (compiled) and ``emit`` tuple by tuple: the same batches, in the same order,
+    with runs of the same lengths and roots, across full buffers (the fixed limit is the cap)."""
+    from worker.outbox import InputRun
+
+    sent = []
+    for many in (True, False):
+        outbox, worker, _clock = _outbox({"topology.batch.adaptive": False}, acking=acking)
+        outbox.current = InputRun([5 << 16, 9]) if acking else None
+        tuples = [(f"k{i % 37}",) for i in range(3 * outbox.policy.cap)]
+        if many:
+            outbox.emit_many(iter(tuples))
+        else:
+            emit = outbox.emit_anchored if acking else outbox.emit
+            for t in tuples:
+                emit(t)
+        outbox.flush()
+        batches = {}
+        for dst, q in worker.queues.items():
+            batches[dst] = []
+            while not q.empty():
+                _src, (values, runs, _streams) = q.get()
+                batches[dst].append((values, runs[0::2] if runs else None, [a[0] for a in runs[1::2]] if runs else None))
+        sent.append(batches)
+    assert sent[0] == sent[1]
+    assert sum(len(v) for b in sent[0].values() for v, _n, _r in b) == 3 * merge_conf({})["topology.batch.size"]

@@ -605,14 +605,18 @@ class SpoutExecutor(_UserExecutor):
         now = time.monotonic()
         expiry = {root: at for at, root in self.timeouts.items()}
         pending = []
+        lost = 0
         for root, ids in self.pending.items():
-            pending.append([root, ids, max(0.0, expiry.get(root, now) - now)])
-        try:
-            wire.pack(pending)
-        except (TypeError, ValueError, OverflowError):
-            log.warning("executor %s: message ids are not msgpack data; %d tracked tuples will time out",
-                        self.executor_id, len(pending))
-            pending = []
+            entry = [root, ids, max(0.0, expiry.get(root, now) - now)]
+            try:
+                wire.pack(entry)
+            except (TypeError, ValueError, OverflowError):
+                lost += len(ids)  # this group's ids cannot travel; the others still do
+                continue
+            pending.append(entry)
+        if lost:
+            log.warning("executor %s: message ids that are not msgpack data; %d tracked tuples will not be "
+                        "acked or failed by the new copy", self.executor_id, lost)
         # Acks per second move too: the hand-over second is counted by both copies.
         return {"pending": pending, "ack_buckets": [[sec, n] for sec, n in self.ack_buckets.items()]}
 
@@ -679,6 +683,7 @@ class BoltExecutor(_UserExecutor):
     def bind_emit(self) -> None:
         outbox = self.outbox
         self.instance.emit = outbox.emit_anchored if outbox.acking else outbox.emit  # type: ignore[method-assign]
+        self.instance.emit_many = outbox.emit_many  # type: ignore[method-assign]
 
     def _ack(self, tup: Tuple | Batch) -> None:
         if type(tup) is Batch:
