@@ -520,12 +520,15 @@ class Pair(Bolt):
     outputs = ("word",)
     auto_ack = False
 
+    def send(self, values: tuple[Any, ...], anchors: list[Tuple]) -> None:
+        self.emit(values, anchors=anchors)
+
     def process(self, tup: Tuple) -> None:
         held = getattr(self, "h", None)
         if held is None:
             self.h = tup
             return
-        self.emit((held[0].split()[0],), anchors=[held, tup])
+        self.send((held[0].split()[0],), [held, tup])
         self.ack(held)
         self.ack(tup)
         self.h = None
@@ -578,21 +581,11 @@ def test_an_emit_after_iterating_another_batch_anchors_to_the_current_one() -> N
     assert ledger.complete() == {1000, 1001}
 
 
-class DirectJoin(Bolt):
+class DirectJoin(Pair):
     """Joins tuples two by two and sends the join to counter 1, anchored to both."""
 
-    outputs = ("word",)
-    auto_ack = False
-
-    def process(self, tup: Tuple) -> None:
-        held = getattr(self, "h", None)
-        if held is None:
-            self.h = tup
-            return
-        self.emit_direct(1, (held[0].split()[0],), anchors=[held, tup])
-        self.ack(held)
-        self.ack(tup)
-        self.h = None
+    def send(self, values: tuple[Any, ...], anchors: list[Tuple]) -> None:
+        self.emit_direct(1, values, anchors=anchors)
 
 
 def test_emit_direct_anchors_to_the_tuples_given() -> None:

@@ -139,10 +139,7 @@ class _Buffer(list):
     def open(self, owner: Any, anchor: Any) -> None:
         """Close the open run before the tuple just appended, and start ``owner``'s with it."""
         end = len(self) - 1
-        if self.owner is not None:
-            runs = self.runs
-            runs.append(end - self.run_start)
-            runs.append(self.run_anchor)
+        self.close_run(end)
         self.owner = owner
         self.run_start = end
         self.run_anchor = anchor
