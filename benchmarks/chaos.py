@@ -1,6 +1,7 @@
 """Word count under a schedule of faults: is anything lost, and how long does each fault stall it?
 
 ``python -m benchmarks.chaos [--duration S] [--rate R] [--period S] [--seed N]``
+``python -m benchmarks.chaos --moves N [--rate R] [--seed N]``
 
 A local cluster of real processes (ZooKeeper, two Nimbus processes, two supervisors
 with four slots each) runs ``topologies/audited.py``: word count whose spouts keep an
@@ -14,6 +15,11 @@ on-disk audit of every sentence. While it runs, at fixed fractions of ``--durati
   10 s later as the standby;
 - ``zookeeper``: ZooKeeper stopped and started again 3 s later;
 - and all along, one random live migration (thread mode) every ``--period`` seconds.
+
+With ``--moves N`` the run injects, instead, N rounds of the faults around live moves of
+:mod:`benchmarks._move_faults` (a move's destination, its source or both killed during the
+hand-over, the destination killed after it, and a worker killed, its executor moved to a
+spout's worker and that worker killed), one after the other, with no random migrations.
 
 Then the input stops (the spouts only replay) and the run drains until every emitted
 sentence is acked. Reported: sentences emitted, acked, acked more than once, failed,
@@ -38,6 +44,7 @@ from rich.console import Console
 from rich.table import Table
 
 from benchmarks._common import machine, temporary_home, write_json
+from benchmarks._move_faults import KINDS, MoveFaults
 
 AUDITED = Path(__file__).parents[1] / "topologies" / "audited.py"
 NAME = "audited"
@@ -156,7 +163,8 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
     from topologies.audited import read_audit
 
     rng = random.Random(args.seed)
-    sentences = int(args.rate * args.duration * 2)  # more than the run emits: the stop file ends the input
+    # More than the run emits: the stop file ends the input (a --moves round takes about 90 s).
+    sentences = int(args.rate * max(args.duration, 100.0 * args.moves) * 2)
     daemon_conf = {"nstorm.zookeeper.session.timeout.secs": 4, "nimbus.supervisor.timeout.secs": 4}
     with temporary_home() as home:
         audit_dir = home / "audit"
@@ -171,20 +179,25 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
                     "audit.workers": 4, "topology.message.timeout.secs": 10,
                     "nstorm.zookeeper.session.timeout.secs": 4, **daemon_conf})
                 client.wait_running(NAME, 60)
-                chaos = Chaos(cluster, client, rng, console)
-                mover = threading.Thread(target=_migrate_forever, daemon=True,
-                                         args=(cluster.address, cluster.root, args.period, stop, migrations))
-                t0 = time.monotonic()
-                mover.start()
-                for offset, kind in _schedule(args.duration):
-                    time.sleep(max(0.0, t0 + offset - time.monotonic()))
-                    try:
-                        chaos.inject(kind)
-                    except Exception as exc:  # noqa: BLE001 - report, and go on with the schedule
-                        console.print(f"[red]fault {kind} could not be injected: {exc}[/red]")
-                time.sleep(max(0.0, t0 + args.duration - time.monotonic()))
-                stop.set()
-                mover.join(30)
+                stalled_seen: list[dict[str, Any]] = []
+                if args.moves:
+                    faults = _inject_move_faults(client, rng, console, args.moves, audit_dir, stalled_seen)
+                else:
+                    chaos = Chaos(cluster, client, rng, console)
+                    mover = threading.Thread(target=_migrate_forever, daemon=True,
+                                             args=(cluster.address, cluster.root, args.period, stop, migrations))
+                    t0 = time.monotonic()
+                    mover.start()
+                    for offset, kind in _schedule(args.duration):
+                        time.sleep(max(0.0, t0 + offset - time.monotonic()))
+                        try:
+                            chaos.inject(kind)
+                        except Exception as exc:  # noqa: BLE001 - report, and go on with the schedule
+                            console.print(f"[red]fault {kind} could not be injected: {exc}[/red]")
+                    time.sleep(max(0.0, t0 + args.duration - time.monotonic()))
+                    stop.set()
+                    mover.join(30)
+                    faults = chaos.faults
                 (audit_dir / "stop").touch()  # the spouts emit no new sentence, only replays
                 console.print("input ends; draining")
                 deadline = time.monotonic() + args.drain
@@ -199,10 +212,11 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
                     time.sleep(1.0)
                 time.sleep(1.0)  # the last audit dump
                 end = time.time()
-                result = analyse(read_audit(audit_dir), chaos.faults, end)
+                result = analyse(read_audit(audit_dir), faults, end)
                 result["drained_in_secs"] = round(time.monotonic() - (deadline - args.drain), 1)
                 result["settled"] = done
-                result["faults"] = chaos.faults
+                result["faults"] = faults
+                result["stall_reports"] = stalled_seen
                 result["migrations"] = {"done": sum(1 for m in migrations if m["ok"]),
                                         "refused": sum(1 for m in migrations if not m["ok"]),
                                         "log": migrations}
@@ -211,6 +225,33 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
             stop.set()
             cluster.stop()
     return result
+
+
+def _inject_move_faults(client: Any, rng: random.Random, console: Console, rounds: int, audit_dir: Path,
+                        stalled_seen: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rounds`` rounds of every kind of :mod:`benchmarks._move_faults`; after each fault, wait
+    until every spout acks again, and note any stall ``status`` reports meanwhile."""
+    from topologies.audited import read_audit
+
+    faults = MoveFaults(client, rng, console)
+    for r in range(rounds):
+        console.print(f"round {r + 1} of {rounds}")
+        for kind in KINDS:
+            try:
+                fault = faults.inject(kind)
+            except Exception as exc:  # noqa: BLE001 - report, and go on with the next
+                console.print(f"[red]fault {kind} could not be injected: {exc}[/red]")
+                continue
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:  # acks again at every spout since the fault
+                stall = client.status(NAME).get("stalled")
+                if stall:
+                    stalled_seen.append({"after": kind, "at": time.time(), **stall})
+                marks = [max((int(b) for b in a.get("buckets", {})), default=0) for a in read_audit(audit_dir).values()]
+                if marks and min(marks) / 10.0 > fault["at"] + 1.0:
+                    break
+                time.sleep(0.5)
+    return faults.faults
 
 
 def _worker_restarts(home: Path) -> int:
@@ -224,6 +265,8 @@ def main() -> None:
     parser.add_argument("--period", type=float, default=10.0, help="seconds between random live migrations")
     parser.add_argument("--drain", type=float, default=300.0, help="seconds allowed to ack the rest")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--moves", type=int, default=0,
+                        help="rounds of kills around live moves instead of the schedule (see benchmarks._move_faults)")
     args = parser.parse_args()
     logging.getLogger("kazoo").setLevel(logging.ERROR)  # reconnect chatter while ZooKeeper restarts
     console = Console()
@@ -233,10 +276,17 @@ def main() -> None:
     table.add_row(*(str(result[k]) for k in ("emitted", "acked", "acked_twice_or_more", "failed", "replayed", "lost",
                                              "spout_restarts")))
     console.print(table)
-    stalls = Table("fault", "longest stall (s): no ack at some spout", title="stalls by kind of fault")
+    stalls = Table("fault", "injected", "during the hand-over", "state lost", "longest stall (s): no ack at some spout",
+                   title="stalls by kind of fault")
     for kind, secs in result["longest_stall_secs"].items():
-        stalls.add_row(kind, f"{secs:.1f}")
+        of_kind = [f for f in result["faults"] if f["kind"] == kind]
+        during = sum(1 for f in of_kind if f.get("during_hand_over"))
+        lost_state = sum(1 for f in of_kind if f.get("state_lost"))
+        stalls.add_row(kind, str(len(of_kind)), str(during) if args.moves else "-",
+                       str(lost_state) if args.moves else "-", f"{secs:.1f}")
     console.print(stalls)
+    if result["stall_reports"]:
+        console.print(f"[red]status reported a stall {len(result['stall_reports'])} times[/red]")
     m = result["migrations"]
     console.print(f"live migrations: {m['done']} done, {m['refused']} refused (Nimbus or ZooKeeper away); "
                   f"worker restarts by supervisors: {result['worker_restarts']}; drained in {result['drained_in_secs']} s"
@@ -247,6 +297,8 @@ def main() -> None:
         raise SystemExit(f"did not settle within {args.drain:.0f} s: {result['lost']} sentences still unacked")
     if result["lost"]:
         raise SystemExit(f"{result['lost']} sentences lost")
+    if result["stall_reports"]:
+        raise SystemExit("the topology stalled (status reported it)")
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ from nimbus.rebalance import (
     validate_moves,
 )
 from nimbus.scheduler import EvenScheduler, Scheduler, Slot, interleave_slots
+from nimbus.watchdog import StallWatchdog
 from nstorm.config import merge_conf
 from nstorm.plans import PlanError, check_plan
 from nstorm.zkschema import ACTIVE, INACTIVE, KILLED, ZkPaths, connect, decode, encode
@@ -68,6 +69,7 @@ class Nimbus:
         self._stop = threading.Event()
         self._registered_since: dict[str, float] = {}  # node -> when this Nimbus first saw it registered
         self._bad_plans: dict[str, int] = {}  # topology or path -> zxid of the malformed data already logged
+        self.watchdog = StallWatchdog()
 
     def _watch(self, *_: Any) -> None:
         self._wake.set()
@@ -157,6 +159,7 @@ class Nimbus:
             try:
                 self._reconcile_one(name, plans.get(name, (None, None)), slots, live, used)
                 self._handle_requests(name, live)
+                self.watchdog.check(name, lambda name=name: self._stall_inputs(name))
             except Exception:
                 log.exception("cannot reconcile topology %s", name)
         for name in plans:
@@ -183,7 +186,8 @@ class Nimbus:
             if new is None:
                 log.warning("topology %s waits for a free slot (%d supervisors live)", name, len({s.node for s in slots}))
                 return
-            new.update({"status": desired, "code_sha256": topo["code_sha256"], "updated_at": time.time()})
+            new.update({"status": desired, "code_sha256": topo["code_sha256"], "updated_at": time.time(),
+                        "submission": topo.get("submission")})
             try:
                 self.zk.create(self.paths.assignment(name), encode(new), makepath=True)  # type: ignore[union-attr]
             except NodeExistsError:
@@ -208,10 +212,36 @@ class Nimbus:
                 plan["version"] = int(plan["version"]) + 1
             log.info("topology %s: status %s (v%d)", name, desired, plan["version"])
             changed = True
+        done = self._finished_moves(name, plan)
+        if done:
+            moved = {e: m for e, m in plan["moved"].items() if e not in done}
+            plan = {**plan, "moved": moved}
+            if not changed:
+                plan["version"] = int(plan["version"]) + 1
+            log.info("topology %s: moves of %s completed, dropped from the plan (v%d)", name, sorted(done),
+                     plan["version"])
+            changed = True
         if changed:
             self.write_plan(name, plan, stat.version)
         elif desired == ACTIVE:
             self._spread_back(name, topo, plan, stat, free, live)
+
+    def _stall_inputs(self, name: str) -> tuple[float, dict[str, Any]]:
+        """The message timeout of ``name`` and its workers' heartbeats (for the stall watchdog)."""
+        assert self.zk is not None
+        topo, _ = self._read(self.paths.topology(name))
+        conf = merge_conf((topo or {}).get("definition", {}).get("conf"), (topo or {}).get("conf"))
+        beats = {}
+        try:
+            children = self.zk.get_children(self.paths.workerbeats(name))
+        except NoNodeError:
+            children = []
+        submission = (topo or {}).get("submission")
+        for wid in children:
+            beat, _ = self._read(self.paths.workerbeat(name, wid))
+            if isinstance(beat, Mapping) and beat.get("submission") in (None, submission):
+                beats[wid] = beat
+        return float(conf["topology.message.timeout.secs"]), beats
 
     def _spread_back(self, name: str, topo: Mapping[str, Any], plan: dict[str, Any], stat: Any,
                      free: list[Slot], live: dict[str, Slot]) -> None:
@@ -251,6 +281,24 @@ class Nimbus:
             if record and not record.get("completed_at"):
                 busy.add(record["executor"])
         return busy
+
+    def _finished_moves(self, name: str, plan: Mapping[str, Any]) -> set[str]:
+        """Executors whose move in ``plan["moved"]`` has completed (or whose record is gone).
+
+        A worker that starts an executor the plan says was moved to it waits for the old copy's
+        state; once the move is complete no state will come, so a worker that restarts later must
+        not find the move in the plan. Watches each open record, so its completion wakes Nimbus.
+        """
+        done = set()
+        for executor, move in (plan.get("moved") or {}).items():
+            record = move.get("record") if isinstance(move, Mapping) else None
+            if not record:
+                done.add(executor)
+                continue
+            info, stat = self._read(f"{self.paths.migrations(name)}/{record}", watch=True)
+            if stat is None or not info or info.get("completed_at"):
+                done.add(executor)
+        return done
 
     def _create_records(self, name: str, plan: dict[str, Any], moves: list[tuple[str, str]], mode: str,
                         by: str, requested_at: float, version: int) -> dict[str, str]:
@@ -389,6 +437,7 @@ class Nimbus:
                      self.paths.migrations(name), self.paths.otd(name),
                      self.paths.workerbeats(name), self.paths.topology(name), self.paths.status(name)):
             self._delete(path)
+        self.watchdog.forget(name)
         log.info("topology %s killed and removed", name)
 
     # -- main loop ----------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import statistics
 import time
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -16,8 +17,10 @@ from typing import Any
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from nstorm import latency
+from nstorm.config import merge_conf
 from nstorm.errors import ClusterError, ConfigError, NotFoundError, UsageError
 from nstorm.loader import load_topology, make_archive
+from nstorm.stall import find_stall
 from nstorm.zkauth import without_secrets
 from nstorm.zkschema import (
     ACTIVE,
@@ -113,6 +116,9 @@ class ClusterClient:
             "code_sha256": sha,
             "main": Path(path).name,
             "submitted_at": time.time(),
+            # One submission of a name: submitted again after a kill, the same name and code with
+            # other options is another one (supervisors and status tell them apart by this).
+            "submission": uuid.uuid4().hex,
         }
         tx = self.zk.transaction()
         tx.create(self.paths.topology(name), encode(record))
@@ -275,14 +281,17 @@ class ClusterClient:
         return sorted(self.zk.get_children(self.paths.topologies))
 
     def _heartbeats(self, name: str) -> dict[str, dict[str, Any]]:
+        """The heartbeats of the workers of ``name``'s current submission (a worker of a killed
+        one that still runs may write there too: it is left out)."""
         try:
             children = self.zk.get_children(self.paths.workerbeats(name))
         except NoNodeError:
             return {}
+        submission = (self._get(self.paths.topology(name)) or {}).get("submission")
         beats = {}
         for wid in children:
             beat = self._get(self.paths.workerbeat(name, wid))
-            if beat:
+            if beat and (submission is None or beat.get("submission") in (None, submission)):
                 beats[wid] = beat
         return beats
 
@@ -317,6 +326,7 @@ class ClusterClient:
         plan = self.plan(name) or {}
         beats = self._heartbeats(name)
         definition = topo["definition"]
+        conf = merge_conf(definition.get("conf"), topo.get("conf"))
         by_worker: dict[str, list[str]] = {}
         for eid, wid in sorted(plan.get("executors", {}).items()):
             by_worker.setdefault(wid, []).append(eid)
@@ -377,6 +387,7 @@ class ClusterClient:
             "components": components,
             "spouts": spouts,
             "otd": self._get(self.paths.otd(name)),
+            "stalled": find_stall(beats, float(conf["topology.message.timeout.secs"]), time.time()),
             "migrations": [
                 {k: r.get(k) for k in ("executor", "from", "to", "mode", "by", "requested_at", "completed_at",
                                        "stall_secs", "version")}

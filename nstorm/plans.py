@@ -39,6 +39,8 @@ def check_plan(name: str, plan: Any) -> dict[str, Any]:
         raise _fail(name, f"unknown status {plan.get('status')!r}")
     if not isinstance(plan.get("code_sha256"), str):
         raise _fail(name, "code_sha256 is missing")
+    if not isinstance(plan.get("submission", ""), (str, type(None))):
+        raise _fail(name, "submission must be a string")
     tasks = plan.get("tasks")
     if not isinstance(tasks, list) or not all(isinstance(t, str) for t in tasks):
         raise _fail(name, "tasks must be a list of executor ids")

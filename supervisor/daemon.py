@@ -74,6 +74,7 @@ class Supervisor:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._topo_cache: dict[str, tuple[str, dict[str, Any]]] = {}
+        self._stored_submission: dict[str, str | None] = {}  # topology -> submission of its plans in the store
         self._restarted: set[tuple[str, int, int]] = set()  # process-mode restarts already done
         # N-Storm+ reacts to a plan change through a watch at once; without it only TS applies.
         self._use_watch = bool(self.conf.get("supervisor.sync.watch", True))
@@ -143,17 +144,46 @@ class Supervisor:
         log.info("registered again after the ZooKeeper session was lost")
 
     # -- sync ------------------------------------------------------------------------------
-    def _topology_info(self, name: str, sha: str) -> dict[str, Any]:
+    def _topology_info(self, name: str, submission: str | None, sha: str) -> dict[str, Any]:
+        """The stored topology (definition, conf, unpacked code) of one submission of ``name``.
+
+        Cached by submission and code: the same file submitted again under the same name, with
+        other ``-c`` options, is another submission and gets its own options.
+        """
+        key = f"{submission}/{sha}"
         cached = self._topo_cache.get(name)
-        if cached and cached[0] == sha:
+        if cached and cached[0] == key:
             return cached[1]
         assert self.zk is not None
         info = decode(self.zk.get(self.paths.topology(name))[0])
         code, _ = self.zk.get(self.paths.code(name))
         code_dir = unpack_archive(code, sha, self.dir / "code" / name / sha[:16])
         info["code_dir"] = str(code_dir)
-        self._topo_cache[name] = (sha, info)
+        if info.get("submission") != submission:
+            msg = f"topology {name} was submitted again meanwhile"
+            raise NoNodeError(msg)  # this plan is stale: the next sync reads the new one
+        self._topo_cache[name] = (key, info)
         return info
+
+    def _retire_other_submission(self, name: str, submission: str | None) -> None:
+        """``name`` was killed and submitted again: stop the workers of the old submission and
+        forget its plans, before anything of the new one is written or started."""
+        if submission is None:
+            return
+        for key, proc in list(self.workers.items()):
+            if key[0] == name and proc.submission is not None and proc.submission != submission:
+                log.info("worker %s:%d runs an earlier submission of %s: stopping it", self.node, key[1], name)
+                self._stop_worker(proc)
+                del self.workers[key]
+        assert self.store is not None
+        if name not in self._stored_submission:  # read once: kept up to date with every write
+            latest = self.store.latest(name)
+            self._stored_submission[name] = latest[1].get("submission") if latest else None
+        stored = self._stored_submission[name]
+        if stored is not None and stored != submission:
+            self.store.remove(name)
+            del self._stored_submission[name]
+            log.info("plans of an earlier submission of %s removed from the store", name)
 
     def sync(self) -> None:
         """Mirror the plans of this node into LMDB and reconcile worker processes."""
@@ -192,8 +222,9 @@ class Supervisor:
                 continue
             planned.add(name)
             try:
+                self._retire_other_submission(name, plan.get("submission"))
                 if self.store.latest_version(name) != plan["version"]:
-                    info = self._topology_info(name, plan["code_sha256"])
+                    info = self._topology_info(name, plan.get("submission"), plan["code_sha256"])
                     record = {
                         **plan,
                         "definition": info["definition"],
@@ -203,6 +234,7 @@ class Supervisor:
                         "main": info["main"],
                     }
                     self.store.put_plan(name, int(plan["version"]), record)
+                    self._stored_submission[name] = plan.get("submission")
                     log.info("plan of %s v%d written to the store (ports %s)", name, plan["version"], ports)
             except NoNodeError:
                 continue
@@ -222,6 +254,7 @@ class Supervisor:
         for name in self.store.topologies():
             if name not in planned:
                 self.store.remove(name)
+                self._stored_submission.pop(name, None)
                 log.info("topology %s has no workers here any more: removed from the store", name)
         if self.store.get_meta("synced") is None:
             # Workers take a missing topology for "stop" only once a store has been synced:
@@ -250,7 +283,8 @@ class Supervisor:
         capped = self.cpu.apply(popen.pid, port)
         log.info("started worker %s:%d for %s (pid %d%s)", self.node, port, topology, popen.pid,
                  f", capped at {self.cpu.cores} cores" if capped else "")
-        handle = self.registry.record(topology, port, popen)
+        submission = record[1].get("submission") if record else None
+        handle = self.registry.record(topology, port, popen, submission if isinstance(submission, str) else None)
         handle.restarts = restarts
         return handle
 

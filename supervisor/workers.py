@@ -40,6 +40,7 @@ class WorkerHandle:
     process: psutil.Process
     popen: subprocess.Popen[bytes] | None = None  # None when adopted: not our child
     restarts: int = 0
+    submission: str | None = None  # the submission of the topology it runs (a resubmission is another)
     _code: int | None = field(default=None, repr=False)
 
     @property
@@ -98,7 +99,7 @@ class WorkerRegistry:
     def _path(self, topology: str, port: int) -> Path:
         return self.dir / f"{topology}@{port}.json"
 
-    def record(self, topology: str, port: int, popen: subprocess.Popen[bytes]) -> WorkerHandle:
+    def record(self, topology: str, port: int, popen: subprocess.Popen[bytes], submission: str | None = None) -> WorkerHandle:
         """Wrap a freshly started worker and write its record."""
         process = psutil.Process(popen.pid)
         try:
@@ -106,8 +107,9 @@ class WorkerRegistry:
         except psutil.Error:
             started = 0.0
         write_json_atomic(self._path(topology, port),
-                          {"topology": topology, "port": port, "pid": popen.pid, "create_time": started, "root": self.root})
-        return WorkerHandle(topology, port, process, popen=popen)
+                          {"topology": topology, "port": port, "pid": popen.pid, "create_time": started, "root": self.root,
+                           "submission": submission})
+        return WorkerHandle(topology, port, process, popen=popen, submission=submission)
 
     def forget(self, topology: str, port: int) -> None:
         self._path(topology, port).unlink(missing_ok=True)
@@ -126,7 +128,9 @@ class WorkerRegistry:
             except (OSError, ValueError, KeyError, psutil.Error):
                 same = ours = alive = False
             if same and ours and alive:
-                handles.append(WorkerHandle(str(data["topology"]), int(data["port"]), process))
+                submission = data.get("submission")
+                handles.append(WorkerHandle(str(data["topology"]), int(data["port"]), process,
+                                            submission=submission if isinstance(submission, str) else None))
                 log.info("adopted worker %s:%s of %s (pid %d)", self.node, data["port"], data["topology"], process.pid)
             else:
                 path.unlink(missing_ok=True)

@@ -47,6 +47,7 @@ _ROOT_TASK_BITS = wire.ROOT_TASK_BITS
 _STAMP_ACKER_CHOICES = 1 << 7  # a stamped root has 7 bits to pick its acker with
 _SPOUT_CALLS = 256  # next_tuple calls per spout loop iteration at most
 _ACKER_EXPIRY_SECS = 0.25  # how often an acker's thread drops entries past the message timeout
+_READY_RESEND_SECS = 0.5  # a copy waiting for its state asks the old place again this often
 
 
 class Executor:
@@ -74,12 +75,14 @@ class Executor:
         self.batch_avg = float(max(1, int(worker.conf["topology.batch.size"])))
         self.in_size = 0  # tuples in the batch put on the queue last (written by the senders)
         self.state = "NEW"
+        self.started_at = time.time()  # wall clock (stall detection: no ack since at most this)
         self._running = True
         self.thread = threading.Thread(target=self._run, name=executor_id, daemon=True)
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
         self.state = "RUNNING"
+        self.started_at = time.time()
         self.thread.start()
 
     def stop(self) -> None:
@@ -156,7 +159,8 @@ class Executor:
 
     def counters(self) -> dict[str, Any]:
         outbox = getattr(self, "outbox", None)
-        return {
+        data = {
+            "kind": self.kind,
             "emitted": getattr(outbox, "emitted", 0),
             "batches": getattr(outbox, "batches", 0),
             "control_messages": getattr(outbox, "control_messages", 0),
@@ -167,6 +171,11 @@ class Executor:
             "errors": self.errors,
             "last_error": self.last_error,
         }
+        if getattr(outbox, "undelivered", 0):
+            data["undelivered"] = outbox.undelivered  # type: ignore[union-attr]
+        if getattr(self, "awaiting_until", None) is not None:
+            data["awaiting_state"] = True
+        return data
 
 
 class _UserExecutor(Executor):
@@ -194,6 +203,8 @@ class _UserExecutor(Executor):
         self.next_tick = time.monotonic() + (self.tick_secs or 0)
         self.markers_seen: set[int] = set()
         self.ready_seen = False  # the new copy of this executor is set up and waits for the state
+        self.ready_copy: int | None = None  # ... and which copy it is (the state goes to that one)
+        self.copy_id = random.getrandbits(48)  # this copy, told from a later one of a restarted worker
 
     def refresh_routing(self) -> None:
         """Pick up a swapped routing table (checked once per loop, never per tuple)."""
@@ -219,6 +230,7 @@ class _UserExecutor(Executor):
         self.awaiting_until = time.monotonic() + timeout
         self.migration = migration
         self.held_since: float | None = None
+        self.ready_sent_at = float("-inf")
 
     def begin_drain(self, upstream: set[int], timeout: float) -> None:
         """This copy moved away: finish what upstream sent here, then hand the state over."""
@@ -230,9 +242,22 @@ class _UserExecutor(Executor):
         raise NotImplementedError
 
     def announce_ready(self) -> None:
-        """Tell the old copy this one is set up (``open``/``prepare`` done): it may hand over now."""
+        """Tell the old copy this one is set up (``open``/``prepare`` done): it may hand over now.
+
+        Repeated every ``_READY_RESEND_SECS`` while this copy waits: a READY lost with a worker
+        that restarted is asked again, and the old place answers GONE once it holds no copy
+        that could send a state (see :meth:`Worker.answer_ready <worker.process.Worker.answer_ready>`).
+        """
         if self.awaiting_until is not None and self.migration:
-            self.outbox.send_control_to(self.migration["from"], wire.READY, self.task, {})
+            self.ready_sent_at = time.monotonic()
+            self.outbox.send_control_to(self.migration["from"], wire.READY, self.task,
+                                        {"worker": self.worker.worker_id, "copy": self.copy_id})
+
+    def note_ready(self, entries: Any) -> None:
+        """The new copy announced itself: hand over once drained, to that copy."""
+        self.ready_seen = True
+        if isinstance(entries, Mapping):
+            self.ready_copy = entries.get("copy")
 
     def hand_over(self) -> None:
         """Send ``state`` to the executor's current location, then stop this copy."""
@@ -249,11 +274,12 @@ class _UserExecutor(Executor):
             self.record_error("hand_over", exc)
         counters = {"executed": self.executed, "emitted": self.outbox.emitted, "acked": self.acked,
                     "failed": self.failed, "errors": self.errors}
+        to = self.routing.location[self.task]  # type: ignore[union-attr]
         entry = {"state": payload, "sent_at": time.time(), "from": self.worker.worker_id, "error": error,
-                 "counters": counters, **self._handover_extra()}
-        self.outbox.send_control_to(self.routing.location[self.task], wire.STATE, self.task, entry)  # type: ignore[union-attr]
-        log.info("executor %s handed its state over (%d bytes) to %s", self.executor_id, len(payload),
-                 self.routing.location[self.task])  # type: ignore[union-attr]
+                 "counters": counters, "copy": self.ready_copy, **self._handover_extra()}
+        self.outbox.send_control_to(to, wire.STATE, self.task, entry)
+        self.worker.handed_over(self.task, to, self.ready_copy)
+        log.info("executor %s handed its state over (%d bytes) to %s", self.executor_id, len(payload), to)
         self._running = False
 
     def _handover_extra(self) -> dict[str, Any]:
@@ -284,24 +310,34 @@ class _UserExecutor(Executor):
         self.awaiting_until = None
         self.worker.migration_done(self, stall, lost=False)
 
-    def _give_up_waiting(self) -> None:
-        log.warning("executor %s: no state arrived in time; starting empty", self.executor_id)
+    def _give_up_waiting(self, why: str) -> None:
+        log.warning("executor %s: %s; starting empty", self.executor_id, why)
         self.awaiting_until = None
         self.worker.migration_done(self, 0.0, lost=True)
 
     def _wait_for_state(self, handle_other: Any = None) -> bool:
-        """One wait step while holding; True once the state is in (or given up)."""
+        """One wait step while holding; True once the state is in (or given up).
+
+        The deadline is checked on every step, whatever arrives on the control queue.
+        """
+        now = time.monotonic()
         if self.held_since is None and not self.data_q.empty():
-            self.held_since = time.monotonic()
+            self.held_since = now
+        if now > self.awaiting_until:  # type: ignore[operator]
+            self._give_up_waiting("no state arrived in time")
+            return True
+        if now - self.ready_sent_at >= _READY_RESEND_SECS:
+            self.announce_ready()
         try:
             kind, _src, entries = self.ctl_q.get(timeout=0.01)
         except queue.Empty:
-            if time.monotonic() > self.awaiting_until:  # type: ignore[operator]
-                self._give_up_waiting()
-                return True
             return False
         if kind == wire.STATE:
             self._take_state(entries)
+            return True
+        if kind == wire.GONE:
+            where = self.migration.get("from") if self.migration else "?"
+            self._give_up_waiting(f"its old place {where} holds no copy to hand a state over")
             return True
         if handle_other is not None:
             handle_other(kind, entries)
@@ -330,6 +366,7 @@ class SpoutExecutor(_UserExecutor):
         self.immediate_acks: list[Any] = []
         self.ack_buckets: dict[int, int] = {}
         self.held_control: list[tuple[int, Any]] = []
+        self.last_acked_at: float | None = None  # wall clock of the last ack (stall detection)
         self.next_stamp = 0.0  # the next tracked tuple from then on gets a stamped root
         self.complete = latency.Recorder()  # emit -> tree fully acked, of the stamped tuples
         self.now = time.monotonic()  # of the current loop iteration: deadlines need no finer clock
@@ -455,7 +492,8 @@ class SpoutExecutor(_UserExecutor):
     def _count_acks(self, n: int) -> None:
         """Acks per wall-clock second (the last few go into heartbeats): exact per-second throughput."""
         if n:
-            sec = int(time.time())
+            self.last_acked_at = wall = time.time()
+            sec = int(wall)
             buckets = self.ack_buckets
             buckets[sec] = buckets.get(sec, 0) + n
             if len(buckets) > 30:
@@ -484,9 +522,9 @@ class SpoutExecutor(_UserExecutor):
             for root in entries:
                 self._fail_root(root)
         elif kind == wire.READY:
-            self.ready_seen = True
+            self.note_ready(entries)
         elif kind == wire.STATE:
-            log.warning("executor %s: unexpected state hand-over ignored", self.executor_id)
+            log.warning("executor %s: a state hand-over came after this copy had started; ignored", self.executor_id)
 
     def _fail(self, msg_id: Any) -> None:
         self.failed += 1
@@ -549,7 +587,10 @@ class SpoutExecutor(_UserExecutor):
                 self._call(spout.activate if active else spout.deactivate)
             if self.timeouts.due(now):
                 self._expire(now)
-            blocked = not active or self.worker.throttled or (self.max_pending and self.pending_n >= self.max_pending)
+            # Whatever holds the spout back (inactive, backpressure or a fence, the pending cap, a
+            # peer that takes nothing), acks, fails and timeouts above go on on every pass.
+            blocked = (not active or self.worker.throttled or (self.max_pending and self.pending_n >= self.max_pending)
+                       or (outbox.backlog and not outbox.drain_backlog()))
             if not blocked:
                 for _ in range(calls):
                     last = self.emit_calls
@@ -647,6 +688,8 @@ class SpoutExecutor(_UserExecutor):
         data = super().counters()
         data["pending"] = getattr(self, "pending_n", 0)  # tuples, not groups
         data["replayed"] = getattr(self, "replayed", 0)
+        data["started_at"] = self.started_at
+        data["last_acked_at"] = getattr(self, "last_acked_at", None)
         buckets = dict(getattr(self, "ack_buckets", {}))
         data["acked_per_sec"] = {str(sec): n for sec, n in sorted(buckets.items())[-15:]}
         complete = getattr(self, "complete", None)
@@ -989,6 +1032,13 @@ class BoltExecutor(_UserExecutor):
             if self.draining and self._drain_done():
                 self.hand_over()
                 break
+            if outbox.backlog and not outbox.drain_backlog():
+                # A peer takes nothing now (dead, restarting, cut off): new input would only pile
+                # up behind it, so take none until it does (or its messages are dropped).
+                time.sleep(0.005)
+                if deadline.due(clock()):
+                    outbox.flush()
+                continue
             now = clock()
             wait = 0.01 if self.draining else 0.1
             if tick:
@@ -1042,11 +1092,16 @@ class BoltExecutor(_UserExecutor):
     def _handle_control(self) -> None:
         while True:
             try:
-                kind, _src, _entries = self.ctl_q.get_nowait()
+                kind, _src, entries = self.ctl_q.get_nowait()
             except queue.Empty:
                 return
             if kind == wire.READY:
-                self.ready_seen = True
+                self.note_ready(entries)
+            elif kind == wire.GONE:
+                pass  # an answer to a READY resent after the state had come: nothing to do
+            elif kind == wire.STATE:
+                log.warning("executor %s: a state hand-over came after this copy had started; ignored",
+                            self.executor_id)
             else:
                 log.warning("executor %s: unexpected control message %d ignored", self.executor_id, kind)
 

@@ -26,7 +26,9 @@ Everything here runs in the owning executor's thread only.
 
 from __future__ import annotations
 
+import collections
 import itertools
+import logging
 import random
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -38,13 +40,16 @@ from nstorm.topology import ALL, DIRECT, FIELDS, GLOBAL, LOCAL_OR_SHUFFLE
 from worker import wire
 from worker.batching import BatchPolicy, FlushDeadline
 from worker.routing import RoutingTable
-from worker.transport import send_frames
+from worker.transport import try_send_frames
 from worker.wire import acker_index
 
 if TYPE_CHECKING:
     from worker.process import Worker
 
 __all__ = ["InputRun", "Outbox", "SpoutGroup"]
+
+log = logging.getLogger(__name__)
+_CLOSE_DRAIN_SECS = 1.0  # a stopping executor tries this long to send what its peers could not take yet
 
 _getrandbits = random.Random().getrandbits  # edge ids: fast, not for secrets
 
@@ -213,6 +218,14 @@ class Outbox:
         self.traffic: dict[int, list[int]] = {}
         self._data_socks: dict[str, zmq.Socket] = {}
         self._ctl_socks: dict[str, zmq.Socket] = {}
+        # Messages a worker's full pipe did not take (it is dead, restarting or cut off), in order,
+        # per worker: later ones wait behind them. The executor retries them (drain_backlog) and
+        # takes no new input meanwhile; they are dropped (the acker replays them) once the worker
+        # leaves the plan or after topology.message.timeout.secs.
+        self.backlog: dict[str, collections.deque[tuple[bytes, bytes, int]]] = {}
+        self.backlog_since: dict[str, float] = {}
+        self.give_up_secs = float(worker.conf.get("topology.message.timeout.secs") or 30)
+        self.undelivered = 0  # tuples dropped from the backlog
         self.current: Any = None  # the tuple (or batch) being processed: what emits anchor to
         self.last_run: _Buffer | None = None  # the buffer whose run was opened last (see BoltExecutor)
         self.auto_anchor = True
@@ -735,12 +748,17 @@ class Outbox:
             local.in_size = n
             local.data_q.put((self.task, (values, runs, streams)))
             return
+        payload = wire.pack((values, runs, streams))
+        traffic[1] += len(payload)
+        header = wire.data_header(dst, self.task, 0, n)
+        if self.backlog and wid in self.backlog:
+            self.backlog[wid].append((header, payload, n))  # behind what waits for that worker
+            return
         sock = self._data_socks.get(wid)
         if sock is None:
             sock = self._data_socks[wid] = self.worker.transport.data_socket(routing.endpoints[wid])  # type: ignore[union-attr]
-        payload = wire.pack((values, runs, streams))
-        traffic[1] += len(payload)
-        send_frames(sock, wire.data_header(dst, self.task, 0, n), payload)
+        if not try_send_frames(sock, header, payload):
+            self._hold(wid, header, payload, n)
 
     def _send_marker(self, dst: int, wid: str, routing: RoutingTable) -> None:
         local = self.worker.local_queue(dst, wid)
@@ -750,10 +768,49 @@ class Outbox:
         endpoint = routing.endpoints.get(wid)
         if endpoint is None:
             return
+        header = wire.marker_header(dst, self.task)
+        if self.backlog and wid in self.backlog:
+            self.backlog[wid].append((header, b"", 0))
+            return
         sock = self._data_socks.get(wid)
         if sock is None:
             sock = self._data_socks[wid] = self.worker.transport.data_socket(endpoint)  # type: ignore[union-attr]
-        send_frames(sock, wire.marker_header(dst, self.task), b"")
+        if not try_send_frames(sock, header, b""):
+            self._hold(wid, header, b"", 0)
+
+    # -- messages a peer did not take ------------------------------------------------------
+    def _hold(self, wid: str, header: bytes, payload: bytes, n: int) -> None:
+        """Keep a message ``wid``'s full pipe refused; the executor retries it (drain_backlog)."""
+        self.backlog[wid] = collections.deque([(header, payload, n)])
+        self.backlog_since[wid] = self.clock()
+        log.info("task %d: worker %s takes no more data (full pipe): holding its messages", self.task, wid)
+
+    def drain_backlog(self) -> bool:
+        """Send what waits in the backlog as far as the peers take it, without blocking;
+        True when nothing waits any more. Messages for a worker that left the plan, or that
+        has taken nothing for ``topology.message.timeout.secs``, are dropped: their tuples
+        time out at their spouts and are replayed."""
+        now = self.clock()
+        routing = self.routing
+        for wid, waiting in list(self.backlog.items()):
+            sock = self._data_socks.get(wid)
+            gone = sock is None or routing is None or wid not in routing.endpoints
+            while waiting and not gone:
+                header, payload, _n = waiting[0]
+                if not try_send_frames(sock, header, payload):  # type: ignore[arg-type]
+                    break
+                waiting.popleft()
+                self.backlog_since[wid] = now
+            if waiting and (gone or now - self.backlog_since[wid] > self.give_up_secs):
+                dropped = sum(n for _h, _p, n in waiting)
+                self.undelivered += dropped
+                log.warning("task %d: %d tuples for worker %s dropped (%s); their spouts replay them", self.task,
+                            dropped, wid, "it left the plan" if gone else f"it took nothing for {self.give_up_secs:.0f}s")
+                waiting.clear()
+            if not waiting:
+                del self.backlog[wid]
+                self.backlog_since.pop(wid, None)
+        return not self.backlog
 
     def send_control_to(self, wid: str, kind: int, dst: int, entries: Any) -> None:
         """A control message to ``dst`` at worker ``wid``, whatever the routing table says."""
@@ -783,6 +840,13 @@ class Outbox:
         sock.send(wire.control_message(kind, dst, self.task, entries))
 
     def close(self) -> None:
+        """Close the sockets, after trying for a moment to send what waits in the backlog."""
+        deadline = self.clock() + _CLOSE_DRAIN_SECS
+        while self.backlog and not self.drain_backlog() and self.clock() < deadline:
+            time.sleep(0.01)
+        if self.backlog:
+            self.give_up_secs = 0.0
+            self.drain_backlog()
         for sock in [*self._data_socks.values(), *self._ctl_socks.values()]:
             sock.close(linger=1000)
         self._data_socks.clear()

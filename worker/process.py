@@ -34,6 +34,7 @@ from kvstore import LMDBPlanStore, StoreMissingError
 from nstorm.loader import load_topology
 from nstorm.zkschema import ACTIVE, ZkPaths, connect, encode
 from supervisor.cpulimit import ENV_CPU_LIMIT
+from worker import wire
 from worker.backpressure import BackpressureMonitor
 from worker.executor import AckerExecutor, BoltExecutor, Executor, SpoutExecutor
 from worker.fencing import Fence
@@ -44,6 +45,8 @@ from worker.transport import Transport
 __all__ = ["Worker"]
 
 log = logging.getLogger(__name__)
+
+_HANDOVER_MEMORY_SECS = 120.0  # how long a worker remembers where it handed a state over
 
 
 class Worker:
@@ -82,12 +85,16 @@ class Worker:
         self.metrics: MetricsCollector | None = None
         self.classes: Mapping[str, type] = {}
         self.definition: Mapping[str, Any] = {}
+        self.submission: str | None = None  # of the topology's code and conf this worker runs
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._zk = None
         self.fence: Fence | None = None
         self.fenced = False  # cut off from ZooKeeper long enough to have been replaced: spouts pause
         self._unreported: list[tuple[str, dict[str, Any]]] = []  # completions ZooKeeper has not taken yet
+        # task -> (worker, copy, when) of the states handed over from here lately: a READY that comes
+        # after the copy left is answered from it (worker.process.Worker.answer_ready)
+        self._handovers: dict[int, tuple[str, Any, float]] = {}
 
     @property
     def throttled(self) -> bool:
@@ -133,6 +140,28 @@ class Worker:
             self.stash.setdefault(dst, []).append((time.monotonic(), item))
         self._wake.set()
 
+    def handed_over(self, task: int, to: str, copy: Any) -> None:
+        """Called by an old copy when it has sent its state (to ``copy`` at ``to``; None: to whichever
+        copy runs there, the new copy had not announced itself by the drain deadline)."""
+        self._handovers[task] = (to, copy, time.monotonic())
+
+    def answer_ready(self, task: int, entries: Any) -> None:
+        """A new copy's READY came for a task this worker neither runs nor drains (main loop only).
+
+        If the state went to that very copy (or blindly to its worker), it is on its way and the
+        copy keeps waiting; otherwise no state will come from here (this worker restarted since,
+        or the state went to an earlier incarnation of the copy's worker): GONE tells it to start
+        empty now instead of at its deadline.
+        """
+        if not isinstance(entries, Mapping) or not isinstance(entries.get("worker"), str):
+            return
+        sender, copy = entries["worker"], entries.get("copy")
+        sent = self._handovers.get(task)
+        if sent is not None and sent[0] == sender and sent[1] in (None, copy):
+            return
+        log.info("task %d: READY from %s, but no copy here holds its state: answered GONE", task, sender)
+        self.transport.send_control(sender, wire.GONE, task, {"worker": self.worker_id})  # type: ignore[union-attr]
+
     def migration_done(self, ex: Executor, stall: float, lost: bool) -> None:
         """Called by a moved-in copy when it resumes; reported to ZooKeeper by the main loop."""
         migration = getattr(ex, "migration", None) or {}
@@ -142,6 +171,7 @@ class Worker:
                                            "state_lost": lost}))
 
     def _load_code(self, plan: Mapping[str, Any]) -> None:
+        self.submission = plan.get("submission")
         self.definition = plan["definition"]
         self.conf = dict(plan["conf"])
         self.acking = bool(any(t.startswith("__acker:") for t in plan["tasks"]))
@@ -168,6 +198,10 @@ class Worker:
         """Move to ``plan``; False if this worker is no longer part of it."""
         if not self.classes:
             self._load_code(plan)
+        if plan.get("submission") != self.submission:
+            log.info("plan v%s belongs to another submission of %s: this worker's is over", plan.get("version"),
+                     self.topology)
+            return False
         routing = RoutingTable.from_plan(plan)
         if self.worker_id not in routing.endpoints:
             return False
@@ -223,9 +257,12 @@ class Worker:
                 with self.lock:
                     if self.draining.get(task) is ex:
                         del self.draining[task]
+        now = time.monotonic()
+        for task, (_to, _copy, at) in list(self._handovers.items()):
+            if now - at > _HANDOVER_MEMORY_SECS:
+                del self._handovers[task]
         if not self.stash:
             return
-        now = time.monotonic()
         patience = 2 * float(self.conf["worker.sync.interval.ms"]) / 1000.0 + 0.05
         with self.lock:
             for dst in list(self.stash):
@@ -238,7 +275,10 @@ class Worker:
                 elif items and now - items[0][0] > patience:
                     del self.stash[dst]
                     for _, item in items:
-                        self.transport.forward(dst, item)  # type: ignore[union-attr]
+                        if item[0] == "ctl" and item[1][0] == wire.READY:
+                            self.answer_ready(dst, item[1][2])  # never forwarded: it asks this place
+                        else:
+                            self.transport.forward(dst, item)  # type: ignore[union-attr]
 
     def _report_completions(self) -> None:
         """Mark finished migrations completed in ZooKeeper; kept for a retry while it is unreachable."""
@@ -288,6 +328,7 @@ class Worker:
             executors.setdefault(ex.executor_id, ex.counters())
         return {
             "worker_id": self.worker_id,
+            "submission": self.submission,
             "pid": os.getpid(),
             "time": time.time(),
             "version": self.version,

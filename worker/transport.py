@@ -26,7 +26,7 @@ from worker.security import make_security
 if TYPE_CHECKING:
     from worker.process import Worker
 
-__all__ = ["Transport", "send_frames"]
+__all__ = ["Transport", "try_send_frames"]
 
 log = logging.getLogger(__name__)
 
@@ -44,11 +44,24 @@ _RCVMORE = int(zmq.RCVMORE)
 _SNDMORE = int(zmq.SNDMORE)
 
 
-def send_frames(sock: zmq.Socket, header: bytes, payload: bytes) -> None:
-    """Send ``[header, payload]`` as one message: two plain sends with an int flag cost a third
-    of ``send_multipart`` (which type-checks every part and combines enum flags in Python)."""
-    sock.send(header, _SNDMORE)
+_SNDMORE_NOBLOCK = _SNDMORE | _NOBLOCK
+
+
+def try_send_frames(sock: zmq.Socket, header: bytes, payload: bytes) -> bool:
+    """Send ``[header, payload]`` as one message if that does not block; False if the pipe is full.
+
+    Two plain sends with an int flag cost a third of ``send_multipart`` (which type-checks
+    every part and combines enum flags in Python). Once the first part is queued the second
+    never blocks: a message is queued whole or not at all. Nothing here ever waits for a
+    peer, so a dead or unreachable worker cannot hold a sender's thread (its spout timeouts,
+    its control messages, a new routing table) hostage.
+    """
+    try:
+        sock.send(header, _SNDMORE_NOBLOCK)
+    except zmq.Again:
+        return False
     sock.send(payload)
+    return True
 
 
 DATA_HWM = 32  # messages per pipe; receivers never block, so a full pipe only means a slow or absent peer
@@ -64,6 +77,7 @@ class Transport:
         self.security = make_security(self.context, curve_keys)  # ConfigError for a bad key file
         self.dropped = 0  # frames rejected as malformed
         self.forwarded = 0  # batches re-sent to an executor's new location
+        self.forward_dropped = 0  # ... that could not be: the new location's pipe was full
         self._stop = threading.Event()
         self._forward_data: dict[str, zmq.Socket] = {}
         self._forward_ctl: dict[str, zmq.Socket] = {}
@@ -194,13 +208,29 @@ class Transport:
                 out = self._forward_data[wid] = self.data_socket(endpoint)
             hops, count = extra
             header = wire.marker_header(dst, src) if payload is None else wire.data_header(dst, src, hops + 1, count)
-            send_frames(out, header, payload or b"")
+            if not try_send_frames(out, header, payload or b""):
+                self.forward_dropped += 1  # its new place takes nothing now (dead?): the acker replays it
+                if self.forward_dropped <= 10 or self.forward_dropped % 1000 == 0:
+                    log.warning("a batch for task %d not forwarded: %s takes nothing now; %d so far",
+                                dst, wid, self.forward_dropped)
+                return
         else:
             out = self._forward_ctl.get(wid)
             if out is None:
                 out = self._forward_ctl[wid] = self.control_socket(endpoint)
             out.send(extra)
         self.forwarded += 1
+
+    def send_control(self, wid: str, kind: int, dst: int, entries: Any) -> None:
+        """A control message from this worker (not from an executor) to ``dst`` at ``wid`` (main thread only)."""
+        routing = self.worker.routing
+        endpoint = routing.endpoints.get(wid) if routing is not None else None
+        if endpoint is None:
+            return  # a worker this plan does not know: it asks again, or gives up at its deadline
+        out = self._forward_ctl.get(wid)
+        if out is None:
+            out = self._forward_ctl[wid] = self.control_socket(endpoint)
+        out.send(wire.control_message(kind, dst, -1, entries))
 
     def _ctl_loop(self) -> None:
         sock = self.ctl_pull

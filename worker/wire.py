@@ -56,6 +56,7 @@ __all__ = [
     "DATA",
     "FAIL",
     "FAILED",
+    "GONE",
     "control_message",
     "data_header",
     "decode_batch",
@@ -73,7 +74,8 @@ FAILED = 5  # entries: [root, ...]                         acker -> spout
 BACKPRESSURE = 6  # entries: [worker_id, congested]        worker -> worker (dst -1)
 STATE = 7  # entries: {"state": msgpack bytes, "sent_at", "from"}   old copy -> new copy
 MARKER = 8  # data-channel header kind: "src sends no more to this location of dst"
-READY = 9  # entries: {}                                  new copy -> old copy: "set up, send the state"
+READY = 9  # entries: {"worker": id}                      new copy -> old copy: "set up, send the state"
+GONE = 10  # entries: {"worker": id}                      old place -> new copy: "no copy here: nothing comes"
 MAX_HOPS = 16  # a data frame forwarded more often than this is dropped (the acker replays it)
 
 MAX_FRAME_BYTES = 64 * 2**20  # larger frames are refused by the receiving socket

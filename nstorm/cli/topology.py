@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -100,6 +101,12 @@ def register(app: typer.Typer) -> None:
             )
         s = info["spouts"]
         typer.echo(f"  spouts: pending={s['pending']} acked={s['acked']} failed={s['failed']} replayed={s['replayed']}")
+        stalled = info.get("stalled")
+        if stalled:
+            since = time.strftime("%H:%M:%S", time.localtime(stalled["since"]))
+            typer.echo(f"  STALLED: no ack since {since} with {stalled['pending']} tuples pending; "
+                       f"holding input: {', '.join(stalled['holding_input']) or '-'}; "
+                       f"waiting for a state: {', '.join(stalled['waiting_for_state']) or '-'}")
 
     @app.command(rich_help_panel="Topologies")
     @cli_errors

@@ -1,0 +1,51 @@
+"""Stall detection: a topology whose spouts wait on pending tuples and see no ack for long.
+
+A healthy topology acks, or fails and replays, every tracked tuple within
+``topology.message.timeout.secs``. When its spouts have pending tuples and no spout has
+seen an ack for two message timeouts, something holds the topology: an executor sitting on
+its input, a copy waiting for a state, a peer that takes nothing. :func:`find_stall` tells
+it from the workers' heartbeats alone (so ``nstorm status`` and Nimbus agree), and names
+the executors that hold input or wait for a state.
+
+Every executor reports its ``kind`` and ``queue`` and, while a moved-in copy waits for its
+state, ``awaiting_state``; spouts also ``pending``, ``last_acked_at`` (wall clock of their
+last ack, None before the first) and ``started_at``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["STALL_TIMEOUTS", "find_stall"]
+
+STALL_TIMEOUTS = 2.0  # message timeouts without an ack that make a stall
+
+
+def find_stall(beats: Mapping[str, Mapping[str, Any]], timeout_secs: float, now: float) -> dict[str, Any] | None:
+    """``{"since", "pending", "holding_input", "waiting_for_state"}`` if stalled, else None.
+
+    :arg beats: worker id -> heartbeat (``executors``: executor id -> counters).
+    :arg timeout_secs: the topology's ``topology.message.timeout.secs``.
+    :arg now: the wall clock (heartbeat times are wall-clock times).
+    """
+    pending = 0
+    progress: float | None = None
+    holding: set[str] = set()
+    waiting: set[str] = set()
+    for beat in beats.values():
+        for eid, counters in (beat.get("executors") or {}).items():
+            if not isinstance(counters, Mapping):
+                continue
+            if counters.get("awaiting_state"):
+                waiting.add(eid)
+            if int(counters.get("queue") or 0) > 0:
+                holding.add(eid)
+            if counters.get("kind") == "spout":
+                pending += int(counters.get("pending") or 0)
+                seen = max(float(counters.get("last_acked_at") or 0.0), float(counters.get("started_at") or 0.0))
+                progress = seen if progress is None else max(progress, seen)
+    if not pending or progress is None or now - progress < STALL_TIMEOUTS * timeout_secs:
+        return None
+    return {"since": progress, "pending": pending, "holding_input": sorted(holding),
+            "waiting_for_state": sorted(waiting)}
