@@ -4,8 +4,9 @@ Each round injects every kind once, on the audited word count, moving a ``count`
 (its state is word counts) between workers:
 
 - ``dst-during``: SIGKILL of the move's destination worker while the hand-over runs (a
-  random 0-300 ms after Nimbus took the request: the hand-over lasts a few hundred ms, so
-  most kills land in it; each record says whether it did);
+  random 0-150 ms after Nimbus wrote the plan: the hand-over, from the plan to the new copy
+  resuming, takes 100-300 ms here, so many kills land in it; each fault records whether it
+  did: the new copy resumed after the kill);
 - ``dst-after``: SIGKILL of the destination 0-5 s after the move completed;
 - ``src-during``: SIGKILL of the source worker (the draining old copy) during the hand-over;
 - ``both-during``: SIGKILL of both during the hand-over;
@@ -79,15 +80,15 @@ class MoveFaults:
                           and all(r.get("completed_at") for r in self.client.migrations(NAME)))
 
     def _pick(self, avoid_spouts: bool) -> tuple[str, str, str]:
-        """A count executor, its worker, and another worker (not a spout's if ``avoid_spouts``)."""
+        """A count executor, its worker, and another worker; with ``avoid_spouts``, workers
+        without a spout where there are such (a spout's restart would add a stall of its own)."""
         workers = self._workers()
-        spouts = self._spout_workers()
-        sources = [w for w in workers if (not avoid_spouts or w["id"] not in spouts)
-                   and any(e.startswith("count:") for e in w["executors"])]
-        source = self.rng.choice(sources)
+        spouts = self._spout_workers() if avoid_spouts else set()
+        holders = [w for w in workers if any(e.startswith("count:") for e in w["executors"])]
+        source = self.rng.choice([w for w in holders if w["id"] not in spouts] or holders)
         executor = self.rng.choice(sorted(e for e in source["executors"] if e.startswith("count:")))
-        targets = [w["id"] for w in workers if w["id"] != source["id"] and (not avoid_spouts or w["id"] not in spouts)]
-        return executor, source["id"], self.rng.choice(targets or [w["id"] for w in workers if w["id"] != source["id"]])
+        others = [w["id"] for w in workers if w["id"] != source["id"]]
+        return executor, source["id"], self.rng.choice([w for w in others if w not in spouts] or others)
 
     def _move(self, executor: str, target: str) -> tuple[str, int]:
         result = self.client.rebalance(NAME, moves=[(executor, target)], timeout=30)
@@ -107,14 +108,15 @@ class MoveFaults:
     def _during(self, who: str) -> dict[str, Any]:
         executor, source, target = self._pick(avoid_spouts=True)
         record, _version = self._move(executor, target)
-        time.sleep(self.rng.uniform(0.0, 0.3))
+        time.sleep(self.rng.uniform(0.0, 0.15))
         victims = {"dst": [target], "src": [source], "both": [source, target]}[who]
+        killed_at = time.time()
         pids = {wid: self._kill(wid) for wid in victims}
-        during = not self._record(record).get("completed_at")
         for wid, pid in pids.items():
             self._restarted(wid, pid)
         self._wait(lambda: self._record(record).get("completed_at"))
         done = self._record(record)
+        during = float(done.get("completed_at") or float("inf")) > killed_at
         return {"executor": executor, "from": source, "to": target, "killed": victims, "during_hand_over": during,
                 "state_lost": done.get("state_lost"), "record": record}
 

@@ -152,6 +152,7 @@ def analyse(audits: dict[str, dict[str, Any]], faults: list[dict[str, Any]], end
         # Up to the next fault: a stall is charged to the fault that caused it, not to an earlier one.
         window_end = min(fault["at"] + STALL_WINDOW, end, *(f["at"] for f in faults[i + 1:i + 2]))
         gap = max((_longest_gap(b, fault["at"], window_end) for b in per_spout_buckets), default=0.0)
+        fault["stall_secs"] = gap
         stalls[fault["kind"]] = max(stalls.get(fault["kind"], 0.0), gap)
     return {"emitted": emitted, "acked": acked, "acked_twice_or_more": duplicates, "failed": failed,
             "replayed": replayed, "lost": lost, "spout_restarts": restarts, "longest_stall_secs": stalls}
@@ -199,6 +200,7 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
                     mover.join(30)
                     faults = chaos.faults
                 (audit_dir / "stop").touch()  # the spouts emit no new sentence, only replays
+                input_end = time.time()  # no ack is expected after it but for replays: no stall counted
                 console.print("input ends; draining")
                 deadline = time.monotonic() + args.drain
 
@@ -211,8 +213,7 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
                 while not (done := settled()) and time.monotonic() < deadline:
                     time.sleep(1.0)
                 time.sleep(1.0)  # the last audit dump
-                end = time.time()
-                result = analyse(read_audit(audit_dir), faults, end)
+                result = analyse(read_audit(audit_dir), faults, input_end)
                 result["drained_in_secs"] = round(time.monotonic() - (deadline - args.drain), 1)
                 result["settled"] = done
                 result["faults"] = faults
