@@ -71,3 +71,19 @@ def sample_rate(client: Any, name: str, component: str, key: str, warmup: float,
     time.sleep(seconds)
     last = client.status(name)["components"][component][key]
     return (last - first) / (time.monotonic() - t0)
+
+
+class FaultInjector:
+    """What the chaos benchmark's fault injectors share: the client, a seeded rng, a console,
+    and the faults injected so far (``{"kind", "at", ...}``), for the analysis."""
+
+    def __init__(self, client: Any, rng: Any, console: Any, topology: str) -> None:
+        self.client = client
+        self.rng = rng
+        self.console = console
+        self.topology = topology
+        self.faults: list[dict[str, Any]] = []
+
+    def _workers(self) -> list[dict[str, Any]]:
+        """The topology's workers that report a pid (``status --json``'s ``workers``)."""
+        return [w for w in self.client.status(self.topology)["workers"] if w.get("pid")]

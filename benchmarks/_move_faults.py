@@ -28,24 +28,20 @@ from typing import Any
 
 from rich.console import Console
 
+from benchmarks._common import FaultInjector
+
 KINDS = ("dst-during", "dst-after", "src-during", "both-during", "kill-move-kill")
 NAME = "audited"
 WAIT = 60.0  # seconds a fault may take to recover from before the run goes on anyway
 
 
-class MoveFaults:
+class MoveFaults(FaultInjector):
     """Injects the kinds of :data:`KINDS` into the audited topology of ``client``."""
 
     def __init__(self, client: Any, rng: random.Random, console: Console) -> None:
-        self.client = client
-        self.rng = rng
-        self.console = console
-        self.faults: list[dict[str, Any]] = []
+        super().__init__(client, rng, console, NAME)
 
     # -- reading the cluster ---------------------------------------------------------------
-    def _workers(self) -> list[dict[str, Any]]:
-        return [w for w in self.client.status(NAME)["workers"] if w.get("pid")]
-
     def _pid(self, wid: str) -> int:
         return next(w["pid"] for w in self._workers() if w["id"] == wid)
 
@@ -72,12 +68,12 @@ class MoveFaults:
         return self._wait(lambda: self._pid(wid) not in (None, old_pid))
 
     def _record(self, record: str) -> dict[str, Any]:
-        return next((r for r in self.client.migrations(NAME) if r["id"] == record), {})
+        return next((r.to_json() for r in self.client.migrations(NAME) if r.id == record), {})
 
     def _settled(self) -> bool:
         """No move open or left in the plan (a fault after this is a fault of its own)."""
-        return self._wait(lambda: not (self.client.plan(NAME).get("moved"))
-                          and all(r.get("completed_at") for r in self.client.migrations(NAME)))
+        return self._wait(lambda: not self.client.plan(NAME).moved
+                          and all(r.completed_at for r in self.client.migrations(NAME)))
 
     def _pick(self, avoid_spouts: bool) -> tuple[str, str, str]:
         """A count executor, its worker, and another worker; with ``avoid_spouts``, workers

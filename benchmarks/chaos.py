@@ -43,7 +43,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from benchmarks._common import machine, temporary_home, write_json
+from benchmarks._common import FaultInjector, machine, temporary_home, write_json
 from benchmarks._move_faults import KINDS, MoveFaults
 
 AUDITED = Path(__file__).parents[1] / "topologies" / "audited.py"
@@ -57,18 +57,12 @@ def _schedule(duration: float) -> list[tuple[float, str]]:
             (0.60 * duration, "zookeeper"), (0.75 * duration, "worker-spout"), (0.85 * duration, "supervisor")]
 
 
-class Chaos:
+class Chaos(FaultInjector):
     """Injects the faults of :func:`_schedule` into ``cluster`` and records when each happened."""
 
     def __init__(self, cluster: Any, client: Any, rng: random.Random, console: Console) -> None:
+        super().__init__(client, rng, console, NAME)
         self.cluster = cluster
-        self.client = client
-        self.rng = rng
-        self.console = console
-        self.faults: list[dict[str, Any]] = []
-
-    def _workers(self) -> list[dict[str, Any]]:
-        return [w for w in self.client.status(NAME)["workers"] if w.get("pid")]
 
     def inject(self, kind: str) -> None:
         at = time.time()

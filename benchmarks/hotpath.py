@@ -39,8 +39,8 @@ CONFIGS: dict[str, dict[str, Any]] = {  # name (for --configs) -> the -c options
 def _message_counts(client: Any) -> tuple[int, int]:
     """Cumulative (data batches, control messages) sent by every executor of the word count."""
     batches = control = 0
-    for beat in client._heartbeats("wordcount").values():  # noqa: SLF001 - the per-executor counters
-        for counters in beat.get("executors", {}).values():
+    for beat in client.heartbeats("wordcount").values():
+        for counters in beat.executors.values():
             batches += int(counters.get("batches") or 0)
             control += int(counters.get("control_messages") or 0)
     return batches, control

@@ -104,8 +104,8 @@ class _Tail:
 def run(experiment: str, placement: str, args: argparse.Namespace, console: Console) -> dict[str, Any]:
     from nstorm import netns
     from nstorm.client import ClusterClient
+    from nstorm.home import metrics_dir
     from nstorm.localcluster import LocalCluster
-    from worker.metrics import metrics_root
 
     path, name, words_per_tuple, conf = EXPERIMENTS[experiment]
     conf = {**conf, "topology.scheduler": placement, "otd.period.secs": args.period, "otd.window.secs": args.window,
@@ -128,7 +128,7 @@ def run(experiment: str, placement: str, args: argparse.Namespace, console: Cons
                 warm = time.monotonic()
                 time.sleep(WARMUP_SECS)
                 warmup = time.monotonic() - warm
-                tail = _Tail(metrics_root() / name)
+                tail = _Tail(metrics_dir() / name)
                 tail.read()  # skip what was recorded during the warm-up
                 veth_before = {n.veth: netns.link_bytes(n.veth) for n in nodes}
                 t0 = time.monotonic()

@@ -20,12 +20,12 @@ import threading
 from collections.abc import Callable
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import CancelledError, KazooException, NoNodeError
+from kazoo.exceptions import CancelledError, KazooException
 from kazoo.recipe.lock import Lock
 
 from nstorm.zkschema import ZkPaths
 
-__all__ = ["Leadership", "nimbus_contenders", "nimbus_identity"]
+__all__ = ["Leadership", "nimbus_identity"]
 
 log = logging.getLogger(__name__)
 
@@ -33,14 +33,6 @@ log = logging.getLogger(__name__)
 def nimbus_identity() -> str:
     """``host:pid`` of this Nimbus, as stored in its lock node."""
     return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def nimbus_contenders(zk: KazooClient, paths: ZkPaths) -> list[str]:
-    """Identities of the running Nimbus processes, the leader first ([] if none runs)."""
-    try:
-        return [c for c in Lock(zk, paths.nimbus_election).contenders() if c]
-    except NoNodeError:
-        return []
 
 
 class Leadership:

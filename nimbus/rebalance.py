@@ -4,9 +4,9 @@ Three modes (paper section 3; ARCHITECTURE.md section 8):
 
 - ``thread`` (N-Storm): only the moved executors change place; workers move them as threads.
 - ``process`` (Storm*, T-Storm/TS-Storm): the supervisors restart exactly the workers whose
-  executor sets changed (``plan["restart"]``).
+  executor sets changed (``Plan.restart``).
 - ``stop`` (Storm's ``rebalance``): deactivate, wait, stop every worker, reassign, restart,
-  activate (``plan["rebalance"]`` carries the phase).
+  activate (``Plan.rebalance`` carries the phase).
 
 Pure functions, so that every check can be tested without a cluster.
 """
@@ -17,68 +17,16 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from nimbus.scheduler import ACKER, Slot
-from nstorm.errors import UsageError
+from nstorm.moves import MODES, RebalanceError, validate_moves
+from nstorm.plan import Move, Plan, Slot
+from nstorm.records import MoveMode, TopologyStatus
+from nstorm.topology import is_acker
 
-__all__ = ["MODES", "RebalanceError", "apply_moves", "random_moves", "spread_moves", "validate_moves"]
-
-MODES = ("thread", "process", "stop")
-
-
-class RebalanceError(UsageError):
-    """A move that cannot be done: unknown executor or worker, an acker, a busy executor."""
+__all__ = ["MODES", "RebalanceError", "apply_moves", "drained_workers", "random_moves", "release_workers",
+           "spread_moves", "stop_mode_restart", "validate_moves"]
 
 
-def validate_moves(
-    plan: Mapping[str, Any],
-    moves: Sequence[tuple[str, str]],
-    live: Mapping[str, Slot],
-    busy_executors: set[str],
-    other_workers: Mapping[str, str],
-) -> None:
-    """Check every move; raise :class:`RebalanceError` naming the first bad one.
-
-    :arg live: worker id -> slot, for every slot of every live supervisor.
-    :arg busy_executors: executors with a migration not yet completed.
-    :arg other_workers: worker id -> topology, for slots used by other topologies.
-    """
-    if not moves:
-        msg = "nothing to move: give --move EXECUTOR=WORKER or --random M"
-        raise RebalanceError(msg)
-    if plan.get("rebalance"):
-        msg = f"topology {plan['topology']!r} is in a stop-mode rebalance; wait for it to finish"
-        raise RebalanceError(msg)
-    seen: set[str] = set()
-    for executor, target in moves:
-        if executor not in plan["executors"]:
-            msg = f"unknown executor {executor!r} (executors look like 'count:3'; see 'nstorm status')"
-            raise RebalanceError(msg)
-        if executor.startswith(f"{ACKER}:"):
-            msg = f"{executor!r} is an acker; ackers are not moved (their in-flight tuple trees would be lost)"
-            raise RebalanceError(msg)
-        if executor in seen:
-            msg = f"executor {executor!r} is moved twice in one request"
-            raise RebalanceError(msg)
-        seen.add(executor)
-        if executor in busy_executors:
-            msg = f"executor {executor!r} is already being migrated; wait for that move to complete"
-            raise RebalanceError(msg)
-        if target not in live:
-            node = target.partition(":")[0]
-            if any(s.node == node for s in live.values()):
-                msg = f"worker {target!r} is not a slot of supervisor {node!r}"
-            else:
-                msg = f"unknown or dead worker {target!r} (workers look like 'n1:6701'; no live supervisor {node!r})"
-            raise RebalanceError(msg)
-        if target in other_workers:
-            msg = f"worker {target!r} runs topology {other_workers[target]!r}"
-            raise RebalanceError(msg)
-        if plan["executors"][executor] == target:
-            msg = f"executor {executor!r} already runs on {target!r}"
-            raise RebalanceError(msg)
-
-
-def random_moves(plan: Mapping[str, Any], count: int, rng: random.Random | None = None,
+def random_moves(plan: Plan, count: int, rng: random.Random | None = None,
                  exclude: set[str] | None = None) -> list[tuple[str, str]]:
     """``count`` moves of random executors between the plan's workers, keeping placement even.
 
@@ -86,15 +34,15 @@ def random_moves(plan: Mapping[str, Any], count: int, rng: random.Random | None 
     so per-worker executor counts stay within one of each other (paper 5.2.2).
     """
     rng = rng or random.Random()
-    workers = sorted(plan["workers"])
+    workers = sorted(plan.workers)
     if len(workers) < 2:
         msg = "--random needs a topology with at least 2 workers"
         raise RebalanceError(msg)
-    movable = [e for e in plan["executors"] if not e.startswith(f"{ACKER}:") and e not in (exclude or set())]
+    movable = [e for e in plan.executors if not is_acker(e) and e not in (exclude or set())]
     if count < 1 or count > len(movable):
         msg = f"--random {count}: expected 1 to {len(movable)} (movable executors)"
         raise RebalanceError(msg)
-    where = {e: w for e, w in plan["executors"].items() if not e.startswith(f"{ACKER}:")}
+    where = {e: w for e, w in plan.executors.items() if not is_acker(e)}
     load = {w: sum(1 for x in where.values() if x == w) for w in workers}
     chosen: set[str] = set()
     moves: list[tuple[str, str]] = []
@@ -115,39 +63,68 @@ def random_moves(plan: Mapping[str, Any], count: int, rng: random.Random | None 
 
 
 def apply_moves(
-    plan: Mapping[str, Any],
+    plan: Plan,
     moves: Sequence[tuple[str, str]],
     mode: str,
     live: Mapping[str, Slot],
     records: Mapping[str, str],
-) -> dict[str, Any]:
+) -> Plan:
     """The next plan version with ``moves`` applied in ``mode`` (thread or process).
 
     :arg records: executor -> migration record name, stored with each move.
     """
-    version = int(plan["version"]) + 1
-    executors = dict(plan["executors"])
-    workers = dict(plan["workers"])
-    moved = dict(plan.get("moved") or {})
+    version = plan.version + 1
+    executors = dict(plan.executors)
+    workers = dict(plan.workers)
+    moved = dict(plan.moved)
     restart: dict[str, int] = {}
     for executor, target in moves:
         source = executors[executor]
         executors[executor] = target
         if target not in workers:
-            workers[target] = live[target].as_json()
-        moved[executor] = {"from": source, "to": target, "mode": mode, "version": version,
-                           "record": records.get(executor)}
-        if mode == "process":
+            workers[target] = live[target]
+        moved[executor] = Move(source, target, MoveMode(mode), version, records.get(executor))
+        if mode == MoveMode.PROCESS:
             restart[source] = version
             restart[target] = version
-    # A worker left without executors stays in the plan: it may still be draining a
-    # moved-away copy, whose state must reach the new place before the process ends.
-    new = {**plan, "version": version, "executors": executors, "workers": workers, "moved": moved}
-    new["restart"] = restart
-    return new
+    # A worker left without executors stays in the plan while it may still be draining a
+    # moved-away copy, whose state must reach the new place before the process ends; Nimbus
+    # releases it once its moves are complete (release_workers).
+    added = len(set(workers) - set(plan.workers))  # slots taken again after a node loss, or new ones
+    return plan.replace(version=version, executors=executors, workers=workers, moved=moved, restart=restart,
+                        missing_workers=max(0, plan.missing_workers - added))
 
 
-def spread_moves(plan: Mapping[str, Any], wanted_workers: int, free: Sequence[Slot]) -> list[tuple[str, str]]:
+def drained_workers(plan: Plan, done: Sequence[str]) -> list[str]:
+    """The workers that the completed moves of ``done`` (executors) left with no executor but
+    ackers, and with no other move of theirs still open. Never every worker."""
+    sources = {plan.moved[e].source for e in done if e in plan.moved}
+    open_moves = [m for e, m in plan.moved.items() if e not in done]
+    busy = {m.source for m in open_moves} | {m.target for m in open_moves}
+    holding = {w for e, w in plan.executors.items() if not is_acker(e)}
+    empty = sorted(w for w in sources if w in plan.workers and w not in holding and w not in busy)
+    return empty if len(empty) < len(plan.workers) else empty[:-1]
+
+
+def release_workers(plan: Plan, released: Sequence[str]) -> Plan:
+    """The next plan without the ``released`` workers; their ackers go to the workers left with
+    the fewest ackers. Ackers keep their count and task ids (roots pick an acker by task), so no
+    tuple tree is misrouted; the trees a moved acker held time out and are replayed."""
+    workers = {w: s for w, s in plan.workers.items() if w not in released}
+    executors = dict(plan.executors)
+    ackers = {w: 0 for w in workers}
+    for e, w in executors.items():
+        if is_acker(e) and w in ackers:
+            ackers[w] += 1
+    for e in sorted(e for e, w in executors.items() if w in released and is_acker(e)):
+        target = min(sorted(ackers), key=lambda w: ackers[w])
+        executors[e] = target
+        ackers[target] += 1
+    restart = {w: v for w, v in plan.restart.items() if w not in released}
+    return plan.replace(executors=executors, workers=workers, restart=restart)
+
+
+def spread_moves(plan: Plan, wanted_workers: int, free: Sequence[Slot]) -> list[tuple[str, str]]:
     """Moves that give a topology running on too few workers its free slots back.
 
     After a node loss with no spare slot, the repaired plan packs the lost executors
@@ -156,13 +133,13 @@ def spread_moves(plan: Mapping[str, Any], wanted_workers: int, free: Sequence[Sl
     until every worker has about the same number of movable executors. Ackers stay
     where they are. Empty when nothing is missing or nothing is free.
     """
-    missing = wanted_workers - len(plan["workers"])
-    targets = [s.worker_id for s in free if s.worker_id not in plan["workers"]][: max(0, missing)]
+    missing = wanted_workers - len(plan.workers)
+    targets = [s.worker_id for s in free if s.worker_id not in plan.workers][: max(0, missing)]
     if not targets:
         return []
-    load: dict[str, list[str]] = {w: [] for w in plan["workers"]}
-    for executor, worker in sorted(plan["executors"].items()):
-        if not executor.startswith(f"{ACKER}:") and worker in load:
+    load: dict[str, list[str]] = {w: [] for w in plan.workers}
+    for executor, worker in sorted(plan.executors.items()):
+        if not is_acker(executor) and worker in load:
             load[worker].append(executor)
     movable = sum(len(v) for v in load.values())
     share = movable // (len(load) + len(targets))
@@ -174,3 +151,28 @@ def spread_moves(plan: Mapping[str, Any], wanted_workers: int, free: Sequence[Sl
                 break
             moves.append((load[donor].pop(), target))
     return moves
+
+
+def stop_mode_restart(plan: Plan, status: TopologyStatus, supervisors: Mapping[str, Mapping[str, Any]]) -> Plan:
+    """The plan that starts a topology again after a stop-mode rebalance stopped every worker:
+    the workers it had, the moves applied (recorded with ``mode: stop``), ``status`` restored.
+
+    :arg supervisors: the registered supervisors (``supervisors/<node>``), for a target slot
+        the topology did not hold before.
+    """
+    rb = plan.rebalance or {}
+    executors = dict(plan.executors)
+    workers = {wid: Slot.from_json(plan.topology, wid, w) for wid, w in (rb.get("workers") or {}).items()}
+    moved = dict(plan.moved)
+    version = plan.version + 1
+    for executor, target in rb.get("moves", []):
+        moved[executor] = Move(executors[executor], target, MoveMode.STOP, version, (rb.get("records") or {}).get(executor))
+        executors[executor] = target
+        if target not in workers:
+            node, _, port = target.partition(":")
+            sup = supervisors.get(node) or {}
+            slot = next((s for s in sup.get("slots", []) if int(s[0]) == int(port)), None)
+            if sup and slot:
+                workers[target] = Slot(node, str(sup["host"]), int(port), int(slot[1]))
+    return plan.replace(version=version, executors=executors, workers=workers, moved=moved, status=status,
+                        restart={}, rebalance=None)

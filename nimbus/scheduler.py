@@ -1,25 +1,19 @@
 """Allocation plans: Storm's even (round-robin) scheduler and repair after a node loss.
 
-A plan is plain JSON data::
-
-    {"topology": name, "version": 3, "status": "ACTIVE",
-     "tasks": ["sentences:0", ..., "__acker:0"],       # index = task id on the wire
-     "executors": {"split:0": "n1:6700", ...},
-     "workers": {"n1:6700": {"node": "n1", "host": "127.0.0.1", "port": 6700, "ctl_port": 6701}}}
-
-The functions here are pure so that they can be tested without a cluster;
-the :class:`Scheduler` interface is what OTD (``scheduler_otd``) implements too.
+Plans are :class:`nstorm.plan.Plan` s. The functions here are pure so that they can be tested
+without a cluster; the :class:`Scheduler` interface is what OTD (``scheduler_otd``) implements too.
 """
 
 from __future__ import annotations
 
 import abc
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
+from nstorm.plan import Plan, Slot, interleave_slots
+from nstorm.topology import ACKER
+
 __all__ = [
-    "ACKER",
     "EvenScheduler",
     "Scheduler",
     "Slot",
@@ -27,25 +21,6 @@ __all__ = [
     "interleave_slots",
     "task_list",
 ]
-
-ACKER = "__acker"
-
-
-@dataclass(frozen=True, order=True)
-class Slot:
-    """A worker slot of a supervisor: one worker process binds ``port`` and ``ctl_port``."""
-
-    node: str
-    host: str
-    port: int
-    ctl_port: int
-
-    @property
-    def worker_id(self) -> str:
-        return f"{self.node}:{self.port}"
-
-    def as_json(self) -> dict[str, Any]:
-        return {"node": self.node, "host": self.host, "port": self.port, "ctl_port": self.ctl_port}
 
 
 def acker_count(definition: Mapping[str, Any], conf: Mapping[str, Any]) -> int:
@@ -67,19 +42,6 @@ def task_list(definition: Mapping[str, Any], ackers: int) -> list[str]:
     return tasks
 
 
-def interleave_slots(supervisors: Mapping[str, Mapping[str, Any]]) -> list[Slot]:
-    """All slots ordered n1:p0, n2:p0, n1:p1, n2:p1, ... so round-robin spreads over nodes."""
-    per_node: list[list[Slot]] = []
-    for node in sorted(supervisors):
-        info = supervisors[node]
-        slots = [Slot(node, info["host"], int(p), int(c)) for p, c in info["slots"]]
-        per_node.append(sorted(slots, key=lambda s: s.port))
-    ordered: list[Slot] = []
-    for rank in range(max((len(s) for s in per_node), default=0)):
-        ordered.extend(slots[rank] for slots in per_node if rank < len(slots))
-    return ordered
-
-
 def _round_robin(executors: Iterable[str], workers: list[str]) -> dict[str, str]:
     return {e: workers[i % len(workers)] for i, e in enumerate(executors)}
 
@@ -90,13 +52,11 @@ class Scheduler(abc.ABC):
     @abc.abstractmethod
     def initial_plan(
         self, name: str, definition: Mapping[str, Any], conf: Mapping[str, Any], free: list[Slot]
-    ) -> dict[str, Any] | None:
+    ) -> Plan | None:
         """A first plan over ``free`` slots, or None if there is none to use."""
 
     @abc.abstractmethod
-    def repair_plan(
-        self, plan: Mapping[str, Any], live: Mapping[str, Slot], free: list[Slot]
-    ) -> dict[str, Any] | None:
+    def repair_plan(self, plan: Plan, live: Mapping[str, Slot], free: list[Slot]) -> Plan | None:
         """A plan without workers that are no longer ``live``; None if nothing changes."""
 
 
@@ -105,24 +65,15 @@ class EvenScheduler(Scheduler):
 
     def initial_plan(
         self, name: str, definition: Mapping[str, Any], conf: Mapping[str, Any], free: list[Slot]
-    ) -> dict[str, Any] | None:
+    ) -> Plan | None:
         if not free:
             return None
         slots = free[: int(definition["workers"])]
         tasks = task_list(definition, acker_count(definition, conf))
-        worker_ids = [s.worker_id for s in slots]
-        return {
-            "topology": name,
-            "version": 1,
-            "tasks": tasks,
-            "executors": _round_robin(tasks, worker_ids),
-            "workers": {s.worker_id: s.as_json() for s in slots},
-        }
+        return Plan.first(name, tasks, _round_robin(tasks, [s.worker_id for s in slots]), slots)
 
-    def repair_plan(
-        self, plan: Mapping[str, Any], live: Mapping[str, Slot], free: list[Slot]
-    ) -> dict[str, Any] | None:
-        workers = dict(plan["workers"])
+    def repair_plan(self, plan: Plan, live: Mapping[str, Slot], free: list[Slot]) -> Plan | None:
+        workers = dict(plan.workers)
         lost = [w for w in workers if w not in live]
         if not lost:
             return None
@@ -130,11 +81,11 @@ class EvenScheduler(Scheduler):
             del workers[w]
         replacements = list(free[: len(lost)])
         for slot in replacements:
-            workers[slot.worker_id] = slot.as_json()
+            workers[slot.worker_id] = slot
         if not workers:
             return None  # nowhere to go: keep the plan until a supervisor returns
         targets = [s.worker_id for s in replacements] or sorted(workers)
-        orphans = [e for e, w in plan["executors"].items() if w in lost]
-        moved = _round_robin(orphans, targets)
-        executors = {**plan["executors"], **moved}
-        return {**plan, "executors": executors, "workers": workers, "version": int(plan["version"]) + 1}
+        orphans = [e for e, w in plan.executors.items() if w in lost]
+        executors = {**plan.executors, **_round_robin(orphans, targets)}
+        missing = plan.missing_workers + len(lost) - len(replacements)
+        return plan.next(executors=executors, workers=workers, missing_workers=missing)

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from nstorm.records import Heartbeat
 from nstorm.stall import find_stall
 
 __all__ = ["StallWatchdog"]
@@ -29,7 +30,7 @@ class StallWatchdog:
         self._checked: dict[str, float] = {}
         self._logged: dict[str, float] = {}
 
-    def check(self, name: str, read: Callable[[], tuple[float, Mapping[str, Mapping[str, Any]]]]) -> \
+    def check(self, name: str, read: Callable[[], tuple[float, Mapping[str, Heartbeat]]]) -> \
             dict[str, Any] | None:
         """The stall of ``name`` if one was found now (and logged, once a minute), else None.
 

@@ -17,9 +17,13 @@ from typing import Any
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from nstorm import latency
+from nstorm.clusterstate import ClusterState
 from nstorm.config import merge_conf
 from nstorm.errors import ClusterError, ConfigError, NotFoundError, UsageError
 from nstorm.loader import load_topology, make_archive
+from nstorm.moves import MODES, RebalanceError, validate_moves
+from nstorm.plan import Plan, interleave_slots
+from nstorm.records import Heartbeat, MigrationRecord, TopologyStatus
 from nstorm.stall import find_stall
 from nstorm.zkauth import without_secrets
 from nstorm.zkschema import (
@@ -28,7 +32,6 @@ from nstorm.zkschema import (
     KILLED,
     ZkPaths,
     connect,
-    decode,
     encode,
     resolve_zk_address,
 )
@@ -55,6 +58,7 @@ class ClusterClient:
         self.address = resolve_zk_address(zk_address)
         self.paths = ZkPaths(root)
         self.zk = connect(self.address, timeout=timeout, auth=auth)
+        self.cluster = ClusterState(self.zk, self.paths)
         try:
             self.paths.ensure(self.zk)
         except BaseException:
@@ -71,16 +75,8 @@ class ClusterClient:
     def __exit__(self, *_: Any) -> None:
         self.close()
 
-    def _get(self, path: str) -> Any:
-        try:
-            return decode(self.zk.get(path)[0])
-        except NoNodeError:
-            return None
-        except ValueError:
-            return None
-
     def _require(self, name: str) -> dict[str, Any]:
-        topo = self._get(self.paths.topology(name))
+        topo = self.cluster.topology(name)
         if topo is None:
             msg = f"no topology named {name!r} (see 'nstorm list')"
             raise NotFoundError(msg)
@@ -139,8 +135,8 @@ class ClusterClient:
     def set_status(self, name: str, status: str) -> None:
         """Ask Nimbus to activate or deactivate ``name``."""
         self._require(name)
-        current = self._get(self.paths.status(name)) or {}
-        if current.get("status") == KILLED:
+        current, _ = self.cluster.status(name)
+        if current is TopologyStatus.KILLED:
             msg = f"topology {name!r} is being killed"
             raise UsageError(msg)
         self.zk.set(self.paths.status(name), encode({"status": status, "updated_at": time.time()}))
@@ -165,47 +161,29 @@ class ClusterClient:
     def wait_removed(self, name: str, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if not self.zk.exists(self.paths.topology(name)) and not self._heartbeats(name):
+            if not self.zk.exists(self.paths.topology(name)) and not self.heartbeats(name):
                 return True
             time.sleep(0.2)
         return False
 
     # -- rebalance ---------------------------------------------------------------------------
-    def migrations(self, name: str) -> list[dict[str, Any]]:
+    def migrations(self, name: str) -> list[MigrationRecord]:
         """Every migration record of ``name``, oldest first."""
-        try:
-            children = sorted(self.zk.get_children(self.paths.migrations(name)))
-        except NoNodeError:
-            return []
-        records = []
-        for child in children:
-            record = self._get(f"{self.paths.migrations(name)}/{child}")
-            if record:
-                records.append({**record, "id": child})
-        return records
+        return self.cluster.migrations(name)
 
     def _check_moves(self, name: str, moves: list[tuple[str, str]]) -> None:
         """The checks Nimbus makes, done here first so bad input fails fast with exit 2."""
-        from nimbus.rebalance import validate_moves
-        from nimbus.scheduler import interleave_slots
-
         plan = self.plan(name)
         if plan is None:
             msg = f"topology {name!r} has no plan yet (is nimbus running?)"
             raise ClusterError(msg)
-        supervisors = {}
-        for node in self.zk.get_children(self.paths.supervisors):
-            info = self._get(self.paths.supervisor(node))
-            if info and info.get("slots"):
-                supervisors[node] = info
-        live = {s.worker_id: s for s in interleave_slots(supervisors)}
-        busy = {r["executor"] for r in self.migrations(name) if not r.get("completed_at")}
+        live = {s.worker_id: s for s in interleave_slots(self.cluster.supervisors())}
         others = {}
         for other in self.names():
             if other != name:
-                for wid in (self.plan(other) or {}).get("workers", {}):
+                for wid in (self.plan(other) or plan.replace(workers={})).workers:
                     others[wid] = other
-        validate_moves(plan, moves, live, busy, others)
+        validate_moves(plan, moves, live, self.cluster.busy_executors(name), others)
 
     def rebalance(
         self,
@@ -221,8 +199,6 @@ class ClusterClient:
 
         :raises UsageError: bad input (unknown executor or worker, an acker, a busy executor).
         """
-        from nimbus.rebalance import MODES, RebalanceError
-
         topo = self._require(name)
         if mode not in MODES:
             msg = f"unknown mode {mode!r}: use one of {', '.join(MODES)}"
@@ -245,8 +221,8 @@ class ClusterClient:
         deadline = time.monotonic() + timeout
         try:
             while True:
-                data = self._get(path)
-                if data and data.get("result"):
+                data, _ = self.cluster.read(path)
+                if isinstance(data, dict) and data.get("result"):
                     result = data["result"]
                     break
                 if time.monotonic() > deadline:
@@ -262,87 +238,77 @@ class ClusterClient:
             raise RebalanceError(result.get("error", "rejected"))
         return result
 
-    def wait_migrations(self, name: str, records: Mapping[str, str], timeout: float = 60.0) -> list[dict[str, Any]]:
+    def wait_migrations(self, name: str, records: Mapping[str, str], timeout: float = 60.0) -> list[MigrationRecord]:
         """Wait until every record (executor -> record id) is completed; returns them."""
         deadline = time.monotonic() + timeout
         wanted = set(records.values())
         while True:
-            done = [r for r in self.migrations(name) if r["id"] in wanted and r.get("completed_at")]
+            done = [r for r in self.migrations(name) if r.id in wanted and r.completed_at]
             if len(done) == len(wanted):
                 return done
             if time.monotonic() > deadline:
-                missing = sorted(wanted - {r["id"] for r in done})
+                missing = sorted(wanted - {r.id for r in done})
                 msg = f"migrations {missing} of {name!r} did not complete within {timeout:.0f}s"
                 raise ClusterError(msg)
             time.sleep(0.05)
 
     # -- inspection --------------------------------------------------------------------------
     def names(self) -> list[str]:
-        return sorted(self.zk.get_children(self.paths.topologies))
+        return sorted(self.cluster.names())
 
-    def _heartbeats(self, name: str) -> dict[str, dict[str, Any]]:
+    def heartbeats(self, name: str) -> dict[str, Heartbeat]:
         """The heartbeats of the workers of ``name``'s current submission (a worker of a killed
         one that still runs may write there too: it is left out)."""
-        try:
-            children = self.zk.get_children(self.paths.workerbeats(name))
-        except NoNodeError:
-            return {}
-        submission = (self._get(self.paths.topology(name)) or {}).get("submission")
-        beats = {}
-        for wid in children:
-            beat = self._get(self.paths.workerbeat(name, wid))
-            if beat and (submission is None or beat.get("submission") in (None, submission)):
-                beats[wid] = beat
-        return beats
+        return self.cluster.heartbeats(name)
 
-    def plan(self, name: str) -> dict[str, Any] | None:
-        return self._get(self.paths.assignment(name))
+    def plan(self, name: str) -> Plan | None:
+        """The current plan of ``name`` (None if it has none, or a damaged one)."""
+        return self.cluster.plan(name)[0]
 
     def nimbuses(self) -> dict[str, Any]:
         """The running Nimbus processes: ``{"leader": "host:pid" | None, "standby": [...]}``."""
-        from nimbus.leader import nimbus_contenders
 
-        contenders = nimbus_contenders(self.zk, self.paths)
+        contenders = self.cluster.nimbuses()
         return {"leader": contenders[0] if contenders else None, "standby": contenders[1:]}
 
     def list(self) -> list[dict[str, Any]]:
         rows = []
         for name in self.names():
-            status = (self._get(self.paths.status(name)) or {}).get("status", "?")
-            plan = self.plan(name) or {}
+            status, _ = self.cluster.status(name)
+            plan = self.plan(name)
             rows.append({
                 "name": name,
-                "status": status,
-                "plan_version": plan.get("version"),
-                "workers": len(plan.get("workers", {})),
-                "executors": len(plan.get("executors", {})),
+                "status": status.value if status else "?",
+                "plan_version": plan.version if plan else None,
+                "workers": len(plan.workers) if plan else 0,
+                "executors": len(plan.executors) if plan else 0,
             })
         return rows
 
     def status(self, name: str) -> dict[str, Any]:
         """The ``nstorm status --json`` document of ``name``."""
         topo = self._require(name)
-        status = (self._get(self.paths.status(name)) or {}).get("status", "?")
-        plan = self.plan(name) or {}
-        beats = self._heartbeats(name)
+        status, _ = self.cluster.status(name)
+        plan = self.plan(name)
+        beats = self.heartbeats(name)
         definition = topo["definition"]
         conf = merge_conf(definition.get("conf"), topo.get("conf"))
         by_worker: dict[str, list[str]] = {}
-        for eid, wid in sorted(plan.get("executors", {}).items()):
+        for eid, wid in sorted((plan.executors if plan else {}).items()):
             by_worker.setdefault(wid, []).append(eid)
         workers = []
-        for wid, w in sorted(plan.get("workers", {}).items()):
-            beat = beats.get(wid, {})
+        for wid, slot in sorted((plan.workers if plan else {}).items()):
+            beat = beats.get(wid)
             workers.append({
-                "id": wid, "node": w["node"], "host": w["host"], "port": w["port"],
-                "pid": beat.get("pid"), "executors": by_worker.get(wid, []),
-                "alive": bool(beat) and time.time() - float(beat.get("time", 0)) < 10,
-                "plan_version": beat.get("version"), "cpu": beat.get("cpu"),
-                "cpu_limit": beat.get("cpu_limit"),
+                "id": wid, "node": slot.node, "host": slot.host, "port": slot.port,
+                "pid": beat.pid if beat else None, "executors": by_worker.get(wid, []),
+                "alive": beat is not None and time.time() - beat.time < 10,
+                "plan_version": beat.version if beat else None, "cpu": beat.cpu if beat else None,
+                "cpu_limit": beat.cpu_limit if beat else None,
             })
         counters: dict[str, dict[str, Any]] = {}
         for beat in beats.values():
-            for eid, c in beat.get("executors", {}).items():
+            for eid, c in beat.executors.items():
                 if eid in counters:  # a moved executor reported by its old and new worker
                     merged = dict(counters[eid])
                     # The new copy carries the old one's totals on from the hand-over, when the old
@@ -379,18 +345,19 @@ class ClusterClient:
                                      "p99": max(x["p99"] for x in recent),
                                      "kind": "complete" if comp["kind"] == "spout" else "emit-to-process"}
             components[cname] = agg
+        otd, _ = self.cluster.read(self.paths.otd(name))
         return {
             "name": name,
-            "status": status,
-            "plan_version": plan.get("version"),
+            "status": status.value if status else "?",
+            "plan_version": plan.version if plan else None,
             "workers": workers,
             "components": components,
             "spouts": spouts,
-            "otd": self._get(self.paths.otd(name)),
+            "otd": otd,
             "stalled": find_stall(beats, float(conf["topology.message.timeout.secs"]), time.time()),
             "migrations": [
-                {k: r.get(k) for k in ("executor", "from", "to", "mode", "by", "requested_at", "completed_at",
-                                       "stall_secs", "version")}
+                {k: r.to_json().get(k) for k in ("executor", "from", "to", "mode", "by", "requested_at",
+                                                 "completed_at", "stall_secs", "version")}
                 for r in self.migrations(name)
             ],
         }
@@ -398,8 +365,8 @@ class ClusterClient:
     def acked_per_second(self, name: str) -> dict[int, dict[str, int]]:
         """Spout acks per wall-clock second and executor, from the last heartbeats (recent seconds only)."""
         result: dict[int, dict[str, int]] = {}
-        for beat in self._heartbeats(name).values():
-            for eid, counters in beat.get("executors", {}).items():
+        for beat in self.heartbeats(name).values():
+            for eid, counters in beat.executors.items():
                 for sec, n in (counters.get("acked_per_sec") or {}).items():
                     slot = result.setdefault(int(sec), {})
                     slot[eid] = max(slot.get(eid, 0), int(n))
@@ -408,8 +375,8 @@ class ClusterClient:
     def latencies(self, name: str) -> dict[str, dict[str, float]]:
         """Complete latency (spout emit -> fully acked) per spout executor: p50, p99 in ms."""
         result = {}
-        for beat in self._heartbeats(name).values():
-            for eid, counters in beat.get("executors", {}).items():
+        for beat in self.heartbeats(name).values():
+            for eid, counters in beat.executors.items():
                 if counters.get("latency_ms"):
                     result[eid] = counters["latency_ms"]
         return result
@@ -420,8 +387,8 @@ class ClusterClient:
         Subtract two readings to get the histogram of the window between them.
         """
         hists = []
-        for beat in self._heartbeats(name).values():
-            for counters in beat.get("executors", {}).values():
+        for beat in self.heartbeats(name).values():
+            for counters in beat.executors.values():
                 if counters.get("latency_hist"):
                     hists.append(counters["latency_hist"])
         return latency.merge(*hists)
@@ -430,8 +397,8 @@ class ClusterClient:
         """Emit-to-process latency (a spout's emit -> this bolt processes a descendant) per executor
         of ``component``, over its last samples: p50, p99 in ms (see :mod:`nstorm.latency`)."""
         result = {}
-        for beat in self._heartbeats(name).values():
-            for eid, counters in beat.get("executors", {}).items():
+        for beat in self.heartbeats(name).values():
+            for eid, counters in beat.executors.items():
                 if eid.rpartition(":")[0] == component and counters.get("arrival_ms"):
                     result[eid] = counters["arrival_ms"]
         return result
@@ -441,21 +408,21 @@ class ClusterClient:
         for the last bolt of a topology that is its end-to-end latency. Subtract two readings
         to get the histogram of the window between them."""
         hists = []
-        for beat in self._heartbeats(name).values():
-            for eid, counters in beat.get("executors", {}).items():
+        for beat in self.heartbeats(name).values():
+            for eid, counters in beat.executors.items():
                 if eid.rpartition(":")[0] == component and counters.get("arrival_hist"):
                     hists.append(counters["arrival_hist"])
         return latency.merge(*hists)
 
-    def wait_running(self, name: str, timeout: float = 60.0) -> dict[str, Any]:
-        """Wait until every executor of ``name`` reports from its planned worker."""
+    def wait_running(self, name: str, timeout: float = 60.0) -> Plan:
+        """Wait until every executor of ``name`` reports from its planned worker; returns the plan."""
         deadline = time.monotonic() + timeout
         while True:
             plan = self.plan(name)
             if plan:
-                beats = self._heartbeats(name)
-                reported = {e for wid, b in beats.items() if b.get("version") == plan["version"] for e in b.get("executors", {})}
-                if set(plan["executors"]) <= reported:
+                beats = self.heartbeats(name)
+                reported = {e for b in beats.values() if b.version == plan.version for e in b.executors}
+                if set(plan.executors) <= reported:
                     return plan
             if time.monotonic() > deadline:
                 msg = f"topology {name!r} did not start within {timeout:.0f}s"

@@ -146,43 +146,22 @@ class Batch:
                     state[word] = state.get(word, 0) + 1
     """
 
-    __slots__ = ("values", "meta", "_anchors", "_ackval", "_cls", "_per", "_runs", "_expand", "_outbox", "_made")
+    __slots__ = ("values", "meta", "acking", "_cls")
 
-    def __init__(self, values: Sequence[Sequence[Any]], meta: TupleMeta | None = None, tuple_cls: type[Tuple] | None = None,
-                 runs: Any = None, per_tuple: Any = None, outbox: Any = None, expand: Any = None) -> None:
-        """Built by the executor: ``runs`` (anchor runs, expanded by ``expand`` when iterated) or
-        ``per_tuple`` (one anchor entry per tuple) carry the acker's bookkeeping."""
+    def __init__(self, values: Sequence[Sequence[Any]], meta: TupleMeta | None = None,
+                 tuple_cls: type[Tuple] | None = None, acking: Any = None) -> None:
+        """Built by the executor. ``acking`` is the framework's bookkeeping of the batch for the
+        acker (a :class:`worker.runs.BatchLedger`; None with acking off): user code leaves it alone."""
         self.values = values
-        self._expand = expand
         self.meta = meta or TupleMeta("", -1, "default", {})
+        self.acking = acking
         self._cls = tuple_cls
-        self._runs = runs  # the batch's anchor runs [n, anchor, ...] (worker.wire), or None
-        self._per = per_tuple  # or one anchor entry per tuple
-        self._outbox = outbox
-        self._made: list[Tuple] = []  # tuples handed out by iteration: their children's XOR is acked with them
-        self._ackval = 0  # XOR of the edges of tuples anchored to the whole batch
-        self._anchors: Any = False  # not computed yet
 
     @property
     def anchors(self) -> list[Any] | None:
         """Every distinct root of the batch as an anchor entry ``[root, 0, root, 0, ...]`` (None
         if nothing is anchored): what an emit anchored to the whole batch is anchored to."""
-        if self._anchors is False:
-            self._anchors = self._roots() if (self._runs is not None or self._per is not None) else None
-        return self._anchors  # type: ignore[no-any-return]
-
-    def _roots(self) -> list[Any] | None:
-        seen: dict[Any, None] = {}
-        entries = self._runs[1::2] if self._runs is not None else self._per
-        for a in entries:
-            if a:
-                for i in range(0, len(a), 2):
-                    seen[a[i]] = None
-        out: list[Any] = []
-        for r in seen:
-            out.append(r)
-            out.append(0)
-        return out or None
+        return self.acking.anchors if self.acking is not None else None
 
     @property
     def source(self) -> str:
@@ -201,32 +180,32 @@ class Batch:
 
     def __iter__(self) -> Any:
         cls = self._cls or Tuple
-        outbox = self._outbox
-        per = self._per
-        if per is None and self._runs is not None:
-            per = self._per = self._expand(self._runs, len(self.values))
         new = Tuple.__new__
-        made = self._made
-        prev = outbox.current if outbox is not None else None  # the batch being processed, usually
+        acking = self.acking
+        if acking is None:
+            for v in self.values:
+                tup = new(cls)
+                tup.values = v
+                if cls is Tuple:
+                    tup.meta, tup.anchors, tup._ackval = self.meta, None, 0
+                yield tup
+            return
+        per = acking.per_tuple(len(self.values))
+        made = acking.made
+        outbox = acking.outbox
+        prev = outbox.current  # the batch being processed, usually
         try:
             for i, v in enumerate(self.values):
                 tup = new(cls)
                 tup.values = v
+                tup.anchors = per[i] if per is not None else None
+                tup._ackval = 0
                 if per is not None:
-                    tup.anchors = per[i]
-                    tup._ackval = 0
                     made.append(tup)
-                elif cls is Tuple:
-                    tup.meta, tup.anchors, tup._ackval = self.meta, None, 0
-                elif outbox is not None:  # acking on, but nothing in this batch is anchored
-                    tup.anchors = None
-                    tup._ackval = 0
-                if outbox is not None:
-                    outbox.current = tup
+                outbox.current = tup
                 yield tup
         finally:
-            if outbox is not None:
-                outbox.current = prev  # emits after the loop anchor to what they did before it
+            outbox.current = prev  # emits after the loop anchor to what they did before it
 
     def column(self, field: int | str) -> list[Any]:
         """One field of every tuple, by position or name: ``batch.column("word")``."""

@@ -13,7 +13,7 @@ from typing import Any
 
 from nstorm.errors import ConfigError
 
-__all__ = ["DEFAULTS", "SECURITY_KEYS", "check_security_conf", "merge_conf", "parse_conf_options", "security_conf"]
+__all__ = ["DEFAULTS", "ENV_CPU_LIMIT", "SECURITY_KEYS", "check_security_conf", "merge_conf", "parse_conf_options", "security_conf"]
 
 DEFAULTS: dict[str, Any] = {
     # ZooKeeper
@@ -50,10 +50,10 @@ DEFAULTS: dict[str, Any] = {
     "worker.lazy.kill.ms": 2000,  # DK: a moved executor's old copy drains at most this long
     "worker.state.wait.ms": 10000,  # a moved-in copy waits this long for its state, then starts empty
     "worker.heartbeat.interval.secs": 1.0,
-    "worker.gil.switch.interval.ms": 5.0,
+    "worker.gil.switch.interval.ms": 5.0,  # sys.setswitchinterval of workers
     "worker.gc.threshold": 20000,  # gen-0 threshold of the cyclic GC in workers (0: Python's 700)
     "worker.metrics.interval.secs": 1.0,  # load collection period (0 turns it off)
-    "nstorm.metrics.dir": None,  # None = $NSTORM_HOME/metrics  # sys.setswitchinterval of workers
+    "nstorm.metrics.dir": None,  # None = $NSTORM_HOME/metrics
     "nimbus.supervisor.timeout.secs": 10,
     "nimbus.monitor.interval.secs": 1.0,
     "nimbus.spread.grace.secs": 10,  # a returned node's slots are refilled (live moves) after this long
@@ -70,6 +70,9 @@ DEFAULTS: dict[str, Any] = {
     "otd.spark.master": "local[2]",
 }
 
+# The environment variable a supervisor that caps its workers' CPU sets for each worker: the cores
+# it may use (the worker's heartbeat reports it, and OTD measures load against it).
+ENV_CPU_LIMIT = "NSTORM_WORKER_CPU_LIMIT"
 
 # Cluster settings: each daemon acts on its own (-c options, environment), never on a topology's conf.
 SECURITY_KEYS = ("nstorm.zookeeper.auth", "nstorm.transport.curve", "nstorm.transport.curve.keys.dir")

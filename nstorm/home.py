@@ -2,15 +2,17 @@
 
 Layout: ``logs/`` (one file per process), ``run/`` (pid files and the
 embedded cluster's address), ``zookeeper/`` (embedded data), ``supervisor/<node>/``
-(LMDB store and code archives).
+(LMDB store and code archives), ``metrics/`` (load records, unless ``nstorm.metrics.dir``).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
-__all__ = ["home_dir", "logs_dir", "run_dir", "supervisor_dir", "zk_address_file"]
+__all__ = ["home_dir", "logs_dir", "metrics_dir", "run_dir", "supervisor_dir", "zk_address_file"]
 
 
 def home_dir() -> Path:
@@ -29,6 +31,13 @@ def _sub(name: str) -> Path:
 def logs_dir() -> Path:
     """``$NSTORM_HOME/logs``: one log file per daemon or worker process."""
     return _sub("logs")
+
+
+def metrics_dir(conf: Mapping[str, Any] | None = None) -> Path:
+    """Where workers write load records and OTD reads them: ``nstorm.metrics.dir``, default
+    ``$NSTORM_HOME/metrics``."""
+    configured = (conf or {}).get("nstorm.metrics.dir")
+    return Path(configured) if configured else home_dir() / "metrics"
 
 
 def run_dir() -> Path:

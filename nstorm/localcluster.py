@@ -280,7 +280,7 @@ def cluster_down(timeout: float = 15.0) -> bool:
     for proc in alive:
         proc.kill()
     _kill_orphan_workers(state["root"])
-    from nstorm.zookeeper import stop_background
+    from nstorm.background import stop_background
 
     stop_background()
     if state.get("netns"):

@@ -17,15 +17,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from nstorm.records import Heartbeat
+
 __all__ = ["STALL_TIMEOUTS", "find_stall"]
 
 STALL_TIMEOUTS = 2.0  # message timeouts without an ack that make a stall
 
 
-def find_stall(beats: Mapping[str, Mapping[str, Any]], timeout_secs: float, now: float) -> dict[str, Any] | None:
+def find_stall(beats: Mapping[str, Heartbeat], timeout_secs: float, now: float) -> dict[str, Any] | None:
     """``{"since", "pending", "holding_input", "waiting_for_state"}`` if stalled, else None.
 
-    :arg beats: worker id -> heartbeat (``executors``: executor id -> counters).
+    :arg beats: worker id -> heartbeat.
     :arg timeout_secs: the topology's ``topology.message.timeout.secs``.
     :arg now: the wall clock (heartbeat times are wall-clock times).
     """
@@ -34,7 +36,7 @@ def find_stall(beats: Mapping[str, Mapping[str, Any]], timeout_secs: float, now:
     holding: set[str] = set()
     waiting: set[str] = set()
     for beat in beats.values():
-        for eid, counters in (beat.get("executors") or {}).items():
+        for eid, counters in beat.executors.items():
             if not isinstance(counters, Mapping):
                 continue
             if counters.get("awaiting_state"):

@@ -17,6 +17,7 @@ from nstorm.component import Bolt, Component, Spout
 from nstorm.errors import TopologyError
 
 __all__ = [
+    "ACKER",
     "ALL",
     "DIRECT",
     "FIELDS",
@@ -28,10 +29,17 @@ __all__ = [
     "BoltDeclarer",
     "Topology",
     "TopologyBuilder",
+    "is_acker",
     "normalize_outputs",
 ]
 
 MAX_TASKS = 1 << 16  # task ids must fit the low 16 bits of a root id (worker/wire.py)
+ACKER = "__acker"  # the component name of the acker executors (system executors, "__acker:0", ...)
+
+
+def is_acker(executor_id: str) -> bool:
+    """True for an acker executor id."""
+    return executor_id.startswith(ACKER + ":")
 
 SHUFFLE = "shuffle"
 FIELDS = "fields"

@@ -27,10 +27,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoAuthError
+from kazoo.exceptions import NoAuthError, NoNodeError
 from kazoo.retry import KazooRetry
 
 from nstorm.errors import AuthError, ClusterError, ZooKeeperError
+from nstorm.records import TopologyStatus
 from nstorm.zkauth import AUTH_ENV, AUTH_KEY, ZkCredentials, lock_down
 
 __all__ = [
@@ -47,9 +48,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-ACTIVE = "ACTIVE"
-INACTIVE = "INACTIVE"
-KILLED = "KILLED"
+ACTIVE = TopologyStatus.ACTIVE
+INACTIVE = TopologyStatus.INACTIVE
+KILLED = TopologyStatus.KILLED
 
 
 def encode(data: Any) -> bytes:
@@ -142,6 +143,16 @@ class ZkPaths:
             raise auth_error(zk, self.root) from exc
 
 
+    def check_access(self, zk: KazooClient) -> None:
+        """:class:`AuthError` if ``zk`` may not read the tree (credentials missing or wrong)."""
+        try:
+            zk.get_children(self.root)
+        except NoAuthError as exc:
+            raise auth_error(zk, self.root) from exc
+        except NoNodeError:
+            pass  # nothing there yet: nothing to be refused
+
+
 def auth_error(zk: KazooClient, root: str) -> AuthError:
     """The one-line error for a ``NoAuth`` answer, saying what to set."""
     if zk.auth_data:
@@ -163,7 +174,7 @@ def resolve_zk_address(explicit: str | None = None) -> str:
     env = os.environ.get("NSTORM_ZK")
     if env:
         return env
-    from nstorm.zookeeper import embedded_address
+    from nstorm.background import embedded_address
 
     address = embedded_address()
     if address is None:

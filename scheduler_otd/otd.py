@@ -54,6 +54,8 @@ from typing import Any
 
 import numpy as np
 
+from nstorm.topology import is_acker
+
 __all__ = ["HIGH", "LOW", "NORMAL", "Decision", "WorkerLoad", "allocation_scores", "classify", "otd_round"]
 
 HIGH, NORMAL, LOW = "high", "normal", "low"
@@ -178,7 +180,7 @@ def otd_round(
     classes = classify(loads, conf)
     high = [w for w, c in classes.items() if c == HIGH and w in worker_node]
     low = [w for w, c in classes.items() if c == LOW and w in worker_node]
-    movable_set = set(movable if movable is not None else [e for e in executors if not e.startswith("__acker")])
+    movable_set = set(movable if movable is not None else [e for e in executors if not is_acker(e)])
     if high and not low:
         return Decision(2, warning=f"workers {sorted(high)} are overloaded and no worker has spare capacity: "
                                    "add workers or supervisors", classes=classes)

@@ -23,15 +23,15 @@ import json
 import logging
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
 
+from nstorm.clusterstate import ClusterState
 from nstorm.config import merge_conf
-from nstorm.home import home_dir
-from nstorm.zkschema import ZkPaths, decode, encode
+from nstorm.home import metrics_dir
+from nstorm.records import Heartbeat, TopologyStatus
+from nstorm.zkschema import ZkPaths, encode
 from scheduler_otd.otd import WorkerLoad, otd_round
 from scheduler_otd.traffic import aggregate_records, read_window, window_files
 
@@ -46,8 +46,9 @@ class OtdRunner:
     def __init__(self, zk: KazooClient, paths: ZkPaths, conf: dict[str, Any]) -> None:
         self.zk = zk
         self.paths = paths
+        self.cluster = ClusterState(zk, paths)
         self.conf = conf
-        self.metrics_dir = Path(conf.get("nstorm.metrics.dir") or home_dir() / "metrics")
+        self.metrics_dir = metrics_dir(conf)
         self._job: Any = None
         self._next: dict[str, float] = {}
         self._stop = threading.Event()
@@ -78,16 +79,10 @@ class OtdRunner:
 
         threading.Thread(target=warm, name="otd-spark", daemon=True).start()
 
-    def _get(self, path: str) -> Any:
-        try:
-            return decode(self.zk.get(path)[0])
-        except (NoNodeError, ValueError):
-            return None
-
     def _otd_topologies(self) -> dict[str, dict[str, Any]]:
         result = {}
-        for name in self.zk.get_children(self.paths.topologies):
-            topo = self._get(self.paths.topology(name))
+        for name in self.cluster.names():
+            topo = self.cluster.topology(name)
             if not topo:
                 continue
             conf = merge_conf(topo["definition"].get("conf"), topo.get("conf"))
@@ -120,32 +115,15 @@ class OtdRunner:
                     log.exception("OTD round for %s failed", name)
 
     def _busy(self, name: str) -> bool:
-        try:
-            children = self.zk.get_children(self.paths.migrations(name))
-        except NoNodeError:
-            return False
-        for child in children:
-            record = self._get(f"{self.paths.migrations(name)}/{child}")
-            if record and not record.get("completed_at"):
-                return True
-        try:
-            return bool(self.zk.get_children(self.paths.requests(name)))
-        except NoNodeError:
-            return False
+        """A move of ``name`` is under way or asked for: no round now."""
+        return bool(self.cluster.busy_executors(name)) or bool(self.cluster.children(self.paths.requests(name)))
 
     def loads(self, name: str) -> dict[str, WorkerLoad]:
         """Each worker's load from its last heartbeat (CPU and queue now; no trend)."""
         loads = {}
-        try:
-            children = self.zk.get_children(self.paths.workerbeats(name))
-        except NoNodeError:
-            return loads
-        for wid in children:
-            beat = self._get(self.paths.workerbeat(name, wid))
-            if beat:
-                capacity = _capacity(beat)
-                loads[wid] = WorkerLoad(float(beat.get("cpu") or 0) / capacity, float(beat.get("queue") or 0),
-                                        capacity=capacity)
+        for wid, beat in self.cluster.heartbeats(name).items():
+            capacity = _capacity(beat)
+            loads[wid] = WorkerLoad(beat.cpu / capacity, float(beat.queue), capacity=capacity)
         return loads
 
     def traffic(self, name: str, window: float, load_secs: float) -> tuple[dict[str, Any], str]:
@@ -158,21 +136,21 @@ class OtdRunner:
 
     def round(self, name: str, conf: dict[str, Any]) -> dict[str, Any] | None:
         """One OTD round for ``name``; returns the recorded decision."""
-        plan = self._get(self.paths.assignment(name))
-        if not plan or plan.get("rebalance") or plan.get("status") != "ACTIVE" or self._busy(name):
+        plan, _ = self.cluster.plan(name)
+        if plan is None or plan.rebalance or plan.status is not TopologyStatus.ACTIVE or self._busy(name):
             return None
         started = time.monotonic()
         window = float(conf.get("otd.window.secs", 10))
         traffic, engine = self.traffic(name, window, window)
-        worker_node = {w: info["node"] for w, info in plan["workers"].items()}
+        worker_node = {w: slot.node for w, slot in plan.workers.items()}
         loads = {w: load for w, load in self.loads(name).items() if w in worker_node}
         capacity = {w: load.capacity for w, load in loads.items()}
         loads.update({w["id"]: WorkerLoad(w["cpu"] / capacity.get(w["id"], 1.0), w["backlog"], w["trend"],
                                           capacity=capacity.get(w["id"], 1.0))
                       for w in traffic["workers"] if w["id"] in worker_node})
-        executors = sorted(plan["executors"])
+        executors = sorted(plan.executors)
         edges = [(e["src"], e["dst"], float(e["tuples"])) for e in traffic["edges"]]
-        decision = otd_round(executors, plan["executors"], worker_node, loads, edges, conf)
+        decision = otd_round(executors, plan.executors, worker_node, loads, edges, conf)
         elapsed = time.monotonic() - started
         record = {**decision.as_json(), "at": time.time(), "inter_node_ratio": traffic["inter_node_ratio"],
                   "window_tuples": traffic["total_tuples"], "engine": engine, "round_secs": round(elapsed, 3),
@@ -199,10 +177,7 @@ class OtdRunner:
         return record
 
 
-def _capacity(beat: dict[str, Any]) -> float:
+def _capacity(beat: Heartbeat) -> float:
     """Cores a worker can use: its cgroup cap if its supervisor set one, else one (the GIL)."""
-    try:
-        limit = float(beat.get("cpu_limit") or 0)
-    except (TypeError, ValueError):
-        limit = 0.0
+    limit = beat.cpu_limit or 0.0
     return min(limit, 1.0) if limit > 0 else 1.0

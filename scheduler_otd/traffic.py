@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from nstorm.home import home_dir
+from nstorm.home import metrics_dir as nstorm_metrics_dir
 
 __all__ = ["TrafficJob", "aggregate_records", "empty_traffic", "fold", "read_window", "window_files"]
 
@@ -190,7 +190,7 @@ class TrafficJob:
 
     def __init__(self, master: str = "local[2]", metrics_dir: Path | str | None = None) -> None:
         self.master = master
-        self.metrics_dir = Path(metrics_dir) if metrics_dir else home_dir() / "metrics"
+        self.metrics_dir = Path(metrics_dir) if metrics_dir else nstorm_metrics_dir()
         self.ready = threading.Event()
         self._spark: Any = None
         self._lock = threading.Lock()  # guards _spark and _closed, never held while Spark starts

@@ -21,12 +21,13 @@ import logging
 import os
 from pathlib import Path
 
+from nstorm.config import ENV_CPU_LIMIT
+
 __all__ = ["CGROUP_ROOT", "CpuLimiter", "ENV_CPU_LIMIT"]
 
 log = logging.getLogger(__name__)
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
-ENV_CPU_LIMIT = "NSTORM_WORKER_CPU_LIMIT"  # tells the worker its cap (its heartbeat reports it)
 PERIOD_US = 100_000
 
 

@@ -30,11 +30,13 @@ from kazoo.exceptions import ConnectionLoss, NodeExistsError, NoNodeError, Sessi
 from kazoo.handlers.threading import KazooTimeoutError
 
 from kvstore import LMDBPlanStore
+from nstorm.clusterstate import ClusterState
 from nstorm.config import merge_conf
 from nstorm.curvekeys import checked_keys_dir
 from nstorm.home import home_dir, logs_dir, supervisor_dir
 from nstorm.loader import unpack_archive
-from nstorm.plans import PlanError, check_plan
+from nstorm.plan import LocalPlan
+from nstorm.ticker import passes
 from nstorm.zkauth import credentials_env
 from nstorm.zkschema import ZkPaths, connect, decode, encode
 from supervisor.cpulimit import ENV_CPU_LIMIT, CpuLimiter
@@ -43,6 +45,9 @@ from supervisor.workers import WorkerHandle, WorkerRegistry, write_json_atomic
 __all__ = ["Supervisor", "pick_slots"]
 
 log = logging.getLogger(__name__)
+
+_YOUNG_SECS = 10.0  # a worker that exits sooner than this after its start died young
+_BACKOFF_MAX_SECS = 30.0
 
 
 class Supervisor:
@@ -69,6 +74,7 @@ class Supervisor:
         self.store_path = self.dir / "store"
         self.store: LMDBPlanStore | None = None
         self.zk: KazooClient | None = None
+        self.cluster: ClusterState | None = None
         self.registry = WorkerRegistry(self.dir / "workers", node, zk_root)
         self.workers: dict[tuple[str, int], WorkerHandle] = {}
         self._wake = threading.Event()
@@ -79,7 +85,6 @@ class Supervisor:
         # N-Storm+ reacts to a plan change through a watch at once; without it only TS applies.
         self._use_watch = bool(self.conf.get("supervisor.sync.watch", True))
         self._lost = False
-        self._rejected: dict[str, int] = {}  # topology -> zxid of the malformed plan already logged
         self.cpu = CpuLimiter(self.conf.get("supervisor.worker.cpu.limit"), node, str(home_dir()))
 
     # -- ZooKeeper ------------------------------------------------------------------------
@@ -154,8 +159,11 @@ class Supervisor:
         cached = self._topo_cache.get(name)
         if cached and cached[0] == key:
             return cached[1]
-        assert self.zk is not None
-        info = decode(self.zk.get(self.paths.topology(name))[0])
+        assert self.zk is not None and self.cluster is not None
+        info = self.cluster.topology(name)
+        if info is None:
+            msg = f"topology {name} has no record"
+            raise NoNodeError(msg)
         code, _ = self.zk.get(self.paths.code(name))
         code_dir = unpack_archive(code, sha, self.dir / "code" / name / sha[:16])
         info["code_dir"] = str(code_dir)
@@ -187,65 +195,40 @@ class Supervisor:
 
     def sync(self) -> None:
         """Mirror the plans of this node into LMDB and reconcile worker processes."""
-        assert self.zk is not None and self.store is not None
-        zk = self.zk
+        assert self.zk is not None and self.store is not None and self.cluster is not None
         self._reregister_if_lost()
-        try:
-            names = zk.get_children(self.paths.assignments, watch=self._watcher)
-        except NoNodeError:
-            names = []
         desired: set[tuple[str, int]] = set()
         planned: set[str] = set()
-        for name in names:
-            try:
-                raw, stat = zk.get(self.paths.assignment(name), watch=self._watcher)
-            except NoNodeError:
-                continue
-            try:
-                try:
-                    data = decode(raw)
-                except ValueError as exc:
-                    msg = f"malformed plan for {name}: not JSON ({exc})"
-                    raise PlanError(msg) from None
-                plan = check_plan(name, data)
-            except PlanError as exc:
-                if self._rejected.get(name) != stat.mzxid:  # one line per bad write, not per sync
-                    self._rejected[name] = stat.mzxid
-                    log.error("%s: rejected; the last good plan stays in force", str(exc).splitlines()[0])
-                if self.store.latest_version(name) is not None:
-                    planned.add(name)
+        for name in self.cluster.children(self.paths.assignments, watch=True):
+            plan, stat = self.cluster.plan(name, watch=True)
+            if plan is None:
+                if stat is not None and self.store.latest_version(name) is not None:
+                    planned.add(name)  # damaged (logged once): the last good plan stays in force
                     desired.update(k for k in self.workers if k[0] == name)
                 continue
-            self._rejected.pop(name, None)
-            ports = [int(w["port"]) for w in plan.get("workers", {}).values() if w.get("node") == self.node]
+            ports = [slot.port for slot in plan.workers.values() if slot.node == self.node]
             if not ports:
                 continue
             planned.add(name)
             try:
-                self._retire_other_submission(name, plan.get("submission"))
-                if self.store.latest_version(name) != plan["version"]:
-                    info = self._topology_info(name, plan.get("submission"), plan["code_sha256"])
-                    record = {
-                        **plan,
-                        "definition": info["definition"],
-                        "conf": merge_conf(info["definition"].get("conf"), info.get("conf")),
-                        "user_conf": info.get("user_conf", {}),
-                        "code_dir": info["code_dir"],
-                        "main": info["main"],
-                    }
-                    self.store.put_plan(name, int(plan["version"]), record)
-                    self._stored_submission[name] = plan.get("submission")
-                    log.info("plan of %s v%d written to the store (ports %s)", name, plan["version"], ports)
+                self._retire_other_submission(name, plan.submission)
+                if self.store.latest_version(name) != plan.version:
+                    info = self._topology_info(name, plan.submission, plan.code_sha256)
+                    local = LocalPlan(plan, info["definition"], merge_conf(info["definition"].get("conf"), info.get("conf")),
+                                      info.get("user_conf", {}), info["code_dir"], info["main"])
+                    self.store.put_plan(name, plan.version, local.to_json())
+                    self._stored_submission[name] = plan.submission
+                    log.info("plan of %s v%d written to the store (ports %s)", name, plan.version, ports)
             except NoNodeError:
                 continue
             except Exception:
                 log.exception("cannot write the plan of %s", name)
                 continue
             desired.update((name, p) for p in ports)
-            version = int(plan["version"])
+            version = plan.version
             for port in ports:
                 key = (name, port, version)
-                if (plan.get("restart") or {}).get(f"{self.node}:{port}") == version and key not in self._restarted:
+                if plan.restart.get(f"{self.node}:{port}") == version and key not in self._restarted:
                     self._restarted.add(key)
                     proc = self.workers.pop((name, port), None)
                     if proc is not None:
@@ -301,9 +284,16 @@ class Supervisor:
                 code = proc.poll()
                 if code is None:
                     continue
+                # A worker that dies young (a bad key file, wrong credentials, a port taken) is
+                # restarted after 0.5, 1, 2 ... 30 s, not every sync: its log is not flooded.
+                young = (proc.exited_at or 0.0) - proc.started_at < _YOUNG_SECS
+                restarts = proc.restarts + 1 if young else 0
+                delay = min(_BACKOFF_MAX_SECS, 0.5 * 2 ** (restarts - 1)) if restarts else 0.0
+                if time.monotonic() < (proc.exited_at or 0.0) + delay:
+                    continue
                 how = "after an unhandled error" if code == 1 else f"with code {code}"
-                log.warning("worker %s:%d of %s exited %s: restarting", self.node, port, topology, how)
-                restarts = proc.restarts + 1
+                log.warning("worker %s:%d of %s exited %s: restarting%s", self.node, port, topology, how,
+                            f" (restart {restarts} in a row after {delay:.1f}s)" if restarts else "")
             else:
                 if port in busy_ports:
                     continue  # slot still used by another topology's worker being stopped
@@ -328,17 +318,14 @@ class Supervisor:
                           auth=self.conf["nstorm.zookeeper.auth"])
         self.zk.add_listener(self._on_state)
         self.paths.ensure(self.zk)
+        self.cluster = ClusterState(self.zk, self.paths, watch=self._watcher)
         self._register()
         self.state = "RUNNING"
         log.info("supervisor %s running on %s with slots %s", self.node, self.host, self.slots)
         interval = float(self.conf["supervisor.sync.interval.ms"]) / 1000.0
         away = False
         self._wake.set()
-        while not self._stop.is_set():
-            self._wake.wait(interval)
-            self._wake.clear()
-            if self._stop.is_set():
-                break
+        for _ in passes(self._stop, self._wake, interval):
             try:
                 self.sync()
                 away = False

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,8 +40,10 @@ class WorkerHandle:
     port: int
     process: psutil.Process
     popen: subprocess.Popen[bytes] | None = None  # None when adopted: not our child
-    restarts: int = 0
+    restarts: int = 0  # restarts in a row of workers that died young (the restart back-off counts them)
     submission: str | None = None  # the submission of the topology it runs (a resubmission is another)
+    started_at: float = field(default_factory=time.monotonic)
+    exited_at: float | None = None
     _code: int | None = field(default=None, repr=False)
 
     @property
@@ -53,6 +56,8 @@ class WorkerHandle:
             return self._code
         if self.popen is not None:
             self._code = self.popen.poll()
+            if self._code is not None:
+                self.exited_at = time.monotonic()
             return self._code
         try:
             code = self.process.wait(timeout=0)
@@ -61,6 +66,7 @@ class WorkerHandle:
         except psutil.Error:
             code = None
         self._code = -1 if code is None else int(code)
+        self.exited_at = time.monotonic()
         return self._code
 
     def stop(self, timeout: float = 5.0) -> None:

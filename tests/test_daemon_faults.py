@@ -87,7 +87,7 @@ def _leader(client: Any) -> str | None:
 
 def test_supervisor_killed_leaves_workers_running_and_adopts_them(ha_cluster, ha_client, tmp_path: Path) -> None:
     pids = _submit(ha_client, "supkill", tmp_path)
-    version = ha_client.plan("supkill")["version"]
+    version = ha_client.plan("supkill").version
     node = next(iter(pids)).split(":")[0]
     ha_cluster.kill_daemon(f"supervisor-{node}")
     acked = _acked(tmp_path)
@@ -105,7 +105,7 @@ def test_supervisor_killed_leaves_workers_running_and_adopts_them(ha_cluster, ha
     here = sum(1 for w in pids if w.startswith(f"{node}:"))
     wait_until(lambda: (logs_dir() / f"supervisor-{node}.log").read_text().count("adopted worker") >= here, 10,
                what="the restarted supervisor to adopt its workers")
-    assert ha_client.plan("supkill")["version"] == version  # Nimbus reassigned nothing
+    assert ha_client.plan("supkill").version == version  # Nimbus reassigned nothing
     _finish(ha_client, "supkill", tmp_path, pids)
 
 
@@ -125,10 +125,10 @@ def test_nimbus_leader_killed_hands_over(ha_cluster, ha_client, tmp_path: Path) 
     # The new leader serves requests: a live move completes.
     plan = ha_client.plan("failover")
     executor = "count:0"
-    target = next(w for w in sorted(plan["workers"]) if w != plan["executors"][executor])
+    target = next(w for w in sorted(plan.workers) if w != plan.executors[executor])
     result = ha_client.rebalance("failover", moves=[(executor, target)], timeout=30)
     records = ha_client.wait_migrations("failover", result["records"], 60)
-    assert all(r["completed_at"] for r in records)
+    assert all(r.completed_at for r in records)
     ha_cluster.start_nimbus(name)  # back as a standby
     wait_until(lambda: len(ha_client.nimbuses()["standby"]) == 1, 30, what="the old leader back as standby")
     assert _leader(ha_client) == new
@@ -137,7 +137,7 @@ def test_nimbus_leader_killed_hands_over(ha_cluster, ha_client, tmp_path: Path) 
 
 def test_every_nimbus_killed_then_restarted(ha_cluster, ha_client, tmp_path: Path) -> None:
     pids = _submit(ha_client, "nimbuskill", tmp_path)
-    version = ha_client.plan("nimbuskill")["version"]
+    version = ha_client.plan("nimbuskill").version
     for name in list(ha_cluster.nimbuses):
         ha_cluster.kill_daemon(name)
     acked = _acked(tmp_path)
@@ -145,12 +145,12 @@ def test_every_nimbus_killed_then_restarted(ha_cluster, ha_client, tmp_path: Pat
     for name in list(ha_cluster.nimbuses):
         ha_cluster.start_nimbus(name)
     wait_until(lambda: _leader(ha_client), 30, what="a Nimbus leader again")
-    assert ha_client.plan("nimbuskill")["version"] == version  # picked up from ZooKeeper, nothing redone
+    assert ha_client.plan("nimbuskill").version == version  # picked up from ZooKeeper, nothing redone
     plan = ha_client.plan("nimbuskill")
     executor = "split:1"
-    target = next(w for w in sorted(plan["workers"]) if w != plan["executors"][executor])
+    target = next(w for w in sorted(plan.workers) if w != plan.executors[executor])
     result = ha_client.rebalance("nimbuskill", moves=[(executor, target)], timeout=30)
-    assert all(r["completed_at"] for r in ha_client.wait_migrations("nimbuskill", result["records"], 60))
+    assert all(r.completed_at for r in ha_client.wait_migrations("nimbuskill", result["records"], 60))
     _finish(ha_client, "nimbuskill", tmp_path, pids)
 
 
@@ -164,11 +164,11 @@ def test_zookeeper_restarted(ha_cluster, ha_client, tmp_path: Path) -> None:
     ha_cluster.wait_supervisors({"n1", "n2"}, 60)
     plan = ha_client.plan("zkrestart")
     executor = "count:2"
-    target = next(w for w in sorted(plan["workers"]) if w != plan["executors"][executor])
+    target = next(w for w in sorted(plan.workers) if w != plan.executors[executor])
 
     def moved() -> dict[str, Any] | None:
         # Daemons are still re-registering right after the restart: a refused move is retried.
-        from nimbus.rebalance import RebalanceError
+        from nstorm.moves import RebalanceError
 
         try:
             return ha_client.rebalance("zkrestart", moves=[(executor, target)], timeout=30)
@@ -176,7 +176,7 @@ def test_zookeeper_restarted(ha_cluster, ha_client, tmp_path: Path) -> None:
             return None
 
     result = wait_until(moved, 60, interval=1.0, what="a live move after the restart")
-    assert all(r["completed_at"] for r in ha_client.wait_migrations("zkrestart", result["records"], 60))
+    assert all(r.completed_at for r in ha_client.wait_migrations("zkrestart", result["records"], 60))
     _finish(ha_client, "zkrestart", tmp_path, pids)
 
 

@@ -43,23 +43,23 @@ def test_garbage_on_worker_ports_is_dropped_and_counted(client, cluster, tmp_pat
                   conf={"test.output.dir": str(tmp_path), "test.sentences": per_spout, "test.rate": 200})
     try:
         plan = client.wait_running("garbage", 60)
-        worker = sorted(plan["workers"].values(), key=lambda w: w["port"])[0]
-        wid = f"{worker['node']}:{worker['port']}"
+        worker = sorted(plan.workers.values(), key=lambda w: w.port)[0]
+        wid = worker.worker_id
         pid = next(w["pid"] for w in client.status("garbage")["workers"] if w["id"] == wid)
         rng = random.Random(5)
         context = zmq.Context()
         try:
-            for port in (worker["port"], worker["ctl_port"]):
+            for port in (worker.port, worker.ctl_port):
                 push = context.socket(zmq.PUSH)
                 push.setsockopt(zmq.LINGER, 2000)
-                push.connect(f"tcp://{worker['host']}:{port}")
+                push.connect(f"tcp://{worker.host}:{port}")
                 for size in (0, 1, 7, 100, 5000):
                     push.send(bytes(rng.getrandbits(8) for _ in range(size)))
                     push.send_multipart([b"\x93\x00\x05", bytes(rng.getrandbits(8) for _ in range(size))])
                     push.send_multipart([b"a", b"b", b"c"])
                 push.send_multipart([b"\x93\x00\xcd\x30\x39\x00", b"\x91"])  # a task id that does not exist
                 push.close()
-                raw = socket.create_connection((worker["host"], port), timeout=2)  # not even zmq
+                raw = socket.create_connection((worker.host, port), timeout=2)  # not even zmq
                 raw.sendall(b"GET / HTTP/1.1\r\n\r\n" + bytes(rng.getrandbits(8) for _ in range(3000)))
                 raw.close()
         finally:

@@ -20,9 +20,9 @@ def _pids(client, name: str) -> dict[str, int]:
 
 
 def _other_worker(plan: dict, executor: str) -> str:
-    here = plan["executors"][executor]
+    here = plan.executors[executor]
     here_node = here.split(":")[0]
-    return next(w for w in sorted(plan["workers"]) if w.split(":")[0] != here_node)
+    return next(w for w in sorted(plan.workers) if w.split(":")[0] != here_node)
 
 
 def test_thread_move_of_stateful_count_between_nodes_is_exact(client, tmp_path: Path) -> None:
@@ -40,9 +40,9 @@ def test_thread_move_of_stateful_count_between_nodes_is_exact(client, tmp_path: 
             target = _other_worker(plan, executor)
             result = client.rebalance("wcmove", moves=[(executor, target)])
             done = client.wait_migrations("wcmove", result["records"], timeout=30)
-            assert done[0]["to"] == target and done[0]["mode"] == "thread"
-            stalls.append(done[0]["stall_secs"])
-            assert client.plan("wcmove")["executors"][executor] == target
+            assert done[0].target == target and done[0].mode == "thread"
+            stalls.append(done[0].stall_secs)
+            assert client.plan("wcmove").executors[executor] == target
         assert max(stalls) < 1.0, stalls
 
         expected = collections.Counter()
@@ -81,9 +81,9 @@ def test_process_mode_restarts_exactly_the_affected_workers(client, cluster) -> 
         plan = client.wait_running("procmode", 60)
         pids = _pids(client, "procmode")
         executor = "stage1:0"
-        source = plan["executors"][executor]
-        target = next(w for w in sorted(plan["workers"]) if w != source)
-        untouched = [w for w in plan["workers"] if w not in (source, target)]
+        source = plan.executors[executor]
+        target = next(w for w in sorted(plan.workers) if w != source)
+        untouched = [w for w in plan.workers if w not in (source, target)]
         assert untouched
         result = run_cli("rebalance", "procmode", "--mode", "process", "--move", f"{executor}={target}",
                          cluster=cluster)
@@ -97,7 +97,7 @@ def test_process_mode_restarts_exactly_the_affected_workers(client, cluster) -> 
         now = wait_until(restarted, 60, what="the two affected workers to restart")
         for w in untouched:
             assert now[w] == pids[w], "an unaffected worker was restarted"
-        assert client.plan("procmode")["executors"][executor] == target
+        assert client.plan("procmode").executors[executor] == target
         migration = client.status("procmode")["migrations"][-1]
         assert migration["mode"] == "process" and migration["completed_at"]
     finally:
@@ -111,13 +111,13 @@ def test_stop_mode_stops_and_restores_the_topology(client, cluster) -> None:
         plan = client.wait_running("stopmode", 60)
         pids = _pids(client, "stopmode")
         executor = "stage2:1"
-        target = next(w for w in sorted(plan["workers"]) if w != plan["executors"][executor])
+        target = next(w for w in sorted(plan.workers) if w != plan.executors[executor])
         result = run_cli("rebalance", "stopmode", "--mode", "stop", "--wait", "1", "--move", f"{executor}={target}",
                          cluster=cluster, timeout=120)
         assert result.returncode == 0, result.stderr
         now = _pids(client, "stopmode")
         assert all(now[w] != pids[w] for w in pids), "stop mode must restart every worker"
-        assert client.plan("stopmode")["executors"][executor] == target
+        assert client.plan("stopmode").executors[executor] == target
         assert client.status("stopmode")["status"] == "ACTIVE"
         before = client.status("stopmode")["spouts"]["acked"]
         wait_until(lambda: client.status("stopmode")["spouts"]["acked"] > before + 100, 60, what="processing to resume")
@@ -135,9 +135,9 @@ def test_random_moves_keep_placement_even(client, cluster) -> None:
         result = run_cli("rebalance", "randmode", "--random", "4", cluster=cluster)
         assert result.returncode == 0, result.stderr
         new = client.plan("randmode")
-        moved = [e for e in plan["executors"] if plan["executors"][e] != new["executors"][e]]
+        moved = [e for e in plan.executors if plan.executors[e] != new.executors[e]]
         assert len(moved) == 4 and not any(e.startswith("__acker") for e in moved)
-        loads = collections.Counter(w for e, w in new["executors"].items() if not e.startswith("__acker"))
+        loads = collections.Counter(w for e, w in new.executors.items() if not e.startswith("__acker"))
         assert max(loads.values()) - min(loads.values()) <= 1
         assert {m["by"] for m in client.status("randmode")["migrations"]} == {"random"}
         assert _pids(client, "randmode") == pids
@@ -170,19 +170,19 @@ def steady(cluster):
         (lambda p, o: ["--move", f"__acker:0={o}"], "is an acker"),
         (lambda p, o: ["--move", "stage1:0"], "malformed --move"),
         (lambda p, o: ["--mode", "teleport", "--move", f"stage1:0={o}"], "unknown mode 'teleport'"),
-        (lambda p, o: ["--move", f"stage1:0={p['executors']['stage1:0']}"], "already runs on"),
+        (lambda p, o: ["--move", f"stage1:0={p.executors['stage1:0']}"], "already runs on"),
     ],
 )
 def test_bad_moves_exit_2_and_move_nothing(client, cluster, steady, make_args, needle) -> None:
     plan = client.plan("steady")
-    other = next(w for w in plan["workers"] if w != plan["executors"]["stage1:0"])
+    other = next(w for w in plan.workers if w != plan.executors["stage1:0"])
     pids = _pids(client, "steady")
     result = run_cli("rebalance", "steady", *make_args(plan, other), cluster=cluster)
     assert result.returncode == 2, (result.stdout, result.stderr)
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and needle in lines[0], result.stderr
     assert "Traceback" not in result.stderr
-    assert client.plan("steady")["executors"] == plan["executors"]
+    assert client.plan("steady").executors == plan.executors
     assert _pids(client, "steady") == pids
 
 
@@ -191,14 +191,14 @@ def test_move_during_a_migration_of_the_same_executor_is_rejected(client, cluste
 
     plan = client.plan("steady")
     executor = "stage3:0"
-    other = next(w for w in plan["workers"] if w != plan["executors"][executor])
+    other = next(w for w in plan.workers if w != plan.executors[executor])
     # A migration record still in flight (as if its new copy had not resumed yet).
     client.zk.create(f"{client.paths.migrations('steady')}/m-", encode(
-        {"executor": executor, "from": plan["executors"][executor], "to": other, "mode": "thread",
+        {"executor": executor, "from": plan.executors[executor], "to": other, "mode": "thread",
          "by": "user", "requested_at": 0.0, "completed_at": None}), sequence=True, makepath=True)
     result = run_cli("rebalance", "steady", "--move", f"{executor}={other}", cluster=cluster)
     assert result.returncode == 2 and "already being migrated" in result.stderr
-    assert client.plan("steady")["executors"] == plan["executors"]
+    assert client.plan("steady").executors == plan.executors
 
 
 def test_moved_worker_processes_are_live(client, steady) -> None:

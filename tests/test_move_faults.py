@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from nstorm.errors import UsageError
 
 from conftest import TOPOLOGIES, read_outputs, wait_until
@@ -58,13 +60,13 @@ def test_a_completed_move_leaves_the_plan(client, tmp_path: Path) -> None:
     client.submit(KEYED_SUM, name="movedone", conf={"test.output.dir": str(tmp_path), "test.rate": 500})
     try:
         plan = client.wait_running("movedone", 60)
-        source = plan["executors"]["sum:0"]
-        target = next(w for w in sorted(plan["workers"]) if w != source)
+        source = plan.executors["sum:0"]
+        target = next(w for w in sorted(plan.workers) if w != source)
         result = client.rebalance("movedone", moves=[("sum:0", target)])
         client.wait_migrations("movedone", result["records"], timeout=30)
-        wait_until(lambda: "sum:0" not in (client.plan("movedone").get("moved") or {}), 30,
+        wait_until(lambda: "sum:0" not in (client.plan("movedone").moved), 30,
                    what="the completed move to leave the plan")
-        assert client.plan("movedone")["executors"]["sum:0"] == target
+        assert client.plan("movedone").executors["sum:0"] == target
     finally:
         _kill_topology(client, "movedone")
 
@@ -89,14 +91,14 @@ def test_a_worker_killed_after_a_live_move_never_stalls_the_topology(client, tmp
             _progress(out, 2000, "acks after the first restart")
             result = client.rebalance(name, moves=[(moved, spout)])
             done = client.wait_migrations(name, result["records"], timeout=30)
-            assert done[0]["to"] == spout and not done[0].get("state_lost")
+            assert done[0].target == spout and not done[0].state_lost
             _progress(out, 1000, "acks after the move")
             _kill(client, name, spout)  # the move's destination, and the spout with it
             # The restarted spout starts again from 1: every number must be acked.
             wait_until(lambda out=out: _acked(out) >= numbers, 120, what=f"run {run}: every number acked after the kills")
             status = client.status(name)
             assert status["stalled"] is None, status["stalled"]
-            assert moved not in (client.plan(name).get("moved") or {})
+            assert moved not in (client.plan(name).moved)
         finally:
             _kill_topology(client, name)
 
@@ -112,32 +114,45 @@ def _held_move(client: Any, name: str, out: Path, executor: str, target: str) ->
     return result["records"][executor]
 
 
-def _record(client: Any, name: str, record: str) -> dict[str, Any]:
-    return next(r for r in client.migrations(name) if r["id"] == record)
+def _record(client: Any, name: str, record: str) -> Any:
+    return next(r for r in client.migrations(name) if r.id == record)
+
+
+def _kill_during_hand_over(client: Any, out: Path, name: str, executor: str, victim: str,
+                           state_wait_ms: int) -> tuple[Any, str, int]:
+    """Move ``executor`` (a sum) to a worker without the spout, its new copy held before it asks
+    for the state; kill the move's ``victim`` ("source" or "target") meanwhile, then let the copy
+    go. Returns the completed migration record, the target worker and the sum's total before."""
+    index = executor.rpartition(":")[2]
+    client.submit(KEYED_SUM, name=name, conf={"test.output.dir": str(out), "test.rate": 1000,
+                                              "worker.lazy.kill.ms": 60000, "worker.state.wait.ms": state_wait_ms})
+    client.wait_running(name, 60)
+    _progress(out, 1000, "the first acks")
+    spout, workers = _places(client, name)
+    if client.plan(name).executors[executor] == spout:  # keep the spout out of it: its restart hides stalls
+        other = next(w["id"] for w in workers if w["id"] != spout)
+        client.wait_migrations(name, client.rebalance(name, moves=[(executor, other)])["records"], timeout=30)
+        wait_until(lambda: executor not in client.plan(name).moved, 30, what="the first move to complete")
+    source = client.plan(name).executors[executor]
+    target = next(w["id"] for w in workers if w["id"] not in (spout, source))
+    before = sum(read_outputs(out).get(f"sum-{index}", {}).get("state", {}).values())
+    record = _held_move(client, name, out, executor, target)
+    _kill(client, name, target if victim == "target" else source)
+    (out / f"hold-sum-{index}").unlink()
+    done = wait_until(lambda: (r := _record(client, name, record)).completed_at and r, 60,
+                      what=f"the move to complete after its {victim} was killed")
+    return done, target, before
 
 
 def test_a_destination_killed_during_the_hand_over_still_gets_the_state(client, tmp_path: Path) -> None:
     """The old copy waits for a copy that asks for the state; a restarted destination's copy asks,
     and gets it: nothing of the state is lost."""
-    conf = {"test.output.dir": str(tmp_path), "test.rate": 1000, "worker.lazy.kill.ms": 60000,
-            "worker.state.wait.ms": 60000}
-    client.submit(KEYED_SUM, name="killdst", conf=conf)
     try:
-        plan = client.wait_running("killdst", 60)
-        _progress(tmp_path, 1000, "the first acks")
-        spout, workers = _places(client, "killdst")
-        source = plan["executors"]["sum:1"]
-        target = next(w["id"] for w in workers if w["id"] not in (spout, source))
-        before = sum(read_outputs(tmp_path)["sum-1"]["state"].values())
-        record = _held_move(client, "killdst", tmp_path, "sum:1", target)
-        _kill(client, "killdst", target)  # its copy had not asked for the state yet
-        (tmp_path / "hold-sum-1").unlink()
-        done = wait_until(lambda: (r := _record(client, "killdst", record)).get("completed_at") and r, 60,
-                          what="the hand-over to the restarted destination")
-        assert done["state_lost"] is False
+        done, target, before = _kill_during_hand_over(client, tmp_path, "killdst", "sum:1", "target", 60000)
+        assert done.state_lost is False
         wait_until(lambda: read_outputs(tmp_path).get("sum-1", {}).get("worker") == target, 30,
                    what="the new copy to write its totals")
-        assert sum(read_outputs(tmp_path)["sum-1"]["state"].values()) >= before > 0
+        assert sum(read_outputs(tmp_path)["sum-1"]["state"].values()) >= before > 0  # the totals came along
     finally:
         (tmp_path / "hold-sum-1").unlink(missing_ok=True)
         _kill_topology(client, "killdst")
@@ -145,27 +160,10 @@ def test_a_destination_killed_during_the_hand_over_still_gets_the_state(client, 
 
 def test_a_source_killed_during_the_hand_over_lets_the_new_copy_start_at_once(client, tmp_path: Path) -> None:
     """The restarted source has no copy: it answers the new copy's READY with GONE, and the copy
-    starts empty then, not at ``worker.state.wait.ms``."""
-    conf = {"test.output.dir": str(tmp_path), "test.rate": 1000, "worker.lazy.kill.ms": 60000,
-            "worker.state.wait.ms": 600000}
-    client.submit(KEYED_SUM, name="killsrc", conf=conf)
+    starts empty then, long before its ``worker.state.wait.ms`` of 600 s (the wait above is 60 s)."""
     try:
-        plan = client.wait_running("killsrc", 60)
-        _progress(tmp_path, 1000, "the first acks")
-        spout, workers = _places(client, "killsrc")
-        source = plan["executors"]["sum:2"]
-        if source == spout:  # keep the spout out of it: its restart would hide the stall
-            client.wait_migrations("killsrc", client.rebalance("killsrc", moves=[(
-                "sum:2", next(w["id"] for w in workers if w["id"] != spout))])["records"], timeout=30)
-            wait_until(lambda: "sum:2" not in (client.plan("killsrc").get("moved") or {}), 30, what="move done")
-            source = client.plan("killsrc")["executors"]["sum:2"]
-        target = next(w["id"] for w in workers if w["id"] not in (spout, source))
-        record = _held_move(client, "killsrc", tmp_path, "sum:2", target)
-        _kill(client, "killsrc", source)  # the draining old copy dies with its state
-        (tmp_path / "hold-sum-2").unlink()
-        done = wait_until(lambda: (r := _record(client, "killsrc", record)).get("completed_at") and r, 60,
-                          what="the new copy to start (GONE), long before its state wait of 600 s")
-        assert done["state_lost"] is True
+        done, _target, _before = _kill_during_hand_over(client, tmp_path, "killsrc", "sum:2", "source", 600000)
+        assert done.state_lost is True
         _progress(tmp_path, 2000, "acks after the new copy started")
     finally:
         (tmp_path / "hold-sum-2").unlink(missing_ok=True)
@@ -202,3 +200,28 @@ def test_a_topology_submitted_again_runs_with_its_new_options(client, tmp_path: 
         assert status["spouts"]["acked"] <= _acked(second) + 1000  # not the first submission's counters
     finally:
         _kill_topology(client, "again")
+
+
+def test_a_worker_that_moves_emptied_is_released(client, tmp_path: Path) -> None:
+    """Every executor of one worker moved live elsewhere: once the moves are complete the worker
+    leaves the plan (its acker moves, keeping its task) and its process ends; nothing is lost."""
+    numbers = 8000
+    client.submit(KEYED_SUM, name="release", conf={"test.output.dir": str(tmp_path), "test.numbers": numbers,
+                                                   "test.rate": 1000})
+    try:
+        plan = client.wait_running("release", 60)
+        _progress(tmp_path, 500, "the first acks")
+        spout, workers = _places(client, "release")
+        victim = next(w for w in workers if w["id"] != spout)
+        others = [w["id"] for w in workers if w["id"] != victim["id"]]
+        moves = [(e, others[i % len(others)]) for i, e in enumerate(sorted(victim["executors"]))
+                 if not e.startswith("__acker")]
+        result = client.rebalance("release", moves=moves)
+        client.wait_migrations("release", result["records"], timeout=30)
+        wait_until(lambda: victim["id"] not in client.plan("release").workers, 30, what="the emptied worker's release")
+        after = client.plan("release")
+        assert after.tasks == plan.tasks and len([e for e in after.executors if e.startswith("__acker")]) == 4
+        wait_until(lambda: not psutil.pid_exists(victim["pid"]), 30, what="the released worker to stop")
+        wait_until(lambda: _acked(tmp_path) >= numbers, 120, what="every number acked")
+    finally:
+        _kill_topology(client, "release")

@@ -77,8 +77,8 @@ def test_node_cut_off_loses_its_executors_and_gets_them_back(cut_cluster, tmp_pa
                                      "audit.workers": 4, "topology.message.timeout.secs": 10,
                                      "nstorm.zookeeper.session.timeout.secs": 4})
         plan = client.wait_running("audited", 60)
-        assert {w["node"] for w in plan["workers"].values()} == {"n1", "n2"}
-        n1_workers = sorted(w for w, info in plan["workers"].items() if info["node"] == "n1")
+        assert {w.node for w in plan.workers.values()} == {"n1", "n2"}
+        n1_workers = sorted(w for w, slot in plan.workers.items() if slot.node == "n1")
         wait_until(lambda: sum(len(a.get("acks", {})) for a in read_audit(tmp_path).values()) > 300, 60,
                    what="sentences acked")
 
@@ -87,10 +87,10 @@ def test_node_cut_off_loses_its_executors_and_gets_them_back(cut_cluster, tmp_pa
         try:
             def reassigned() -> dict[str, Any] | None:
                 p = client.plan("audited")
-                return p if p and all(w["node"] == "n2" for w in p["workers"].values()) else None
+                return p if p and all(w.node == "n2" for w in p.workers.values()) else None
 
             repaired = wait_until(reassigned, 60, what="Nimbus to give n1's executors to n2")
-            assert set(repaired["executors"].values()) <= set(repaired["workers"])
+            assert set(repaired.executors.values()) <= set(repaired.workers)
             # The cut-off workers paused their spouts, about when Nimbus reassigned (within DK).
             nimbus_line = wait_until(lambda: _first_line(logs_dir() / "nimbus.log", r"audited: workers .* lost"), 10,
                                      what="Nimbus's log line")
@@ -106,13 +106,13 @@ def test_node_cut_off_loses_its_executors_and_gets_them_back(cut_cluster, tmp_pa
 
         def spread_back() -> bool:
             p = client.plan("audited")
-            on_n1 = [e for e, w in p["executors"].items() if p["workers"][w]["node"] == "n1"]
+            on_n1 = [e for e, w in p.executors.items() if p.workers[w].node == "n1"]
             return bool(on_n1)
 
         wait_until(spread_back, 90, what="n1's slots to be refilled")
-        back = [m for m in client.migrations("audited") if m["by"] == "nimbus"]
-        assert back and all(m["to"].startswith("n1:") for m in back)
-        wait_until(lambda: all(m.get("completed_at") for m in client.migrations("audited") if m["by"] == "nimbus"),
+        back = [m for m in client.migrations("audited") if m.by == "nimbus"]
+        assert back and all(m.target.startswith("n1:") for m in back)
+        wait_until(lambda: all(m.completed_at for m in client.migrations("audited") if m.by == "nimbus"),
                    60, what="the moves back to complete")
 
         def all_acked() -> bool:

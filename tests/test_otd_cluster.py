@@ -15,10 +15,10 @@ from conftest import TOPOLOGIES, run_cli, wait_until
 
 
 def _records(topology: str) -> list[dict]:
-    from worker.metrics import metrics_root
+    from nstorm.home import metrics_dir
 
     records = []
-    for path in (metrics_root() / topology).rglob("*.jsonl"):
+    for path in (metrics_dir() / topology).rglob("*.jsonl"):
         for line in path.read_text().splitlines():
             if line.strip():
                 records.append(json.loads(line))
@@ -71,7 +71,7 @@ def test_spark_matrix_equals_python_and_the_tuples_sent(client, spark_job) -> No
         inter = sum(v[0] for (s, d), v in got.items() if any(
             e["src"] == s and e["dst"] == d and e["inter_node"] for e in result["edges"]))
         assert result["inter_node_ratio"] == pytest.approx(inter / (3 * count))
-        assert {w["id"] for w in result["workers"]} == set(client.plan("spark-pairs")["workers"])
+        assert {w["id"] for w in result["workers"]} == set(client.plan("spark-pairs").workers)
     finally:
         client.kill("spark-pairs")
         client.wait_removed("spark-pairs", 30)
@@ -86,13 +86,13 @@ def test_otd_brings_fixed_pairs_together_without_losing_tuples(client, cluster, 
     assert run_cli("submit", str(TOPOLOGIES / "pairs.py"), "--name", "otd-pairs", *conf, cluster=cluster).returncode == 0
     try:
         plan = client.wait_running("otd-pairs", 60)
-        nodes = {w: info["node"] for w, info in plan["workers"].items()}
-        split = [i for i in range(3) if nodes[plan["executors"][f"src:{i}"]] != nodes[plan["executors"][f"dst:{i}"]]]
+        nodes = {w: slot.node for w, slot in plan.workers.items()}
+        split = [i for i in range(3) if nodes[plan.executors[f"src:{i}"]] != nodes[plan.executors[f"dst:{i}"]]]
         assert split, "the test needs a bad initial placement"
 
         def together():
             p = client.plan("otd-pairs")
-            node = {e: p["workers"][w]["node"] for e, w in p["executors"].items()}
+            node = {e: p.workers[w].node for e, w in p.executors.items()}
             return all(node[f"src:{i}"] == node[f"dst:{i}"] for i in range(3))
 
         wait_until(together, 150, interval=0.5, what="OTD to bring every pair onto one node")

@@ -71,7 +71,7 @@ def _stranger(address: str, auth: str | None) -> KazooClient:
 def test_without_the_credentials_plans_cannot_be_read_or_changed(acl_topology: tuple[Any, Path], auth: str | None) -> None:
     client, _ = acl_topology
     paths = client.paths
-    assert client.plan("exactwc")["workers"], "the credentials holder reads the plan"
+    assert client.plan("exactwc").workers, "the credentials holder reads the plan"
     expected_acl = [make_digest_acl(*AUTH.split(":", 1), all=True)]
     for path in (paths.root, paths.topologies, paths.topology("exactwc"), paths.code("exactwc"),
                  paths.assignment("exactwc"), paths.status("exactwc"), paths.supervisor("n1")):
@@ -98,7 +98,7 @@ def test_without_the_credentials_plans_cannot_be_read_or_changed(acl_topology: t
     finally:
         zk.stop()
         zk.close()
-    assert client.plan("exactwc")["workers"], "the plan is untouched"
+    assert client.plan("exactwc").workers, "the plan is untouched"
 
 
 def test_topology_with_acls_counts_exactly_and_acks_everything(acl_topology: tuple[Any, Path]) -> None:
@@ -149,3 +149,39 @@ def test_an_open_tree_is_locked_down_when_acls_are_turned_on(zookeeper: str) -> 
         zk.close()
     with pytest.raises(AuthError, match="the cluster uses ACLs"):
         ClusterClient(zookeeper, root, auth=None)
+
+
+def test_a_worker_with_wrong_credentials_says_so_in_one_line_and_exits(acl_cluster: Any, tmp_path: Path) -> None:
+    """A worker ZooKeeper refuses stops at once (exit 1, one log line naming the credentials),
+    rather than running without heartbeats or logging a traceback at every turn."""
+    import os
+    import subprocess
+    import sys
+
+    from kvstore import LMDBPlanStore
+    from nstorm.config import merge_conf
+    from nstorm.loader import load_topology
+    from nstorm.net import free_port
+    from nstorm.plan import LocalPlan, Plan, Slot
+
+    topology = load_topology(TOPOLOGIES / "exact_wordcount.py", {"test.output.dir": str(tmp_path)})
+    definition = dict(topology.definition)
+    port = free_port("127.0.0.1")
+    slot = Slot("nx", "127.0.0.1", port, free_port("127.0.0.1"))
+    tasks = [f"{name}:{i}" for name, comp in definition["components"].items() for i in range(comp["parallelism"])]
+    plan = Plan.first("lonely", tasks, {t: slot.worker_id for t in tasks}, [slot]).replace(code_sha256="x")
+    local = LocalPlan(plan, definition, merge_conf(definition.get("conf")), {"test.output.dir": str(tmp_path)},
+                      str(TOPOLOGIES), "exact_wordcount.py")
+    store_path = tmp_path / "store"
+    store = LMDBPlanStore(store_path)
+    store.put_plan("lonely", 1, local.to_json())
+    store.close()
+    env = {**os.environ, "NSTORM_ZK_AUTH": "nstorm:wrong"}
+    proc = subprocess.run([sys.executable, "-m", "worker", "--node", "nx", "--port", str(port), "--topology", "lonely",
+                           "--store", str(store_path), "--zk", acl_cluster.address, "--root", acl_cluster.root],
+                          env=env, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 1
+    log = (Path(os.environ["NSTORM_HOME"]) / "logs" / f"worker-nx-{port}.log").read_text()
+    refused = [line for line in log.splitlines() if "cannot run" in line]
+    assert len(refused) == 1 and "wrong credentials" in refused[0], log
+    assert "Traceback" not in log

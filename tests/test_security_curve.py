@@ -21,7 +21,9 @@ from nstorm.curvekeys import generate_keys, load_keys
 from worker import wire
 
 from _exactwc import counts_of, expected_counts, wait_finished
-from conftest import TOPOLOGIES, wait_until
+from conftest import TOPOLOGIES, run_cli, wait_until
+
+ROOT = Path(__file__).parents[1]
 
 PER_SPOUT = 1500
 
@@ -50,14 +52,21 @@ def curve_cluster(zookeeper: str, curve_keys: Path) -> Iterator[Any]:
 
 def _inject(context: zmq.Context, address: str, frames: list[list[bytes]], keys: tuple[bytes, bytes, bytes] | None,
             linger: int) -> zmq.Socket:
-    """A PUSH peer sending ``frames`` to ``address``; ``keys`` = (server public, client public, client secret)."""
+    """A PUSH peer sending ``frames`` to ``address``; ``keys`` = (server public, client public, client secret).
+
+    A stranger's messages may not even be queued (its handshake is refused): a send gives up
+    after a second, so nothing here waits on the workers' word."""
     sock = context.socket(zmq.PUSH)
     sock.setsockopt(zmq.LINGER, linger)
+    sock.setsockopt(zmq.SNDTIMEO, 1000)
     if keys is not None:
         sock.curve_serverkey, sock.curve_publickey, sock.curve_secretkey = keys
     sock.connect(address)
     for message in frames:
-        sock.send_multipart(message, flags=zmq.NOBLOCK)
+        try:
+            sock.send_multipart(message)
+        except zmq.Again:
+            break
     return sock
 
 
@@ -75,7 +84,7 @@ def test_curve_wordcount_is_exact_and_strangers_inject_nothing(curve_cluster: An
             pids = {w["id"]: w["pid"] for w in workers}
             for w in workers:
                 assert "--curve-keys" in psutil.Process(w["pid"]).cmdline()
-            tasks = plan["tasks"]
+            tasks = plan.tasks
             split = tasks.index("split:0")
 
             def frames(word: str, dst: int) -> tuple[list[list[bytes]], list[list[bytes]]]:
@@ -91,44 +100,42 @@ def test_curve_wordcount_is_exact_and_strangers_inject_nothing(curve_cluster: An
             context = zmq.Context()
             socks = []
             try:
-                for wid, w in plan["workers"].items():
-                    count = next(tasks.index(e) for e, where in plan["executors"].items()
+                for wid, w in plan.workers.items():
+                    count = next(tasks.index(e) for e, where in plan.executors.items()
                                  if where == wid and e.startswith("count:"))
                     for label, peer in (("PLAIN", None), ("WRONGKEY", (keys.server_public, *stranger_key))):
                         data, ctl = frames(f"INJECTED-{label}", count)
-                        socks.append(_inject(context, f"tcp://{w['host']}:{w['port']}", data, peer, 0))
-                        socks.append(_inject(context, f"tcp://{w['host']}:{w['ctl_port']}", ctl, peer, 0))
+                        socks.append(_inject(context, f"tcp://{w.host}:{w.port}", data, peer, 0))
+                        socks.append(_inject(context, f"tcp://{w.host}:{w.ctl_port}", ctl, peer, 0))
 
                 def beats() -> dict[str, dict[str, Any]]:
                     return {wid: json.loads(client.zk.get(client.paths.workerbeat("curvewc", wid))[0])
-                            for wid in plan["workers"]}
+                            for wid in plan.workers}
 
                 # The ZAP handler of each worker refuses the stranger's key on both ports.
                 wait_until(lambda: all(b.get("curve_refused", 0) >= 2 for b in beats().values()), 30,
                            what="every worker to refuse the stranger's key")
                 # Control experiment: the same frames with the cluster's client key do get in
                 # (one tuple counted, the garbage counted as dropped) - so the strangers' did not.
-                target_wid, target = sorted(plan["workers"].items())[0]
-                count = next(tasks.index(e) for e, where in plan["executors"].items()
+                target_wid, target = sorted(plan.workers.items())[0]
+                count = next(tasks.index(e) for e, where in plan.executors.items()
                              if where == target_wid and e.startswith("count:"))
                 data, ctl = frames("INJECTED-WITHKEY", count)
                 member = (keys.server_public, keys.client_public, keys.client_secret)
-                socks.append(_inject(context, f"tcp://{target['host']}:{target['port']}", data[:2], member, 2000))
-                socks.append(_inject(context, f"tcp://{target['host']}:{target['ctl_port']}", ctl[2:], member, 2000))
+                socks.append(_inject(context, f"tcp://{target.host}:{target.port}", data[:2], member, 2000))
+                socks.append(_inject(context, f"tcp://{target.host}:{target.ctl_port}", ctl[2:], member, 2000))
                 wait_until(lambda: beats()[target_wid].get("dropped_frames", 0) >= 2, 30,
                            what="the member's garbage to reach the receivers")
             finally:
-                for sock in socks:
-                    sock.close()
-                context.term()
+                context.destroy(linger=0)  # every socket made here, whatever happened
 
             # A live move of a stateful executor: its state and the markers go over curve sockets too.
             plan = client.plan("curvewc")
-            here = plan["executors"]["count:0"]
-            target_worker = next(w for w in sorted(plan["workers"]) if w != here)
+            here = plan.executors["count:0"]
+            target_worker = next(w for w in sorted(plan.workers) if w != here)
             result = client.rebalance("curvewc", moves=[("count:0", target_worker)])
             done = client.wait_migrations("curvewc", result["records"], timeout=60)
-            assert done[0]["to"] == target_worker and not done[0].get("state_lost")
+            assert done[0].target == target_worker and not done[0].state_lost
 
             out = wait_finished(client, tmp_path, "curvewc", PER_SPOUT, extra=1)
             counts = counts_of(out)
@@ -142,3 +149,27 @@ def test_curve_wordcount_is_exact_and_strangers_inject_nothing(curve_cluster: An
         finally:
             client.kill("curvewc")
             client.wait_removed("curvewc", 30)
+
+
+def test_curve_on_without_keys_is_bad_input_everywhere(tmp_path: Path) -> None:
+    """CLI: exit 2 with one line before anything starts; daemon: a log line and a non-zero exit."""
+    missing = tmp_path / "nokeys"
+    curve = ["-c", "nstorm.transport.curve=true", "-c", f"nstorm.transport.curve.keys.dir={missing}"]
+    for args in (("local", str(ROOT / "topologies" / "wordcount.py"), "--duration", "1", *curve),
+                 ("cluster", "up", "--supervisors", "1", *curve),
+                 ("supervisor", "--zk", "127.0.0.1:1", "--node-id", "nokeys", *curve)):
+        result = run_cli(*args)
+        assert result.returncode == 2, (args, result.stderr)
+        assert "server.key" in result.stderr and "nstorm keys generate" in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+    result = run_cli("local", str(ROOT / "topologies" / "wordcount.py"), "-c", "nstorm.transport.curve=maybe")
+    assert result.returncode == 2 and "expected true or false" in result.stderr
+
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "supervisor", "--zk", "127.0.0.1:1", "--node-id", "nokeys2", *curve],
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert proc.returncode != 0
+    log = (Path(os.environ["NSTORM_HOME"]) / "logs" / "supervisor-nokeys2.log").read_text()
+    assert "cannot run: curve key file" in log and "Traceback" not in log

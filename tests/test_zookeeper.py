@@ -13,19 +13,11 @@ import pytest
 from kazoo.client import KazooClient
 
 from nstorm import zookeeper
+from nstorm.background import background_status, embedded_address, start_background, stop_background
 from nstorm.errors import NStormError, ZooKeeperError
 from nstorm.home import run_dir, zk_address_file
 from nstorm.net import free_port
-from nstorm.zookeeper import (
-    EmbeddedZooKeeper,
-    background_status,
-    embedded_address,
-    find_java,
-    ruok,
-    start_background,
-    stop_background,
-    zookeeper_classpath,
-)
+from nstorm.zookeeper import EmbeddedZooKeeper, find_java, ruok, zookeeper_classpath
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -24,20 +24,16 @@ import logging
 import random
 import threading
 import time
-from typing import TYPE_CHECKING
-
-import zmq
 
 from worker import wire
-
-if TYPE_CHECKING:
-    from worker.process import Worker
+from worker.delivery import Courier
+from worker.host import Host
+from worker.transport import WORKER_TASK
 
 __all__ = ["BackpressureMonitor"]
 
 log = logging.getLogger(__name__)
 
-WORKER_TASK = -1  # control messages addressed to a worker, not to an executor
 _REPEAT_SECS = 0.5
 _EXPIRE_SECS = 2.0
 _GATE_SECS = 10.0  # spouts wait at most this long for every other worker's hello
@@ -46,10 +42,10 @@ _GATE_SECS = 10.0  # spouts wait at most this long for every other worker's hell
 class BackpressureMonitor:
     """Watches local queues, tells peers, and keeps :attr:`throttled` for spouts."""
 
-    def __init__(self, worker: Worker, period: float = 0.005) -> None:
-        self.worker = worker
+    def __init__(self, host: Host, period: float = 0.005) -> None:
+        self.host = host
         self.period = period
-        conf = worker.conf
+        conf = host.conf
         self.high = int(conf["topology.backpressure.high.batches"])
         self.low = int(conf["topology.backpressure.low.batches"])
         self.cap = float(max(1, int(conf["topology.batch.size"])))
@@ -63,7 +59,7 @@ class BackpressureMonitor:
         self.throttled = True  # until the gate is set up and open
         self.events = 0
         self._stop = threading.Event()
-        self._socks: dict[str, zmq.Socket] = {}
+        self._courier = Courier(host, WORKER_TASK)  # used by the monitor thread only
         self._thread = threading.Thread(target=self._run, name="backpressure", daemon=True)
 
     def start(self) -> None:
@@ -98,10 +94,10 @@ class BackpressureMonitor:
 
     def _open_gate(self) -> None:
         """At the first plan: wait for the peers not heard from yet, and say hello to all."""
-        routing = self.worker.routing
+        routing = self.host.routing
         if routing is None:
             return
-        me = self.worker.worker_id
+        me = self.host.worker_id
         self.gate = {wid for wid in routing.endpoints if wid != me and wid not in self.heard}
         self.gate_until = time.monotonic() + _GATE_SECS
         if self.gate:
@@ -112,29 +108,21 @@ class BackpressureMonitor:
         """The deepest input queue, in full batches' worth of tuples (``topology.batch.size`` each).
 
         Adaptive batching sends small batches at low rates; counting messages would call
-        a queue of a few hundred tuples congested. An executor's queue holds about
-        ``qsize`` times the larger of the tuples per batch it recently took (``batch_avg``,
-        the oldest batches) and the size of the batch put on it last (``in_size``, the
-        newest): no counter is shared between threads, and a queue that fills with large
-        batches behind small ones counts as full at once.
+        a queue of a few hundred tuples congested (see :meth:`Inbox.depth <worker.delivery.Inbox.depth>`).
         """
         cap = self.cap
-        return max((ex.data_q.qsize() * max(ex.batch_avg, ex.in_size) / cap
-                    for ex in list(self.worker.executors.values())), default=0.0)
+        return max((inbox.depth(cap) for inbox in self.host.inboxes()), default=0.0)
 
     def _announce(self, congested: bool, only: set[str] | None = None) -> None:
-        routing = self.worker.routing
+        routing = self.host.routing
         if routing is None:
             return
-        message = wire.control_message(wire.BACKPRESSURE, WORKER_TASK, WORKER_TASK,
-                                       [self.worker.worker_id, congested, self.incarnation])
-        for wid, endpoint in routing.endpoints.items():
-            if wid == self.worker.worker_id or (only is not None and wid not in only):
-                continue
-            sock = self._socks.get(wid)
-            if sock is None:
-                sock = self._socks[wid] = self.worker.transport.control_socket(endpoint)  # type: ignore[union-attr]
-            sock.send(message)
+        me = self.host.worker_id
+        message = wire.control_message(wire.BACKPRESSURE, WORKER_TASK, WORKER_TASK, [me, congested, self.incarnation])
+        self._courier.routing = routing
+        for wid in routing.endpoints:
+            if wid != me and (only is None or wid in only):
+                self._courier.control_frame(wid, message)
 
     def _run(self) -> None:
         last_announce = 0.0
@@ -165,5 +153,4 @@ class BackpressureMonitor:
                 self._announce(True)
                 last_announce = now
             self._update()
-        for sock in self._socks.values():
-            sock.close(linger=0)
+        self._courier.close()

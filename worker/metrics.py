@@ -25,33 +25,25 @@ import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psutil
 
-from nstorm.home import home_dir
+from nstorm.home import metrics_dir
+from worker.host import Host
 
-if TYPE_CHECKING:
-    from worker.process import Worker
-
-__all__ = ["MetricsCollector", "metrics_root"]
+__all__ = ["MetricsCollector"]
 
 log = logging.getLogger(__name__)
-
-
-def metrics_root(conf: dict[str, Any] | None = None) -> Path:
-    """Where the metrics store lives (``nstorm.metrics.dir``, default ``$NSTORM_HOME/metrics``)."""
-    configured = (conf or {}).get("nstorm.metrics.dir")
-    return Path(configured) if configured else home_dir() / "metrics"
 
 
 class MetricsCollector:
     """The worker's load collection thread."""
 
-    def __init__(self, worker: Worker) -> None:
-        self.worker = worker
-        self.interval = float(worker.conf.get("worker.metrics.interval.secs", 1.0))
-        self.root = metrics_root(worker.conf) / worker.topology
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        self.interval = float(host.conf.get("worker.metrics.interval.secs", 1.0))
+        self.root = metrics_dir(host.conf) / host.topology
         self._last: dict[tuple[int, int], tuple[int, int]] = {}
         self._process = psutil.Process()
         self._process.cpu_percent(None)
@@ -70,44 +62,41 @@ class MetricsCollector:
 
     def collect(self) -> list[dict[str, Any]]:
         """One interval's records (edges with traffic, and this worker's load)."""
-        worker = self.worker
-        routing = worker.routing
+        host = self.host
+        routing = host.routing
         if routing is None:
             return []
         now = time.time()
         records: list[dict[str, Any]] = []
-        executors = list(worker.executors.values()) + list(worker.draining.values())
+        executors = host.executor_stats()
         node_of = {wid: ep.node for wid, ep in routing.endpoints.items()}
         for ex in executors:
-            outbox = getattr(ex, "outbox", None)
-            if outbox is None:
-                continue
-            for dst, (tuples, nbytes) in dict(outbox.traffic).items():
+            for dst, (tuples, nbytes) in dict(ex.traffic).items():
                 key = (ex.task, dst)
                 last_t, last_b = self._last.get(key, (0, 0))
                 self._last[key] = (tuples, nbytes)
                 if tuples <= last_t or dst >= len(routing.tasks):
                     continue
                 dst_worker = routing.location[dst]
-                src_node, dst_node = worker.node, node_of.get(dst_worker, "")
+                src_node, dst_node = host.node, node_of.get(dst_worker, "")
                 records.append({
-                    "kind": "edge", "ts": now, "topology": worker.topology,
+                    "kind": "edge", "ts": now, "topology": host.topology,
                     "src": ex.executor_id, "dst": routing.tasks[dst], "tuples": tuples - last_t,
-                    "bytes": nbytes - last_b, "src_worker": worker.worker_id, "dst_worker": dst_worker,
+                    "bytes": nbytes - last_b, "src_worker": host.worker_id, "dst_worker": dst_worker,
                     "src_node": src_node, "dst_node": dst_node, "inter_node": src_node != dst_node,
                 })
-        queues = {ex.executor_id: ex.data_q.qsize() for ex in executors}
+        queues = {ex.executor_id: ex.queue for ex in executors}
         cpu = self._process.cpu_percent(None) / 100.0
         self.last_load = {"cpu": cpu, "queue": sum(queues.values())}
-        records.append({"kind": "load", "ts": now, "topology": worker.topology, "worker": worker.worker_id,
-                        "node": worker.node, "cpu": cpu, "queue": sum(queues.values()), "executors": queues})
+        records.append({"kind": "load", "ts": now, "topology": host.topology, "worker": host.worker_id,
+                        "node": host.node, "cpu": cpu, "queue": sum(queues.values()), "executors": queues})
         return records
 
     def _path(self, now: float) -> Path:
         stamp = datetime.fromtimestamp(now, UTC)
         directory = self.root / f"date={stamp:%Y-%m-%d}" / f"hour={stamp:%H}"
         directory.mkdir(parents=True, exist_ok=True)
-        return directory / f"{self.worker.node}-{self.worker.port}-{os.getpid()}-{stamp:%M}.jsonl"
+        return directory / f"{self.host.node}-{self.host.port}-{os.getpid()}-{stamp:%M}.jsonl"
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):

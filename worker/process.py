@@ -18,7 +18,6 @@ import gc
 import json
 import logging
 import os
-import queue
 import signal
 import sys
 import threading
@@ -27,30 +26,36 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from kazoo.exceptions import ConnectionLoss, NoNodeError, SessionExpiredError, ZookeeperError
-from kazoo.handlers.threading import KazooTimeoutError
-
 from kvstore import LMDBPlanStore, StoreMissingError
+from nstorm.config import ENV_CPU_LIMIT
+from nstorm.errors import AuthError, NStormError, UsageError
 from nstorm.loader import load_topology
-from nstorm.zkschema import ACTIVE, ZkPaths, connect, encode
-from supervisor.cpulimit import ENV_CPU_LIMIT
+from nstorm.plan import LocalPlan, PlanError
+from nstorm.records import Heartbeat, MoveMode, TopologyStatus
+from nstorm.ticker import passes
+from nstorm.topology import ACKER, is_acker
+from nstorm.zkschema import ZkPaths, connect, encode
 from worker import wire
+from worker.acker import AckerExecutor
 from worker.backpressure import BackpressureMonitor
-from worker.executor import AckerExecutor, BoltExecutor, Executor, SpoutExecutor
+from worker.bolt import BoltExecutor
+from worker.delivery import CONTROL, DATA, Courier, Inbox, Sockets
+from worker.executor import Executor, UserExecutor
 from worker.fencing import Fence
+from worker.host import ExecutorStats
 from worker.metrics import MetricsCollector
+from worker.migration import MigrationDesk
 from worker.routing import RoutingTable
-from worker.transport import Transport
+from worker.spout import SpoutExecutor
+from worker.transport import WORKER_TASK, Transport
 
 __all__ = ["Worker"]
 
 log = logging.getLogger(__name__)
 
-_HANDOVER_MEMORY_SECS = 120.0  # how long a worker remembers where it handed a state over
-
 
 class Worker:
-    """One worker process. See the module docstring."""
+    """One worker process, and the :class:`~worker.host.Host` of its parts. See the module docstring."""
 
     def __init__(
         self, node: str, port: int, topology: str, store_path: Path, zk_address: str | None, zk_root: str,
@@ -71,15 +76,19 @@ class Worker:
         self.state = "STARTING"
         self.executors: dict[int, Executor] = {}
         self.draining: dict[int, Executor] = {}  # moved-away copies still finishing their input
-        self.stash: dict[int, list[tuple[float, Any]]] = {}  # frames for tasks not (yet) here
+        self.stashed: dict[int, list[tuple[float, Any]]] = {}  # frames for tasks not (yet) here
         self.lock = threading.Lock()  # executors/draining/stash changes vs the receivers' slow path
-        self.completions: queue.SimpleQueue[tuple[str, dict[str, Any]]] = queue.SimpleQueue()
         self.restart_pending = False
         self.routing: RoutingTable | None = None
         self.version = 0
         self.active = False
         self.conf: dict[str, Any] = {}
         self.acking = False
+        self.sockets: Sockets | None = None  # type: ignore[assignment]
+        self.courier = Courier(self, WORKER_TASK)  # the main loop's: forwarded frames, GONE answers
+        self.migrations = MigrationDesk(self.worker_id, self._send_gone)
+        self.forwarded = 0  # frames sent on to an executor's new place
+        self.forward_dropped = 0  # ... that its new place did not take (a full pipe)
         self.transport: Transport | None = None
         self.backpressure: BackpressureMonitor | None = None
         self.metrics: MetricsCollector | None = None
@@ -91,10 +100,6 @@ class Worker:
         self._zk = None
         self.fence: Fence | None = None
         self.fenced = False  # cut off from ZooKeeper long enough to have been replaced: spouts pause
-        self._unreported: list[tuple[str, dict[str, Any]]] = []  # completions ZooKeeper has not taken yet
-        # task -> (worker, copy, when) of the states handed over from here lately: a READY that comes
-        # after the copy left is answered from it (worker.process.Worker.answer_ready)
-        self._handovers: dict[int, tuple[str, Any, float]] = {}
 
     @property
     def throttled(self) -> bool:
@@ -102,86 +107,51 @@ class Worker:
         bp = self.backpressure
         return self.fenced or (bp is not None and bp.throttled)
 
-    # -- plan handling ---------------------------------------------------------------------
-    def local_queue(self, dst: int, wid: str) -> Any:
-        """The data queue of ``dst`` if it runs (or still drains) in this worker, else None."""
-        if wid != self.worker_id:
+    # -- the host of executors, receivers, backpressure and metrics (worker.host.Host) --------
+    def inbox(self, task: int, wid: str | None = None) -> Inbox | None:
+        """The inbox of ``task`` if it runs (or still drains) here; with ``wid``, only if that is here."""
+        if wid is not None and wid != self.worker_id:
             return None
-        ex = self.executors.get(dst) or self.draining.get(dst)
-        return ex.data_q if ex is not None else None
+        ex = self.executors.get(task) or self.draining.get(task)
+        return ex.inbox if ex is not None else None
 
-    def local_target(self, dst: int, wid: str) -> Executor | None:
-        """The executor ``dst`` if it runs (or still drains) in this worker, else None."""
-        if wid != self.worker_id:
-            return None
-        return self.executors.get(dst) or self.draining.get(dst)
+    def inboxes(self) -> list[Inbox]:
+        return [ex.inbox for ex in list(self.executors.values())]
 
-    def local_control(self, dst: int, wid: str) -> Any:
-        if wid != self.worker_id:
-            return None
-        ex = self.executors.get(dst) or self.draining.get(dst)
-        return ex.ctl_q if ex is not None else None
+    def executor_stats(self) -> list[ExecutorStats]:
+        everyone = list(self.executors.values()) + list(self.draining.values())
+        return [ExecutorStats(ex.executor_id, ex.task, ex.traffic, ex.data_q.qsize()) for ex in everyone]
 
-    def target(self, dst: int) -> Any:
-        """The executor a frame for ``dst`` goes to here: the running copy, else a draining one."""
-        return self.executors.get(dst) or self.draining.get(dst)
-
-    def stash_frame(self, dst: int, item: Any) -> None:
+    def stash(self, dst: int, channel: str, item: Any, extra: Any) -> None:
         """Keep a frame for a task this worker does not host, until the next plan says where it is.
 
         Called by a receiver: the task may be about to arrive here (the plan that moves it
         is on its way) or may have left (the frame is forwarded). The main loop settles it.
         """
         with self.lock:
-            ex = self.target(dst)
-            if ex is not None:  # arrived while we looked
-                (ex.data_q if item[0] == "data" else ex.ctl_q).put(item[1])
+            inbox = self.inbox(dst)
+            if inbox is not None:  # arrived while we looked
+                inbox.put(channel, item)
                 return
-            self.stash.setdefault(dst, []).append((time.monotonic(), item))
+            self.stashed.setdefault(dst, []).append((time.monotonic(), (channel, item, extra)))
         self._wake.set()
 
-    def handed_over(self, task: int, to: str, copy: Any) -> None:
-        """Called by an old copy when it has sent its state (to ``copy`` at ``to``; None: to whichever
-        copy runs there, the new copy had not announced itself by the drain deadline)."""
-        self._handovers[task] = (to, copy, time.monotonic())
+    def _send_gone(self, wid: str, task: int, entries: Any) -> None:
+        self.courier.routing = self.routing
+        self.courier.control_frame(wid, wire.control_message(wire.GONE, task, WORKER_TASK, entries))
 
-    def answer_ready(self, task: int, entries: Any) -> None:
-        """A new copy's READY came for a task this worker neither runs nor drains (main loop only).
-
-        If the state went to that very copy (or blindly to its worker), it is on its way and the
-        copy keeps waiting; otherwise no state will come from here (this worker restarted since,
-        or the state went to an earlier incarnation of the copy's worker): GONE tells it to start
-        empty now instead of at its deadline.
-        """
-        if not isinstance(entries, Mapping) or not isinstance(entries.get("worker"), str):
-            return
-        sender, copy = entries["worker"], entries.get("copy")
-        sent = self._handovers.get(task)
-        if sent is not None and sent[0] == sender and sent[1] in (None, copy):
-            return
-        log.info("task %d: READY from %s, but no copy here holds its state: answered GONE", task, sender)
-        self.transport.send_control(sender, wire.GONE, task, {"worker": self.worker_id})  # type: ignore[union-attr]
-
-    def migration_done(self, ex: Executor, stall: float, lost: bool) -> None:
-        """Called by a moved-in copy when it resumes; reported to ZooKeeper by the main loop."""
-        migration = getattr(ex, "migration", None) or {}
-        record = migration.get("record")
-        if record:
-            self.completions.put((record, {"completed_at": time.time(), "stall_secs": round(stall, 4),
-                                           "state_lost": lost}))
-
-    def _load_code(self, plan: Mapping[str, Any]) -> None:
-        self.submission = plan.get("submission")
-        self.definition = plan["definition"]
-        self.conf = dict(plan["conf"])
-        self.acking = bool(any(t.startswith("__acker:") for t in plan["tasks"]))
-        main = Path(plan["code_dir"]) / plan["main"]
-        topology = load_topology(main, plan.get("user_conf") or {}, module_name=f"nstorm_topology_{self.topology}")
+    def _load_code(self, local: LocalPlan) -> None:
+        self.submission = local.plan.submission
+        self.definition = local.definition
+        self.conf = dict(local.conf)
+        self.acking = any(is_acker(t) for t in local.plan.tasks)
+        main = Path(local.code_dir) / local.main
+        topology = load_topology(main, local.user_conf, module_name=f"nstorm_topology_{self.topology}")
         self.classes = topology.classes
 
     def _make_executor(self, eid: str, task: int) -> Executor:
         comp = eid.rpartition(":")[0]
-        if comp == "__acker":
+        if comp == ACKER:
             return AckerExecutor(self, eid, task)
         spec = self.definition["components"][comp]
         cls = self.classes[comp]
@@ -194,12 +164,13 @@ class Worker:
         sources = {i["component"] for i in self.definition["components"][component]["inputs"]}
         return {t for c in sources for t in routing.component_tasks.get(c, ())}
 
-    def apply_plan(self, plan: Mapping[str, Any]) -> bool:
+    def apply_plan(self, local: LocalPlan) -> bool:
         """Move to ``plan``; False if this worker is no longer part of it."""
         if not self.classes:
-            self._load_code(plan)
-        if plan.get("submission") != self.submission:
-            log.info("plan v%s belongs to another submission of %s: this worker's is over", plan.get("version"),
+            self._load_code(local)
+        plan = local.plan
+        if plan.submission != self.submission:
+            log.info("plan v%d belongs to another submission of %s: this worker's is over", plan.version,
                      self.topology)
             return False
         routing = RoutingTable.from_plan(plan)
@@ -215,98 +186,103 @@ class Worker:
         drain = float(self.conf["worker.lazy.kill.ms"]) / 1000.0
         mine = {routing.tasks.index(e): e for e in routing.executors_of(self.worker_id)}
         created: list[Executor] = []
+        started: list[str] = []
         with self.lock:
             for task, eid in mine.items():
                 if task in self.executors:
                     continue
                 ex = self._make_executor(eid, task)
-                moved = routing.moved.get(eid)
-                if moved and moved.get("to") == self.worker_id and ex.kind != "acker":
-                    if moved.get("mode") == "thread" and moved.get("from") != self.worker_id:
-                        ex.await_state(state_wait, moved)  # type: ignore[attr-defined]
-                    elif moved.get("mode") != "thread":
-                        ex.migration = moved  # type: ignore[attr-defined]  # process/stop: done once started
-                for _, item in self.stash.pop(task, []):
-                    (ex.data_q if item[0] == "data" else ex.ctl_q).put(item[1])
+                move = plan.moved.get(eid)
+                if move and move.target == self.worker_id and isinstance(ex, UserExecutor):
+                    if move.mode is MoveMode.THREAD and move.source != self.worker_id:
+                        ex.handover.await_state(state_wait, move)
+                    elif move.mode is not MoveMode.THREAD and move.record:
+                        started.append(move.record)  # process/stop mode: started is done
+                for _, (channel, item, _extra) in self.stashed.pop(task, []):
+                    ex.inbox.put(channel, item)
                 self.executors[task] = ex
                 created.append(ex)
             lost = [t for t in self.executors if t not in mine]
             for task in lost:
                 ex = self.executors.pop(task)
-                if ex.kind == "acker":
+                if not isinstance(ex, UserExecutor):
                     ex.stop()
                     continue
-                ex.begin_drain(self._upstream_tasks(routing, ex.component), drain)  # type: ignore[attr-defined]
+                ex.handover.begin_drain(self._upstream_tasks(routing, ex.component), drain)
                 self.draining[task] = ex
-            self.active = plan.get("status") == ACTIVE
+            self.active = plan.status is TopologyStatus.ACTIVE
             self.routing = routing  # the atomic swap: every executor sees it on its next loop
             self.version = routing.version
         for ex in created:
             ex.start()
-            if getattr(ex, "migration", None) and getattr(ex, "awaiting_until", None) is None:
-                self.migration_done(ex, 0.0, lost=False)  # process/stop mode: started is done
+        for record in started:
+            self.migrations.completed(record, 0.0, lost=False)
         if created or lost:
             log.info("plan v%d: started %s; %s moved away (draining)", self.version,
                      [e.executor_id for e in created], [routing.tasks[t] for t in lost])
         return True
 
     def _settle(self) -> None:
-        """Reap finished draining copies; deliver or forward stashed frames."""
+        """Reap finished draining copies; deliver, forward or answer stashed frames."""
         for task, ex in list(self.draining.items()):
-            if ex.state == "STOPPED":
+            if ex.stopped:
                 with self.lock:
                     if self.draining.get(task) is ex:
                         del self.draining[task]
-        now = time.monotonic()
-        for task, (_to, _copy, at) in list(self._handovers.items()):
-            if now - at > _HANDOVER_MEMORY_SECS:
-                del self._handovers[task]
-        if not self.stash:
+        self.migrations.prune()
+        if not self.stashed:
             return
+        now = time.monotonic()
         patience = 2 * float(self.conf["worker.sync.interval.ms"]) / 1000.0 + 0.05
         with self.lock:
-            for dst in list(self.stash):
-                ex = self.target(dst)
-                items = self.stash[dst]
-                if ex is not None:
-                    for _, item in items:
-                        (ex.data_q if item[0] == "data" else ex.ctl_q).put(item[1])
-                    del self.stash[dst]
+            for dst in list(self.stashed):
+                inbox = self.inbox(dst)
+                items = self.stashed[dst]
+                if inbox is not None:
+                    for _, (channel, item, _extra) in items:
+                        inbox.put(channel, item)
+                    del self.stashed[dst]
                 elif items and now - items[0][0] > patience:
-                    del self.stash[dst]
-                    for _, item in items:
-                        if item[0] == "ctl" and item[1][0] == wire.READY:
-                            self.answer_ready(dst, item[1][2])  # never forwarded: it asks this place
+                    del self.stashed[dst]
+                    for _, (channel, item, extra) in items:
+                        if channel == CONTROL and item[0] == wire.READY:
+                            self.migrations.answer_ready(dst, item[2])  # never forwarded: it asks this place
                         else:
-                            self.transport.forward(dst, item)  # type: ignore[union-attr]
+                            self._forward(dst, channel, item, extra)
 
-    def _report_completions(self) -> None:
-        """Mark finished migrations completed in ZooKeeper; kept for a retry while it is unreachable."""
-        while True:
-            try:
-                self._unreported.append(self.completions.get_nowait())
-            except queue.Empty:
-                break
-        if self._zk is None or not self._unreported:
+    def _forward(self, dst: int, channel: str, item: Any, extra: Any) -> None:
+        """Send a stashed frame on to where the routing table now puts ``dst`` (main loop only)."""
+        routing = self.routing
+        wid = routing.location[dst] if routing is not None else ""
+        if not wid or wid == self.worker_id:
+            log.warning("a frame for task %d dropped: it has no place", dst)
             return
-        pending, self._unreported = self._unreported, []
-        for i, (record, update) in enumerate(pending):
-            path = f"{self.paths.migrations(self.topology)}/{record}"
-            try:
-                data, stat = self._zk.get(path)
-                info = json.loads(data.decode())
-                if info.get("completed_at"):
-                    continue  # reported before (this worker restarted since)
-                info.update(update)
-                self._zk.set(path, encode(info), version=stat.version)
-                log.info("migration %s of %s completed (stall %.3fs)", record, info.get("executor"), update["stall_secs"])
-            except NoNodeError:
-                continue  # the topology was killed
-            except (ConnectionLoss, SessionExpiredError, ZookeeperError, KazooTimeoutError):
-                self._unreported.extend(pending[i:])  # ZooKeeper is away: retry next cycle
-                return
-            except Exception:  # noqa: BLE001 - bookkeeping only
-                log.warning("cannot record completion of migration %s", record, exc_info=True)
+        self.courier.routing = routing
+        if channel == DATA:
+            src, payload = item
+            hops, count = extra
+            header = wire.marker_header(dst, src) if payload is None else wire.data_header(dst, src, hops + 1, count)
+            sent = self.courier.frame(wid, header, payload or b"")
+        else:
+            sent = self.courier.control_frame(wid, extra)
+        if sent:
+            self.forwarded += 1
+            return
+        self.forward_dropped += 1  # its new place takes nothing now (dead?): the acker replays it
+        if self.forward_dropped <= 10 or self.forward_dropped % 1000 == 0:
+            log.warning("a frame for task %d not forwarded: %s takes nothing now; %d so far", dst, wid,
+                        self.forward_dropped)
+
+    def _read_plan(self, store: LMDBPlanStore) -> LocalPlan | None:
+        """The latest local plan of this worker's topology; None if there is none (or it is damaged)."""
+        latest = store.latest(self.topology)
+        if latest is None:
+            return None
+        try:
+            return LocalPlan.from_json(self.topology, latest[1])
+        except PlanError as exc:
+            log.error("%s (v%d in the store): ignored", exc, latest[0])
+            return None
 
     @staticmethod
     def _store_synced(store: LMDBPlanStore) -> bool:
@@ -323,24 +299,18 @@ class Worker:
 
     # -- heartbeat ---------------------------------------------------------------------------
     def heartbeat(self) -> dict[str, Any]:
+        """This worker's :class:`~nstorm.records.Heartbeat`, as JSON."""
         executors = {ex.executor_id: ex.counters() for ex in list(self.executors.values())}
         for ex in list(self.draining.values()):
             executors.setdefault(ex.executor_id, ex.counters())
-        return {
-            "worker_id": self.worker_id,
-            "submission": self.submission,
-            "pid": os.getpid(),
-            "time": time.time(),
-            "version": self.version,
-            "cpu": self.metrics.last_load["cpu"] if self.metrics else 0.0,
-            "queue": self.metrics.last_load["queue"] if self.metrics else 0,
-            "cpu_limit": self.cpu_limit,
-            "executors": executors,
-            "dropped_frames": self.transport.dropped if self.transport else 0,
-            "forwarded": self.transport.forwarded if self.transport else 0,
-            "curve_refused": self.transport.security.refused if self.transport else 0,
-            "backpressure_events": self.backpressure.events if self.backpressure else 0,  # on/off switches
-        }
+        load = self.metrics.last_load if self.metrics else {"cpu": 0.0, "queue": 0}
+        return Heartbeat(
+            worker_id=self.worker_id, submission=self.submission, pid=os.getpid(), time=time.time(),
+            version=self.version, cpu=float(load["cpu"]), queue=int(load["queue"]), cpu_limit=self.cpu_limit,
+            executors=executors, dropped_frames=self.transport.dropped if self.transport else 0,
+            forwarded=self.forwarded, curve_refused=self.sockets.security.refused if self.sockets else 0,
+            backpressure_events=self.backpressure.events if self.backpressure else 0,  # on/off switches
+        ).to_json()
 
     def _heartbeat_loop(self) -> None:
         interval = float(self.conf.get("worker.heartbeat.interval.secs", 1.0))
@@ -384,33 +354,25 @@ class Worker:
 
     def run(self) -> int:
         store = self._open_store()
-        latest = store.latest(self.topology)
-        if latest is None:
+        local = self._read_plan(store)
+        if local is None:
             log.error("no plan for topology %s in %s", self.topology, self.store_path)
             return 1
-        _, plan = latest
-        self._load_code(plan)
+        self._load_code(local)
         # A thread woken by a socket or queue waits for the GIL until the running thread
         # is forced to drop it; a short interval keeps hand-offs between executors quick.
         sys.setswitchinterval(float(self.conf["worker.gil.switch.interval.ms"]) / 1000.0)
-        endpoint = plan["workers"].get(self.worker_id)
-        if endpoint is None:
-            log.error("worker %s is not in plan v%s", self.worker_id, plan["version"])
+        slot = local.plan.workers.get(self.worker_id)
+        if slot is None:
+            log.error("worker %s is not in plan v%d", self.worker_id, local.plan.version)
             return 1
-        self.transport = Transport(self, endpoint["host"], int(endpoint["port"]), int(endpoint["ctl_port"]),
-                                   self.curve_keys)
-        if self.zk_address:
-            try:
-                session = float(self.conf["nstorm.zookeeper.session.timeout.secs"])
-                self._zk = connect(self.zk_address, session_timeout=session)
-                # kazoo reports SUSPENDED about 2/3 of a session after the last contact, so a third
-                # more is when the server expires the session and Nimbus may reassign.
-                self.fence = Fence(self.worker_id, session / 3.0)
-                self._zk.add_listener(self.fence.on_state)
-            except Exception:  # noqa: BLE001 - run without heartbeats to ZooKeeper
-                log.warning("cannot reach ZooKeeper at %s; running without heartbeats", self.zk_address)
+        self.sockets = Sockets(self.curve_keys)
         self.backpressure = BackpressureMonitor(self)
-        self.apply_plan(plan)
+        self.transport = Transport(self, self.sockets, slot.host, slot.port, slot.ctl_port,
+                                   self.backpressure.on_announcement)
+        if self.zk_address:
+            self._connect_zookeeper()  # AuthError (one line, exit 1) for credentials it refuses
+        self.apply_plan(local)
         self.transport.start()
         self.backpressure.start()
         self.metrics = MetricsCollector(self)
@@ -420,11 +382,7 @@ class Worker:
         log.info("worker %s running topology %s (plan v%d, pid %d)", self.worker_id, self.topology, self.version, os.getpid())
         threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True).start()
         interval = float(self.conf["worker.sync.interval.ms"]) / 1000.0
-        while not self._stop.is_set():
-            self._wake.wait(interval)
-            self._wake.clear()
-            if self._stop.is_set():
-                break
+        for _ in passes(self._stop, self._wake, interval):
             try:
                 version = store.latest_version(self.topology)
             except Exception:  # noqa: BLE001 - a store being rebuilt: try again next cycle
@@ -436,16 +394,42 @@ class Worker:
                 log.info("topology %s removed from the plan store: stopping", self.topology)
                 break
             if version != self.version:
-                got = store.latest(self.topology)
-                if got is not None and not self.apply_plan(got[1]):
-                    log.info("worker %s is not in plan v%d: stopping", self.worker_id, got[0])
+                got = self._read_plan(store)
+                if got is not None and not self.apply_plan(got):
+                    log.info("worker %s is not in plan v%d: stopping", self.worker_id, got.plan.version)
                     break
             if self.fence is not None:
                 self.fenced = self.fence.check(self._plan_is_current)
             self._settle()
-            self._report_completions()
+            self.migrations.report(self._zk, self.paths.migrations(self.topology))
         self.shutdown()
         return 0
+
+    def _connect_zookeeper(self) -> None:
+        """Connect for heartbeats and completions; a worker also runs without ZooKeeper (it needs
+        none to process tuples), but not with credentials ZooKeeper refuses: that is a
+        configuration error, raised as :class:`~nstorm.errors.AuthError`."""
+        session = float(self.conf["nstorm.zookeeper.session.timeout.secs"])
+        try:
+            zk = connect(self.zk_address, session_timeout=session)  # type: ignore[arg-type]
+        except NStormError as exc:
+            if isinstance(exc, UsageError):
+                raise  # malformed credentials
+            log.warning("cannot reach ZooKeeper at %s; running without heartbeats", self.zk_address)
+            return
+        try:
+            self.paths.check_access(zk)
+        except AuthError:
+            zk.stop()
+            zk.close()
+            raise
+        except Exception:  # noqa: BLE001 - ZooKeeper went away meanwhile: heartbeats retry later
+            log.warning("ZooKeeper at %s did not answer; heartbeats retry", self.zk_address)
+        self._zk = zk
+        # kazoo reports SUSPENDED about 2/3 of a session after the last contact, so a third
+        # more is when the server expires the session and Nimbus may reassign.
+        self.fence = Fence(self.worker_id, session / 3.0)
+        zk.add_listener(self.fence.on_state)
 
     def _tune_gc(self) -> None:
         """Fewer cyclic-GC passes over the tuples in flight (``worker.gc.threshold``).
@@ -482,6 +466,9 @@ class Worker:
             self.backpressure.stop()
         if self.transport:
             self.transport.stop()
+        self.courier.close()
+        if self.sockets:
+            self.sockets.stop()
         if self._zk is not None:
             try:
                 self._zk.stop()

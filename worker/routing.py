@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+
+from nstorm.plan import Plan
+from nstorm.topology import ACKER
 
 __all__ = ["Endpoint", "RoutingTable"]
 
@@ -45,17 +47,13 @@ class RoutingTable:
     task_component: tuple[str, ...]
     task_index: tuple[int, ...]
     ackers: tuple[int, ...]
-    moved: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # executor -> last move
     restart: Mapping[str, int] = field(default_factory=dict)  # worker id -> version (process mode)
 
     @classmethod
-    def from_plan(cls, plan: Mapping[str, Any]) -> RoutingTable:
-        tasks = tuple(plan["tasks"])
-        executors = plan["executors"]
-        endpoints = {
-            wid: Endpoint(wid, w["node"], w["host"], int(w["port"]), int(w["ctl_port"]))
-            for wid, w in plan["workers"].items()
-        }
+    def from_plan(cls, plan: Plan) -> RoutingTable:
+        tasks = tuple(plan.tasks)
+        endpoints = {wid: Endpoint(wid, slot.node, slot.host, slot.port, slot.ctl_port)
+                     for wid, slot in plan.workers.items()}
         comp_tasks: dict[str, list[int]] = {}
         task_component = []
         task_index = []
@@ -65,16 +63,15 @@ class RoutingTable:
             task_component.append(comp)
             task_index.append(int(idx))
         return cls(
-            version=int(plan["version"]),
+            version=plan.version,
             tasks=tasks,
-            location=tuple(executors.get(eid, "") for eid in tasks),
+            location=tuple(plan.executors.get(eid, "") for eid in tasks),
             endpoints=endpoints,
             component_tasks={c: tuple(t) for c, t in comp_tasks.items()},
             task_component=tuple(task_component),
             task_index=tuple(task_index),
-            ackers=tuple(comp_tasks.get("__acker", ())),
-            moved=dict(plan.get("moved") or {}),
-            restart=dict(plan.get("restart") or {}),
+            ackers=tuple(comp_tasks.get(ACKER, ())),
+            restart=dict(plan.restart),
         )
 
     def executors_of(self, worker_id: str) -> list[str]:

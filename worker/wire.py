@@ -23,7 +23,7 @@ pack and unpack):
 Batches between executors of one worker are the same three columns as Python
 objects on the destination's queue (no serialisation).
 
-Control messages (acker traffic, and later migration hand-over) are one frame
+Control messages (acker traffic, backpressure, and the hand-over of a moved executor) are one frame
 ``[kind, dst_task, src_task, entries]`` on the worker's separate control port,
 whose receiver never blocks, so acks cannot deadlock behind backpressured data.
 

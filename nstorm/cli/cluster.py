@@ -23,9 +23,9 @@ def up(
     conf: ConfOption = None,
 ) -> None:
     """Start ZooKeeper, Nimbus and supervisors in the background (pids under $NSTORM_HOME/run)."""
+    from nstorm.background import start_background
     from nstorm.config import check_security_conf, parse_conf_options
     from nstorm.localcluster import LocalCluster, cluster_status
-    from nstorm.zookeeper import start_background
 
     overrides = parse_conf_options(conf or [])
     check_security_conf(overrides)  # bad credentials or missing keys: exit 2 before anything starts

@@ -9,8 +9,10 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.console import Group
 from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
 from nstorm.cli.common import ConfOption, cli_errors, err_console
 
@@ -29,22 +31,24 @@ class _Mover:
 
     def step(self, elapsed: float) -> None:
         if self.pending:
-            done = {r["id"]: r for r in self.client.migrations(self.name) if r["id"] in self.pending and r.get("completed_at")}
+            done = {r.id: r for r in self.client.migrations(self.name) if r.id in self.pending and r.completed_at}
             for rid, record in done.items():
-                took = float(record["completed_at"]) - float(record["requested_at"])
+                took = float(record.completed_at) - record.requested_at
                 self.lines.append(f"{elapsed:5.0f}s  moved {self.pending.pop(rid)} live in {took:.2f}s "
-                                  f"(executor stalled {float(record.get('stall_secs') or 0):.3f}s; no worker restarted)")
+                                  f"(executor stalled {record.stall_secs or 0:.3f}s; no worker restarted)")
         if not self.every or time.monotonic() < self.next_at or self.pending:
             return
         self.next_at = time.monotonic() + self.every
-        plan = self.client.plan(self.name) or {}
-        workers = sorted(plan.get("workers", {}))
-        movable = sorted(e for e in plan.get("executors", {}) if not e.startswith("__"))
+        plan = self.client.plan(self.name)
+        if plan is None:
+            return
+        workers = sorted(plan.workers)
+        movable = sorted(e for e in plan.executors if not e.startswith("__"))
         if len(workers) < 2 or not movable:
             return
         stateful = [e for e in movable if e.startswith("count:")]
         executor = self.rng.choice(stateful or movable)
-        source = plan["executors"][executor]
+        source = plan.executors[executor]
         target = self.rng.choice([w for w in workers if w != source])
         try:
             result = self.client.rebalance(self.name, moves=[(executor, target)])
@@ -78,11 +82,15 @@ class _Rates:
                           f"{c['executed']:,}", str(c["failed"]))
         s = status["spouts"]
         table.caption = (f"spout tuples: acked {s['acked']:,}  pending {s['pending']:,}  failed {s['failed']:,}  "
-                         f"replayed {s['replayed']:,}   workers: "
-                         + ", ".join(f"{w['id']} (pid {w['pid']})" for w in status["workers"])
-                         + "".join(f"\n{line}" for line in self.moves[-6:]))
+                         f"replayed {s['replayed']:,}")
         table.caption_justify = "left"
         return table
+
+    def view(self, status: dict[str, Any], elapsed: float) -> Group:
+        """The table, then the workers and the last moves as lines of their own: a table's caption
+        wraps at the table's width, these take the terminal's."""
+        workers = "workers: " + ", ".join(f"{w['id']} (pid {w['pid']})" for w in status["workers"])
+        return Group(self.table(status, elapsed), Text(workers), *(Text(line) for line in self.moves[-6:]))
 
 
 def _raise_interrupt(*_: Any) -> None:
@@ -133,12 +141,12 @@ def register(app: typer.Typer) -> None:
                 rates.moves = mover.lines
                 t0 = time.monotonic()
                 status = client.status(name)
-                with Live(rates.table(status, 0), console=err_console, refresh_per_second=2) as live:
+                with Live(rates.view(status, 0), console=err_console, refresh_per_second=2) as live:
                     while not duration or time.monotonic() - t0 < duration:
                         time.sleep(1.0)
                         mover.step(time.monotonic() - t0)
                         status = client.status(name)
-                        live.update(rates.table(status, time.monotonic() - t0))
+                        live.update(rates.view(status, time.monotonic() - t0))
                 s = status["spouts"]
                 moved = sum(1 for m in status["migrations"] if m.get("completed_at"))
                 err_console.print(f"done: {s['acked']:,} spout tuples acked, {s['failed']:,} failed, "

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated
 
 import typer
+from typer.exceptions import TyperException
 
 from nstorm import __version__
 from nstorm.cli import cluster, daemons, keys, local, topology, traffic, zookeeper
+from nstorm.cli.common import err_console
 
 app = typer.Typer(
     name="nstorm",
@@ -43,4 +46,21 @@ def root(
 
 
 def main() -> None:
-    app()
+    """The ``nstorm`` console script: a usage error (an unknown option, a missing or malformed
+    argument) is one line on stderr and exit code 2, as every other bad input."""
+    try:
+        code = app(standalone_mode=False)
+    except TyperException as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError" or not isinstance(exc.exit_code, int):
+            from typer import rich_utils
+
+            rich_utils.rich_format_error(exc)  # type: ignore[arg-type]  # the help, as typer shows it
+            sys.exit(exc.exit_code)
+        command = getattr(getattr(exc, "ctx", None), "command_path", "nstorm")
+        message = exc.format_message().strip().splitlines()[0]
+        err_console.print(f"[red]error:[/red] {message} (see '{command} --help')", highlight=False, soft_wrap=True)
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        err_console.print("aborted")
+        sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)

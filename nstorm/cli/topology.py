@@ -151,10 +151,10 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"{name}: plan v{result['version']}, {mode} mode: "
                        + ", ".join(f"{e} -> {w}" for e, w in result["moves"]))
             done = client.wait_migrations(name, result["records"], timeout=timeout)
-        for record in sorted(done, key=lambda r: r["executor"]):
-            took = float(record["completed_at"]) - float(record["requested_at"])
-            typer.echo(f"  {record['executor']}: {record['from']} -> {record['to']} in {took:.2f}s"
-                       + (f" (stall {record['stall_secs']:.3f}s)" if record.get("stall_secs") is not None else ""))
+        for record in sorted(done, key=lambda r: r.executor):
+            took = float(record.completed_at or 0) - record.requested_at
+            typer.echo(f"  {record.executor}: {record.source} -> {record.target} in {took:.2f}s"
+                       + (f" (stall {record.stall_secs:.3f}s)" if record.stall_secs is not None else ""))
 
     @app.command(rich_help_panel="Topologies")
     @cli_errors

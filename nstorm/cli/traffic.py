@@ -68,7 +68,7 @@ def register(app: typer.Typer) -> None:
             raise UsageError(msg)
         with ClusterClient(zk, zk_root) as client:
             client.status(name)  # unknown topology: exit 2 before Spark starts
-            plan = client.plan(name) or {}
+            plan = client.plan(name)
         job = TrafficJob(master=master)
         try:
             with err_console.status("running the Spark job..."):
@@ -76,7 +76,7 @@ def register(app: typer.Typer) -> None:
         finally:
             job.stop()
         if png is not None:
-            heatmap(result, plan.get("executors", {}), png, name)
+            heatmap(result, plan.executors if plan else {}, png, name)
         if as_json:
             print_json(result)
             return

@@ -15,7 +15,7 @@ app = typer.Typer(no_args_is_help=True, help="Run the embedded ZooKeeper (from p
 @cli_errors
 def start(port: Annotated[int, typer.Option(help="client port; 0 picks a free one")] = 0) -> None:
     """Start ZooKeeper in the background (idempotent); prints its address."""
-    from nstorm.zookeeper import start_background
+    from nstorm.background import start_background
 
     typer.echo(start_background(port=port))
 
@@ -24,7 +24,7 @@ def start(port: Annotated[int, typer.Option(help="client port; 0 picks a free on
 @cli_errors
 def stop() -> None:
     """Stop the background ZooKeeper."""
-    from nstorm.zookeeper import stop_background
+    from nstorm.background import stop_background
 
     typer.echo("stopped" if stop_background() else "not running")
 
@@ -33,7 +33,7 @@ def stop() -> None:
 @cli_errors
 def status(as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False) -> None:
     """Is the background ZooKeeper running, and where."""
-    from nstorm.zookeeper import background_status
+    from nstorm.background import background_status
 
     info = background_status()
     if as_json:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from nstorm import Bolt, Spout, TopologyBuilder
 
-from _output import dump
+from _output import Snapshots
 
 
 class Numbers(Spout):
@@ -31,14 +31,12 @@ class Numbers(Spout):
         self.fails = 0
         self.replay: list[int] = []
         self.started = time.monotonic()
-        self.dumped = 0.0
-        self.dirty = True
+        self.snapshots = Snapshots(self.dir, "numbers", lambda: {"acked": self.acked, "fails": self.fails,
+                                                                  "emitted": self.next - 1})
 
     def next_tuple(self):
         now = time.monotonic()
-        if self.dirty and now - self.dumped > 0.2:
-            dump(self.dir, "numbers", {"acked": self.acked, "fails": self.fails, "emitted": self.next - 1})
-            self.dumped, self.dirty = now, False
+        self.snapshots.maybe(now)
         if self.replay:
             n = self.replay.pop()
             self.emit((n,), msg_id=n)
@@ -48,12 +46,12 @@ class Numbers(Spout):
 
     def ack(self, msg_id):
         self.acked[msg_id] = self.acked.get(msg_id, 0) + 1
-        self.dirty = True
+        self.snapshots.changed()
 
     def fail(self, msg_id):
         self.fails += 1
         self.replay.append(msg_id)
-        self.dirty = True
+        self.snapshots.changed()
 
 
 class Mod(Bolt):
@@ -78,17 +76,15 @@ class Sum(Bolt):
         deadline = time.monotonic() + 60
         while hold.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
-        self.dirty = True
+        self.snapshots = Snapshots(self.dir, self.name, lambda: {"state": self.state, "worker": self.worker}, every=0)
 
     def process(self, tup):
         if tup.is_tick:
-            if self.dirty:
-                dump(self.dir, self.name, {"state": self.state, "worker": self.worker})
-                self.dirty = False
+            self.snapshots.maybe()
             return
         key = str(tup["key"])
         self.state[key] = self.state.get(key, 0) + tup["n"]
-        self.dirty = True
+        self.snapshots.changed()
 
 
 builder = TopologyBuilder("keyedsum")

@@ -17,7 +17,7 @@ import time
 
 from nstorm import Bolt, Spout, TopologyBuilder
 
-from _output import dump
+from _output import Snapshots, dump
 
 FIELDS = ("lane", "seq")
 
@@ -35,14 +35,12 @@ class Sequence(Spout):
         self.acks: dict[int, int] = {}
         self.fails = 0
         self.started = time.monotonic()
-        self.dumped = 0.0
-        self.dirty = True
+        self.snapshots = Snapshots(self.dir, f"spout-{self.lane}", lambda: {"acks": self.acks, "fails": self.fails,
+                                                                            "emitted": self.seq})
 
     def next_tuple(self):
         now = time.monotonic()
-        if self.dirty and now - self.dumped > 0.2:
-            dump(self.dir, f"spout-{self.lane}", {"acks": self.acks, "fails": self.fails, "emitted": self.seq})
-            self.dumped, self.dirty = now, False
+        self.snapshots.maybe(now)
         if self.seq >= self.n or (self.rate and self.seq >= self.rate * (now - self.started)):
             return
         stream = "side" if self.seq % self.every == self.every - 1 else "default"
@@ -51,11 +49,11 @@ class Sequence(Spout):
 
     def ack(self, msg_id):
         self.acks[msg_id] = self.acks.get(msg_id, 0) + 1
-        self.dirty = True
+        self.snapshots.changed()
 
     def fail(self, msg_id):
         self.fails += 1  # no replay: a replayed tuple would look reordered to the checker
-        self.dirty = True
+        self.snapshots.changed()
 
 
 class Relay(Bolt):

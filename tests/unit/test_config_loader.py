@@ -10,8 +10,8 @@ from nstorm.config import DEFAULTS, merge_conf, parse_conf_options
 from nstorm.errors import ConfigError, TopologyError, TopologyLoadError
 from nstorm.loader import load_topology, make_archive, unpack_archive
 
-TOPOLOGIES = Path(__file__).parent / "topologies"
-ROOT = Path(__file__).parents[1]
+TOPOLOGIES = Path(__file__).parents[1] / "topologies"
+ROOT = Path(__file__).parents[2]
 
 
 def test_conf_values_parse_as_json_else_string() -> None:

@@ -10,20 +10,21 @@ does while a tuple of its tree is still unprocessed, and that a failure fails it
 
 from __future__ import annotations
 
-import queue
 import time
 from collections.abc import Mapping
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from nstorm import Batch, Bolt, Spout, TopologyBuilder, Tuple
-from nstorm.config import merge_conf
+from nstorm.plan import Plan
 from worker import wire
-from worker.executor import BoltExecutor, SpoutExecutor
-from worker.outbox import Outbox, SpoutGroup
-from worker.routing import RoutingTable
+from worker.bolt import BoltExecutor
+from worker.outbox import Outbox
+from worker.runs import SpoutGroup
+from worker.spout import SpoutExecutor
+
+from fakes import FakeHost, plan_of
 
 SENTENCES = [" ".join(f"w{(i * 7 + k) % 13}" for k in range(10)) for i in range(40)]
 
@@ -118,36 +119,6 @@ class FailingCount(Count):
         super().process(tup)
 
 
-class _Worker:
-    """One worker hosting every task; data batches go through msgpack like remote ones."""
-
-    def __init__(self, plan: Mapping[str, Any], conf: Mapping[str, Any]) -> None:
-        self.conf = merge_conf(conf)
-        self.acking = True
-        self.worker_id = "n1:1"
-        self.routing = RoutingTable.from_plan(plan)
-        self.queues: dict[int, queue.SimpleQueue[Any]] = {}
-        self.controls: dict[int, queue.SimpleQueue[Any]] = {}
-
-    def local_target(self, dst: int, wid: str) -> Any:
-        q = self.queues.setdefault(dst, queue.SimpleQueue())
-        return SimpleNamespace(data_q=SimpleNamespace(put=lambda item, q=q: q.put(_through_the_wire(item))), in_size=0)
-
-    def local_queue(self, dst: int, wid: str) -> Any:
-        return self.queues.setdefault(dst, queue.SimpleQueue())
-
-    def local_control(self, dst: int, wid: str) -> Any:
-        return self.controls.setdefault(dst, queue.SimpleQueue())
-
-    def migration_done(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-
-def _through_the_wire(item: tuple[int, Any]) -> tuple[int, Any]:
-    src, batch = item
-    return src, wire.pack(batch)
-
-
 def _topology(split: type[Bolt], count: type[Bolt], counts: int = 2) -> tuple[dict[str, Any], dict[str, Any]]:
     builder = TopologyBuilder("t")
     builder.set_spout("sentences", Sentences)
@@ -156,11 +127,9 @@ def _topology(split: type[Bolt], count: type[Bolt], counts: int = 2) -> tuple[di
     return builder.build(workers=1).definition, _plan(["sentences:0", "split:0", *[f"count:{i}" for i in range(counts)]])
 
 
-def _plan(executors: list[str]) -> dict[str, Any]:
+def _plan(executors: list[str]) -> Plan:
     """A plan that puts ``executors`` and one acker (the task ids in this order) on one worker."""
-    tasks = [*executors, "__acker:0"]
-    return {"version": 1, "tasks": tasks, "executors": {t: "n1:1" for t in tasks},
-            "workers": {"n1:1": {"node": "n1", "host": "127.0.0.1", "port": 1, "ctl_port": 2}}}
+    return plan_of({t: "n1:1" for t in [*executors, "__acker:0"]})
 
 
 class _Ledger:
@@ -177,9 +146,10 @@ class _Ledger:
         self.xor[root] = self.xor.get(root, 0) ^ x
         self.seen.add(root)
 
-    def take(self, worker: _Worker) -> None:
+    def take(self, worker: FakeHost) -> None:
         """Everything the executors sent the acker so far."""
-        for q in worker.controls.values():
+        for inbox in worker.inboxes():
+            q = inbox.control
             while not q.empty():
                 kind, _src, entries = q.get()
                 if kind == wire.ACK:
@@ -204,17 +174,10 @@ def _run(split: type[Bolt], count: type[Bolt], conf: Mapping[str, Any] | None = 
     """Emit SENTENCES ``group`` to a tree; ``late_close``: each group's buffers are sent before
     it closes (its last run has left, so its XOR goes to the acker as an entry)."""
     definition, plan = _topology(split, count)
-    worker = _Worker(plan, {"topology.batch.adaptive": False, "topology.batch.size": 16, **(conf or {})})
+    worker = FakeHost(plan, wire_format=True, **{"topology.batch.adaptive": False, "topology.batch.size": 16, **(conf or {})})
     spout = Outbox(worker, 0, "sentences", definition)  # type: ignore[arg-type]
     spout.rebuild(worker.routing)
-    classes = {"split": split, "count": count}
-    executors = {}
-    for task, eid in enumerate(plan["tasks"]):
-        comp = eid.rpartition(":")[0]
-        if comp in classes:
-            ex = BoltExecutor(worker, eid, task, classes[comp], definition)  # type: ignore[arg-type]
-            ex.setup()
-            executors[task] = ex
+    executors = _executors(worker, definition, plan, {"split": split, "count": count})
     ledger = _Ledger()
     roots: list[int] = []
     open_group: SpoutGroup | None = None
@@ -233,8 +196,8 @@ def _run(split: type[Bolt], count: type[Bolt], conf: Mapping[str, Any] | None = 
     for _ in range(10):  # until every queue is empty
         busy = False
         for task, ex in executors.items():
-            q = worker.queues.get(task)
-            while q is not None and not q.empty():
+            q = worker.data(task)
+            while not q.empty():
                 busy = True
                 src, batch = q.get()
                 if drop_first_count_batch and not dropped and ex.component == "count":
@@ -380,7 +343,7 @@ def test_a_spout_acks_and_fails_whole_groups() -> None:
     """SpoutExecutor: groups of ``topology.acking.group.size`` tracked tuples, one root each;
     the acker's answer for a root acks (or fails) every tuple of its group, one call each."""
     definition, plan = _topology(Split, Count)
-    worker = _Worker(plan, {"topology.acking.group.size": 4})
+    worker = FakeHost(plan, wire_format=True, **{"topology.acking.group.size": 4})
     ex = SpoutExecutor(worker, "sentences:0", 0, RecordingSpout, definition)  # type: ignore[arg-type]
     ex.setup()
     ex.refresh_routing()
@@ -406,10 +369,10 @@ def test_a_spout_acks_and_fails_whole_groups() -> None:
 # -- regressions found in review: trees that looked complete too early ------------------------
 
 
-def _executors(worker: _Worker, definition: Mapping[str, Any], plan: Mapping[str, Any],
+def _executors(worker: FakeHost, definition: Mapping[str, Any], plan: Plan,
                classes: Mapping[str, type[Bolt]]) -> dict[int, BoltExecutor]:
     out = {}
-    for task, eid in enumerate(plan["tasks"]):
+    for task, eid in enumerate(plan.tasks):
         comp = eid.rpartition(":")[0]
         if comp in classes:
             ex = BoltExecutor(worker, eid, task, classes[comp], definition)  # type: ignore[arg-type]
@@ -418,18 +381,18 @@ def _executors(worker: _Worker, definition: Mapping[str, Any], plan: Mapping[str
     return out
 
 
-def _drain(worker: _Worker, ex: BoltExecutor, ledger: _Ledger) -> None:
-    q = worker.queues.get(ex.task)
-    while q is not None and not q.empty():
+def _drain(worker: FakeHost, ex: BoltExecutor, ledger: _Ledger) -> None:
+    q = worker.data(ex.task)
+    while not q.empty():
         ex._process_batch(*q.get())
     ex.outbox.flush()
     ledger.take(worker)
 
 
 def _pipeline(definition: Mapping[str, Any], plan: Mapping[str, Any], classes: Mapping[str, type[Bolt]],
-              spout: str = "sentences") -> tuple[_Worker, dict[int, BoltExecutor], Outbox, _Ledger]:
+              spout: str = "sentences") -> tuple[FakeHost, dict[int, BoltExecutor], Outbox, _Ledger]:
     """The bolts of ``plan`` as executors, the spout (task 0) as an outbox, and an empty ledger."""
-    worker = _Worker(plan, {"topology.batch.adaptive": False, "topology.batch.size": 16})
+    worker = FakeHost(plan, wire_format=True, **{"topology.batch.adaptive": False, "topology.batch.size": 16})
     exs = _executors(worker, definition, plan, classes)
     outbox = Outbox(worker, 0, spout, definition)  # type: ignore[arg-type]
     outbox.rebuild(worker.routing)
@@ -437,12 +400,12 @@ def _pipeline(definition: Mapping[str, Any], plan: Mapping[str, Any], classes: M
 
 
 def _wordcount(split: type[Bolt], count: type[Bolt] = Count,
-               counts: int = 2) -> tuple[_Worker, dict[int, BoltExecutor], Outbox, _Ledger]:
+               counts: int = 2) -> tuple[FakeHost, dict[int, BoltExecutor], Outbox, _Ledger]:
     definition, plan = _topology(split, count, counts)
     return _pipeline(definition, plan, {"split": split, "count": count})
 
 
-def _send_group(worker: _Worker, spout: Outbox, ledger: _Ledger, root: int, values: list[Any],
+def _send_group(worker: FakeHost, spout: Outbox, ledger: _Ledger, root: int, values: list[Any],
                 streams: list[str] | None = None) -> None:
     """Emit ``values`` as one spout group, close it and send it."""
     group = SpoutGroup(root)

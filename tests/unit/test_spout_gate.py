@@ -7,28 +7,45 @@ incarnation of a peer (a restarted worker must not wait for the time limit).
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from nstorm.config import merge_conf
-from worker import backpressure, wire
+from worker import backpressure
 from worker.backpressure import BackpressureMonitor
+
+from fakes import FakeHost, plan_of
 
 
 def _monitor(peers: list[str]) -> tuple[BackpressureMonitor, list[tuple[str, Any]]]:
-    """A monitor for worker "me" in a topology of "me" and ``peers``; what it sends is recorded."""
-    sent: list[tuple[str, Any]] = []
-    endpoints = {"me": "tcp://127.0.0.1:1", **{p: f"tcp://127.0.0.1:{i + 2}" for i, p in enumerate(peers)}}
-    owner = {e: w for w, e in endpoints.items()}
+    """A monitor for worker "me" in a topology of "me" and ``peers``; what it sends is recorded
+    as ``(worker, entries)``."""
+    places = {"s:0": "me", **{f"s:{i + 1}": p for i, p in enumerate(peers)}}
+    host = FakeHost(plan_of(places), worker_id="me")
+    sent = _Sent(host.sockets)
+    return BackpressureMonitor(host), sent  # type: ignore[arg-type]
 
-    def control_socket(endpoint: str) -> Any:
-        return SimpleNamespace(send=lambda message: sent.append((owner[endpoint], wire.unpack(message)[3])))
 
-    worker = SimpleNamespace(conf=merge_conf({}), worker_id="me", routing=SimpleNamespace(endpoints=endpoints),
-                             executors={}, transport=SimpleNamespace(control_socket=control_socket))
-    return BackpressureMonitor(worker), sent  # type: ignore[arg-type]
+class _Sent(list):
+    """The announcements sent so far, read from the fake sockets at every look."""
+
+    def __init__(self, sockets: Any) -> None:
+        super().__init__()
+        self.sockets = sockets
+
+    def _fill(self) -> None:
+        self[:] = [(wid, message[3]) for wid, message in self.sockets.control_messages()]
+
+    def __iter__(self) -> Any:
+        self._fill()
+        return super().__iter__()
+
+    def __len__(self) -> int:
+        self._fill()
+        return super().__len__()
+
+    def __bool__(self) -> bool:
+        return len(self) > 0
 
 
 def test_spouts_wait_for_every_peer_then_go() -> None:

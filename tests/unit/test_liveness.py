@@ -8,7 +8,6 @@ takes nothing (its pipe is full) that never block an executor's thread.
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -18,13 +17,18 @@ import pytest
 import zmq
 
 from nstorm import Bolt, Spout, TopologyBuilder
-from nstorm.config import merge_conf
 from nstorm.net import free_port
+from nstorm.plan import Move
+from nstorm.records import Heartbeat, MoveMode
 from worker import wire
-from worker.executor import BoltExecutor, SpoutExecutor
-from worker.process import Worker
+from worker.bolt import BoltExecutor
+from worker.delivery import DATA_HWM, Sockets
+from worker.migration import MigrationDesk
 from worker.routing import RoutingTable
-from worker.transport import DATA_HWM
+from worker.spout import SpoutExecutor
+
+from conftest import wait_until
+from fakes import FakeHost, plan_of
 
 
 class Numbers(Spout):
@@ -60,99 +64,21 @@ def _definition() -> dict[str, Any]:
     return builder.build(workers=2).definition
 
 
-def _plan(places: dict[str, str], ports: dict[str, int] | None = None) -> dict[str, Any]:
-    """``places``: executor id -> worker id, the task ids in this order; ``ports``: data ports."""
-    workers = {}
-    for i, w in enumerate(sorted(set(places.values()))):
-        port = (ports or {}).get(w, 1 + i)
-        workers[w] = {"node": w.split(":")[0], "host": "127.0.0.1", "port": port, "ctl_port": port + 1}
-    return {"version": 1, "tasks": list(places), "executors": dict(places), "workers": workers}
+_hosts: list[FakeHost] = []
 
 
-class _Transport:
-    """Real zmq sockets, made the way the worker's transport makes them."""
-
-    def __init__(self) -> None:
-        self.context = zmq.Context()
-        _transports.append(self)
-        self.sent_control: list[tuple[str, int, int, Any]] = []
-
-    def data_socket(self, endpoint: Any) -> zmq.Socket:
-        sock = self.context.socket(zmq.PUSH)
-        sock.setsockopt(zmq.SNDHWM, DATA_HWM)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.connect(endpoint.data_address)
-        return sock
-
-    def send_control(self, wid: str, kind: int, dst: int, entries: Any) -> None:
-        self.sent_control.append((wid, kind, dst, entries))
-
-    def close(self) -> None:
-        self.context.destroy(linger=0)  # closes every socket made here too
-
-
-_transports: list[_Transport] = []
+def _host(plan: dict[str, Any], real_sockets: bool = False, **conf: Any) -> FakeHost:
+    host = FakeHost(plan, sockets=Sockets() if real_sockets else None, **conf)
+    _hosts.append(host)
+    return host
 
 
 @pytest.fixture(autouse=True)
 def _close_sockets() -> Iterator[None]:
     """Every zmq context a test made is destroyed, even on failure (an open one hangs the exit)."""
     yield
-    while _transports:
-        _transports.pop().close()
-
-
-class _Worker:
-    """What executors need of a worker; every local destination is a plain queue."""
-
-    def __init__(self, plan: dict[str, Any], worker_id: str = "n1:1", **conf: Any) -> None:
-        self.conf = merge_conf(conf)
-        self.acking = True
-        self.worker_id = worker_id
-        self.routing = RoutingTable.from_plan(plan)
-        self.data: dict[int, queue.SimpleQueue[Any]] = {}
-        self.controls: dict[int, queue.SimpleQueue[Any]] = {}
-        self.active = True
-        self.throttled = False
-        self.transport = _Transport()
-        self.done: list[tuple[str, float, bool]] = []
-        self.handovers: list[tuple[int, str, Any]] = []
-
-    def _local(self, wid: str) -> bool:
-        return wid == self.worker_id
-
-    def local_target(self, dst: int, wid: str) -> Any:
-        if not self._local(wid):
-            return None
-
-        class _Target:
-            data_q = self.data.setdefault(dst, queue.SimpleQueue())
-            in_size = 0
-
-        return _Target
-
-    def local_queue(self, dst: int, wid: str) -> Any:
-        return self.data.setdefault(dst, queue.SimpleQueue()) if self._local(wid) else None
-
-    def local_control(self, dst: int, wid: str) -> Any:
-        return self.controls.setdefault(dst, queue.SimpleQueue())
-
-    def migration_done(self, ex: Any, stall: float, lost: bool) -> None:
-        self.done.append((ex.executor_id, stall, lost))
-
-    def handed_over(self, task: int, to: str, copy: Any) -> None:
-        self.handovers.append((task, to, copy))
-
-
-def _wait(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.01)
+    while _hosts:
+        _hosts.pop().close()
 
 
 @pytest.fixture
@@ -173,18 +99,23 @@ def running() -> Iterator[Callable[[Any], Any]]:
 
 
 # -- a moved-in copy waiting for its state -------------------------------------------------------
-MOVE = {"from": "n2:1", "to": "n1:1", "mode": "thread", "version": 2, "record": "m-1"}
-PLACES = {"numbers:0": "n1:1", "sink:0": "n1:1", "__acker:0": "n1:1"}  # tasks 0, 1, 2
+MOVE = Move("n2:1", "n1:1", MoveMode.THREAD, 2, "m-1")
+PLACES = {"numbers:0": "n1:1", "sink:0": "n1:1", "__acker:0": "n2:1"}  # tasks 0, 1, 2; n2:1 is the old place
 
 
-def _waiting_sink(worker: _Worker, wait_secs: float) -> BoltExecutor:
+def _waiting_sink(worker: FakeHost, wait_secs: float) -> BoltExecutor:
     ex = BoltExecutor(worker, "sink:0", 1, Sink, _definition())  # type: ignore[arg-type]
-    ex.await_state(wait_secs, MOVE)
+    ex.handover.await_state(wait_secs, MOVE)
     return ex
 
 
+def _lost(host: FakeHost) -> list[bool]:
+    """``state_lost`` of every completion reported so far."""
+    return [update["state_lost"] for _record, update in host.completions()]
+
+
 def test_the_state_wait_ends_at_its_deadline_however_much_control_traffic_comes(running) -> None:
-    worker = _Worker(_plan(PLACES))
+    worker = _host(plan_of(PLACES))
     ex = running(_waiting_sink(worker, wait_secs=1.0))
     stop = threading.Event()
 
@@ -197,82 +128,72 @@ def test_the_state_wait_ends_at_its_deadline_however_much_control_traffic_comes(
     feeder.start()
     try:
         began = time.monotonic()
-        _wait(lambda: worker.done, 10, "the copy to give up waiting")
+        wait_until(lambda: not ex.handover.awaiting, 10, interval=0.01, what="the copy to give up waiting")
         assert time.monotonic() - began < 5
-        assert worker.done == [("sink:0", 0.0, True)]  # started empty, reported as a lost state
+        assert _lost(worker) == [True]  # started empty, reported as a lost state
     finally:
         stop.set()
         feeder.join()
 
 
 def test_a_waiting_copy_asks_again_and_starts_empty_at_once_when_told_gone(running) -> None:
-    worker = _Worker(_plan(PLACES))
+    worker = _host(plan_of(PLACES))
     ex = running(_waiting_sink(worker, wait_secs=30.0))
-    asked = worker.controls.setdefault(1, queue.SimpleQueue())  # READY goes to task 1 at n2:1
+    sent = worker.sockets  # READY goes to task 1 at n2:1, on that worker's control port
 
-    seen: list[Any] = []
+    def readies() -> list[Any]:
+        return [m for wid, m in sent.control_messages() if wid == "n2:1" and m[0] == wire.READY]
 
-    def readies() -> bool:
-        while not asked.empty():
-            seen.append(asked.get())
-        return len(seen) >= 3
-
-    _wait(readies, 5, "READY to be sent again while waiting")
-    assert all(m == (wire.READY, 1, {"worker": "n1:1", "copy": ex.copy_id}) for m in seen)
+    wait_until(lambda: len(readies()) >= 3, 5, interval=0.01, what="READY to be sent again while waiting")
+    assert all(m == (wire.READY, 1, 1, {"worker": "n1:1", "copy": ex.handover.copy_id}) for m in readies())
     ex.ctl_q.put((wire.GONE, -1, {"worker": "n2:1"}))
-    _wait(lambda: worker.done, 2, "the copy to start empty after GONE")
-    assert worker.done == [("sink:0", 0.0, True)]
+    wait_until(lambda: not ex.handover.awaiting, 2, interval=0.01, what="the copy to start empty after GONE")
+    assert _lost(worker) == [True]
     ex.data_q.put((0, ([(1,), (2,)], None, None)))
-    _wait(lambda: ex.instance.state.get("n") == 2, 2, "the copy to process its input")
+    wait_until(lambda: ex.instance.state.get("n") == 2, 2, interval=0.01, what="the copy to process its input")
 
 
 def test_a_state_that_arrives_in_time_is_taken_with_the_counters(running) -> None:
-    worker = _Worker(_plan(PLACES))
+    worker = _host(plan_of(PLACES))
     ex = running(_waiting_sink(worker, wait_secs=30.0))
     ex.data_q.put((0, ([(1,)], None, None)))  # held until the state is in
     entry = {"state": wire.pack({"n": 41}), "sent_at": time.time(), "from": "n2:1", "error": None,
-             "counters": {"executed": 41}, "copy": ex.copy_id}
+             "counters": {"executed": 41}, "copy": ex.handover.copy_id}
     ex.ctl_q.put((wire.STATE, 1, entry))
-    _wait(lambda: ex.instance.state.get("n") == 42, 2, "the held tuple to be processed on the state")
-    assert worker.done[0][0] == "sink:0" and worker.done[0][2] is False
+    wait_until(lambda: ex.instance.state.get("n") == 42, 2, interval=0.01, what="the held tuple to be processed on the state")
+    assert _lost(worker) == [False]
     assert ex.executed == 42
 
 
 # -- the old place's answer to READY --------------------------------------------------------------
-def _old_place() -> tuple[Worker, _Transport]:
-    worker = Worker("n2", 1, "t", store_path=None, zk_address=None, zk_root="/t")  # type: ignore[arg-type]
-    transport = _Transport()
-    worker.transport = transport  # type: ignore[assignment]
-    return worker, transport
-
-
 def test_the_old_place_answers_gone_unless_the_state_went_to_that_copy() -> None:
-    worker, transport = _old_place()
+    gone: list[tuple[str, int, Any]] = []
+    desk = MigrationDesk("n2:1", lambda wid, task, entries: gone.append((wid, task, entries)))
     ready = {"worker": "n1:1", "copy": 7}
-    worker.answer_ready(1, ready)  # never hosted here since it started (a restarted worker)
-    assert transport.sent_control == [("n1:1", wire.GONE, 1, {"worker": "n2:1"})]
+    desk.answer_ready(1, ready)  # never hosted here since it started (a restarted worker)
+    assert gone == [("n1:1", 1, {"worker": "n2:1"})]
 
-    transport.sent_control.clear()
-    worker.handed_over(1, "n1:1", 7)  # the state went to that very copy: it is on its way
-    worker.answer_ready(1, ready)
-    worker.handed_over(1, "n1:1", None)  # sent before the copy announced itself: also on its way
-    worker.answer_ready(1, ready)
-    assert transport.sent_control == []
+    gone.clear()
+    desk.handed_over(1, "n1:1", 7)  # the state went to that very copy: it is on its way
+    desk.answer_ready(1, ready)
+    desk.handed_over(1, "n1:1", None)  # sent before the copy announced itself: also on its way
+    desk.answer_ready(1, ready)
+    assert gone == []
 
-    worker.handed_over(1, "n1:1", 5)  # to an earlier incarnation of the copy's worker
-    worker.answer_ready(1, ready)
-    worker.handed_over(1, "n3:1", None)  # to another worker
-    worker.answer_ready(1, ready)
-    assert [m[1] for m in transport.sent_control] == [wire.GONE, wire.GONE]
+    desk.handed_over(1, "n1:1", 5)  # to an earlier incarnation of the copy's worker
+    desk.answer_ready(1, ready)
+    desk.handed_over(1, "n3:1", None)  # to another worker
+    desk.answer_ready(1, ready)
+    assert [task for _wid, task, _e in gone] == [1, 1]
 
-    transport.sent_control.clear()
-    worker.answer_ready(1, "garbage")
-    worker.answer_ready(1, {"worker": 5})
-    assert transport.sent_control == []
+    gone.clear()
+    desk.answer_ready(1, "garbage")
+    desk.answer_ready(1, {"worker": 5})
+    assert gone == []
 
 
 # -- a spout's timeouts while it is held back ------------------------------------------------------
-def _spout(worker: _Worker) -> SpoutExecutor:
+def _spout(worker: FakeHost) -> SpoutExecutor:
     ex = SpoutExecutor(worker, "numbers:0", 0, Numbers, _definition())  # type: ignore[arg-type]
     return ex
 
@@ -284,20 +205,20 @@ def test_spout_timeouts_fire_whatever_holds_the_spout_back(running, held_by: str
     places = {"numbers:0": "n1:1", "sink:0": "n2:1" if held_by == "full_pipe" else "n1:1", "__acker:0": "n1:1"}
     conf = {"topology.message.timeout.secs": 1, "topology.batch.adaptive": False, "topology.batch.size": 1,
             "topology.max.spout.pending": 50 if held_by == "max_pending" else 0}
-    worker = _Worker(_plan(places, ports), **conf)
+    worker = _host(plan_of(places, ports), real_sockets=held_by == "full_pipe", **conf)
     ex = _spout(worker)
     spout: Numbers = ex.instance
     running(ex)
     if held_by in ("backpressure", "inactive"):
-        _wait(lambda: spout.next >= 50, 5, "tuples")
+        wait_until(lambda: spout.next >= 50, 5, interval=0.01, what="tuples")
         worker.throttled = held_by == "backpressure"
         worker.active = held_by != "inactive"
     if held_by == "full_pipe":
-        _wait(lambda: ex.outbox.backlog, 5, "the pipe to the sink to fill")
-    emitted = _wait(lambda: (n := spout.next) and time.sleep(0.2) is None and spout.next == n and n, 5,
-                    "the spout to be held back")
+        wait_until(lambda: ex.outbox.courier.backlog, 5, interval=0.01, what="the pipe to the sink to fill")
+    emitted = wait_until(lambda: (n := spout.next) and time.sleep(0.2) is None and spout.next == n and n, 5,
+                         interval=0.01, what="the spout to be held back")
     assert emitted >= (DATA_HWM if held_by == "full_pipe" else 50)
-    _wait(lambda: len(spout.failed) >= emitted, 6, f"every tuple to time out (held by {held_by})")
+    wait_until(lambda: len(spout.failed) >= emitted, 6, interval=0.01, what=f"every tuple to time out (held by {held_by})")
     assert sorted(spout.failed[:emitted]) == list(range(emitted))
 
 
@@ -305,27 +226,27 @@ def test_spout_timeouts_fire_whatever_holds_the_spout_back(running, held_by: str
 def test_a_full_pipe_never_blocks_and_its_messages_leave_in_order_once_the_peer_is_up(running) -> None:
     port = free_port("127.0.0.1")
     places = {"numbers:0": "n1:1", "sink:0": "n2:1", "__acker:0": "n1:1"}
-    worker = _Worker(_plan(places, {"n2:1": port}), **{"topology.batch.adaptive": False, "topology.batch.size": 1})
-    worker.acking = False
+    worker = _host(plan_of(places, {"n2:1": port}), real_sockets=True, acking=False,
+                   **{"topology.batch.adaptive": False, "topology.batch.size": 1})
     ex = _spout(worker)
     ex.setup()
-    outbox = ex.outbox
+    outbox, courier = ex.outbox, ex.outbox.courier
     for i in range(DATA_HWM * 3):
         outbox.emit((i,))  # a batch of one each: sent at once, or held
-    assert outbox.backlog and sum(len(q) for q in outbox.backlog.values()) >= DATA_HWM
-    assert not outbox.drain_backlog()
-    pull = worker.transport.context.socket(zmq.PULL)
+    assert courier.backlog and sum(len(q) for q in courier.backlog.values()) >= DATA_HWM
+    assert not courier.drain()
+    pull = worker.sockets.context.socket(zmq.PULL)
     pull.bind(f"tcp://127.0.0.1:{port}")
     try:
         got: list[int] = []
         deadline = time.monotonic() + 10
         while len(got) < DATA_HWM * 3 and time.monotonic() < deadline:
-            outbox.drain_backlog()
+            courier.drain()
             if pull.poll(10):
                 _header, payload = pull.recv_multipart()
                 got.extend(v[0] for v in wire.decode_batch(payload)[0])
         assert got == list(range(DATA_HWM * 3))
-        assert not outbox.backlog and outbox.undelivered == 0
+        assert not courier.backlog and courier.undelivered == 0
     finally:
         pull.close(linger=0)
 
@@ -333,22 +254,23 @@ def test_a_full_pipe_never_blocks_and_its_messages_leave_in_order_once_the_peer_
 def test_messages_for_a_worker_that_left_the_plan_are_dropped() -> None:
     port = free_port("127.0.0.1")
     places = {"numbers:0": "n1:1", "sink:0": "n2:1", "__acker:0": "n1:1"}
-    worker = _Worker(_plan(places, {"n2:1": port}), **{"topology.batch.adaptive": False, "topology.batch.size": 1})
-    worker.acking = False
+    worker = _host(plan_of(places, {"n2:1": port}), real_sockets=True, acking=False,
+                   **{"topology.batch.adaptive": False, "topology.batch.size": 1})
     ex = _spout(worker)
     ex.setup()
+    courier = ex.outbox.courier
     for i in range(DATA_HWM * 2):
         ex.outbox.emit((i,))
-    held = sum(len(q) for q in ex.outbox.backlog.values())
+    held = sum(len(q) for q in courier.backlog.values())
     assert held
-    ex.outbox.routing = RoutingTable.from_plan(_plan({**places, "sink:0": "n1:1"}))  # n2:1 left the plan
-    assert ex.outbox.drain_backlog()
-    assert ex.outbox.undelivered == held
+    courier.routing = RoutingTable.from_plan(plan_of({**places, "sink:0": "n1:1"}))  # n2:1 left the plan
+    assert courier.drain()
+    assert courier.undelivered == held
 
 
 # -- stall detection ---------------------------------------------------------------------------------
-def _beat(**executors: dict[str, Any]) -> dict[str, Any]:
-    return {"executors": {eid.replace("_", ":"): c for eid, c in executors.items()}}
+def _beat(**executors: dict[str, Any]) -> Heartbeat:
+    return Heartbeat("w", 1, 0.0, 1, executors={eid.replace("_", ":"): c for eid, c in executors.items()})
 
 
 def test_a_stall_is_pending_tuples_and_no_ack_for_two_message_timeouts() -> None:
@@ -361,13 +283,13 @@ def test_a_stall_is_pending_tuples_and_no_ack_for_two_message_timeouts() -> None
     stall = find_stall(beats, timeout_secs=10, now=now)
     assert stall == {"since": now - 21, "pending": 300, "holding_input": ["sum:1"], "waiting_for_state": ["sum:1"]}
     assert find_stall(beats, timeout_secs=11, now=now) is None  # 21 s is less than two timeouts
-    beats["n1:1"]["executors"]["numbers:0"] = {**spout, "pending": 0}
+    beats["n1:1"].executors["numbers:0"] = {**spout, "pending": 0}
     assert find_stall(beats, timeout_secs=10, now=now) is None  # nothing pending: idle, not stalled
     restarted = {**spout, "started_at": now - 5, "last_acked_at": None}
-    beats["n1:1"]["executors"]["numbers:0"] = restarted
+    beats["n1:1"].executors["numbers:0"] = restarted
     assert find_stall(beats, timeout_secs=10, now=now) is None  # started 5 s ago: not yet
     beats["n3:1"] = _beat(numbers_1={**spout, "last_acked_at": now - 1})
-    beats["n1:1"]["executors"]["numbers:0"] = spout
+    beats["n1:1"].executors["numbers:0"] = spout
     assert find_stall(beats, timeout_secs=10, now=now) is None  # another spout acks: the topology moves
 
 

@@ -1,13 +1,11 @@
-"""Adaptive batching: the policy and the flush deadline with a fake clock, and on a real cluster
-that batching keeps the order between every pair of executors, delivers a lone tuple, and keeps
-acking exact at high and low rates and with per-tuple sending. Nothing here asserts wall-clock time.
+"""Adaptive batching: the policy and the flush deadline with a fake clock, and what an outbox sends.
+
+The cluster side (order between every pair of executors, a lone tuple, exact acking at every
+rate) is in ``tests/test_batching_order.py``. Nothing here asserts wall-clock time.
 """
 
 from __future__ import annotations
 
-import queue
-from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -15,10 +13,11 @@ import pytest
 from nstorm.config import merge_conf
 from worker import wire
 from worker.batching import BatchPolicy, FlushDeadline
-from worker.outbox import Outbox, SpoutGroup
+from worker.outbox import Outbox
 from worker.routing import RoutingTable
+from worker.runs import SpoutGroup
 
-from conftest import TOPOLOGIES, read_outputs, wait_until
+from fakes import FakeHost, plan_of
 
 # -- the policy, with a fake clock ----------------------------------------------------------------
 
@@ -84,28 +83,7 @@ def test_flush_deadline_bounds_the_wait() -> None:
 # -- an outbox driven the way a spout's loop drives it, with a fake clock ------------------------
 
 
-class _FakeWorker:
-    """Just enough of a worker for an outbox: one worker hosting every task, local queues."""
-
-    def __init__(self, conf: dict[str, Any], acking: bool) -> None:
-        self.conf = merge_conf(conf)
-        self.acking = acking
-        self.worker_id = "n1:1"
-        self.queues = {1: queue.SimpleQueue(), 2: queue.SimpleQueue()}  # b:0, b:1
-        self.controls: dict[int, queue.SimpleQueue] = {3: queue.SimpleQueue()}  # __acker:0
-
-    def local_queue(self, dst: int, wid: str) -> Any:
-        return self.queues.get(dst)
-
-    def local_target(self, dst: int, wid: str) -> Any:
-        q = self.queues.get(dst)
-        return None if q is None else SimpleNamespace(data_q=q, in_size=0)
-
-    def local_control(self, dst: int, wid: str) -> Any:
-        return self.controls.get(dst)
-
-
-def _outbox(conf: dict[str, Any], acking: bool = True) -> tuple[Outbox, _FakeWorker, list[float]]:
+def _outbox(conf: dict[str, Any], acking: bool = True) -> tuple[Outbox, FakeHost, list[float]]:
     from nstorm import Bolt, Spout, TopologyBuilder
 
     class S(Spout):
@@ -119,9 +97,8 @@ def _outbox(conf: dict[str, Any], acking: bool = True) -> tuple[Outbox, _FakeWor
     builder.set_bolt("b", B, parallelism=2).fields_grouping("s", ["k"])
     definition = builder.build(workers=1).definition
     tasks = ["s:0", "b:0", "b:1", "__acker:0"]
-    plan = {"version": 1, "tasks": tasks, "executors": {t: "n1:1" for t in tasks},
-            "workers": {"n1:1": {"node": "n1", "host": "127.0.0.1", "port": 1, "ctl_port": 2}}}
-    worker = _FakeWorker(conf, acking)
+    plan = plan_of({t: "n1:1" for t in tasks})
+    worker = FakeHost(plan, acking=acking, **conf)
     clock = [0.0]
     outbox = Outbox(worker, 0, "s", definition)  # type: ignore[arg-type]
     outbox.clock = lambda: clock[0]
@@ -129,7 +106,7 @@ def _outbox(conf: dict[str, Any], acking: bool = True) -> tuple[Outbox, _FakeWor
     return outbox, worker, clock
 
 
-def _run_spout_like(outbox: Outbox, worker: _FakeWorker, clock: list[float], emits: list[float],
+def _run_spout_like(outbox: Outbox, worker: FakeHost, clock: list[float], emits: list[float],
                     step: float) -> dict[int, float]:
     """Emit a tracked tuple at each time in ``emits``; every ``step`` seconds of fake time run one
     loop iteration as :class:`~worker.executor.SpoutExecutor` does; return each tuple's wait
@@ -160,9 +137,8 @@ def _run_spout_like(outbox: Outbox, worker: _FakeWorker, clock: list[float], emi
             outbox.flush()
         elif outbox.ctl_deadline.due(now):
             outbox.flush_control()
-        for q in worker.queues.values():
-            while not q.empty():
-                _src, (values, runs, _streams) = q.get()
+        for dst in (1, 2):
+            for _src, (values, runs, _streams) in worker.take(dst):
                 if outbox.acking:  # one run of one per tracked tuple, the root its value, edge 0
                     assert [(k,) for k, _e in runs[1::2]] == list(values) and set(runs[0::2]) == {1}
                     assert {e for _k, e in runs[1::2]} == {0}
@@ -194,7 +170,7 @@ def test_batches_are_large_at_high_rates_and_spouts_send_the_acker_nothing() -> 
     _run_spout_like(outbox, worker, clock, [i * 1e-6 for i in range(100_000)], 0.0005)
     assert outbox.emitted == 100_000
     assert outbox.emitted / outbox.batches > 50  # the limits grew towards the cap
-    assert worker.controls[3].empty()  # no "ack init": the copies' edges XOR to zero
+    assert worker.control(3).empty()  # no "ack init": the copies' edges XOR to zero
 
 
 def test_per_tuple_sending_sends_every_tuple_alone() -> None:
@@ -217,10 +193,8 @@ def test_batches_keep_emit_order_across_streams() -> None:
     builder.set_spout("s", S)
     builder.set_bolt("b", B).global_grouping("s").global_grouping("s", stream="side")
     tasks = ["s:0", "b:0", "__acker:0"]
-    plan = {"version": 1, "tasks": tasks, "executors": {t: "n1:1" for t in tasks},
-            "workers": {"n1:1": {"node": "n1", "host": "127.0.0.1", "port": 1, "ctl_port": 2}}}
-    worker = _FakeWorker({"topology.batch.adaptive": False}, acking=True)
-    worker.queues = {1: queue.SimpleQueue()}
+    plan = plan_of({t: "n1:1" for t in tasks})
+    worker = FakeHost(plan, **{"topology.batch.adaptive": False})
     outbox = Outbox(worker, 0, "s", builder.build(workers=1).definition)  # type: ignore[arg-type]
     outbox.rebuild(RoutingTable.from_plan(plan))
     for i in range(10):
@@ -228,7 +202,7 @@ def test_batches_keep_emit_order_across_streams() -> None:
         outbox.emit_tracked((i,), "side" if i % 3 == 0 else "default", group)
         outbox.close_group(group)
     outbox.flush()
-    _src, batch = worker.queues[1].get()
+    _src, batch = worker.data(1).get()
     values, runs, streams = wire.decode_batch(wire.pack(batch))  # as a remote worker sees it
     assert [v[0] for v in values] == list(range(10))
     assert streams == {0: "side", 3: "side", 6: "side", 9: "side"}
@@ -246,80 +220,11 @@ def test_garbage_batches_are_rejected(garbage: bytes) -> None:
         wire.decode_batch(garbage)
 
 
-# -- a real cluster -----------------------------------------------------------------------------
-
-SEQUENCED = TOPOLOGIES / "sequenced.py"
-
-
-def _run_sequenced(client: Any, tmp_path: Path, name: str, conf: dict[str, Any]) -> dict[str, Any]:
-    """Run the sequenced topology until every tuple is acked and checked; return the outputs."""
-    n = int(conf["test.tuples"])
-    client.submit(SEQUENCED, name=name, conf={"test.output.dir": str(tmp_path), **conf})
-    try:
-        plan = client.wait_running(name, 60)
-        workers = {plan["executors"][e] for e in plan["executors"] if not e.startswith("__acker")}
-        assert len(workers) == 2, "the executors are spread over two workers"
-
-        def done() -> dict[str, Any] | None:
-            out = read_outputs(tmp_path)
-            acked = sum(len(v["acks"]) for k, v in out.items() if k.startswith("spout-"))
-            checked = sum(sum(v["counts"].values()) for k, v in out.items() if k.startswith("check-"))
-            return out if acked >= 2 * n and checked >= 4 * n else None
-
-        out = wait_until(done, 120, what="every tuple acked and checked")
-        status = wait_until(lambda: (st := client.status(name))["spouts"]["acked"] >= 2 * n and st, 15,
-                            what="heartbeats to report the acks")
-    finally:
-        client.kill(name)
-        client.wait_removed(name, 30)
-    for lane in range(2):
-        spout = out[f"spout-{lane}"]
-        assert spout["fails"] == 0
-        assert sorted(int(k) for k in spout["acks"]) == list(range(n)), "every tuple acked"
-        assert set(spout["acks"].values()) == {1}, "no tuple acked twice"
-    checks = [v for k, v in out.items() if k.startswith("check-")]
-    assert [v for c in checks for v in c["violations"]] == [], "a tuple overtook an earlier one"
-    counts: dict[str, int] = {}
-    for c in checks:
-        for key, value in c["counts"].items():
-            counts[key] = counts.get(key, 0) + value
-    assert counts == {"seq/0": n, "seq/1": n, "relay/0": n, "relay/1": n}
-    assert sum(c["streams"].get("side", 0) for c in checks) == 4 * (n // 7)
-    assert status["spouts"]["acked"] == 2 * n and status["spouts"]["failed"] == 0
-    assert status["spouts"]["pending"] == 0
-    return status
-
-
-@pytest.mark.parametrize(
-    ("conf", "label"),
-    [
-        ({"test.tuples": 4000}, "adaptive, as fast as it goes"),
-        ({"test.tuples": 150, "test.rate": 50}, "adaptive, 50 tuples/s per spout"),
-        ({"test.tuples": 600, "topology.batch.adaptive": False}, "fixed batches"),
-        ({"test.tuples": 600, "topology.batch.size": 1}, "per-tuple sending"),
-    ],
-    ids=["high-rate", "low-rate", "fixed", "per-tuple"],
-)
-def test_order_per_executor_pair_and_exact_acks(client, tmp_path: Path, conf: dict[str, Any], label: str) -> None:
-    status = _run_sequenced(client, tmp_path, f"seq-{abs(hash(label)) % 10000}", conf)
-    batches = status["components"]["relay"]["batches"]
-    emitted = status["components"]["relay"]["emitted"]
-    if conf.get("topology.batch.size") == 1:
-        assert batches == emitted, "per-tuple sending: one message per tuple"
-    elif not conf.get("test.rate"):
-        assert emitted / batches > 1.5, "batching at a high rate puts several tuples in a message"
-
-
-def test_a_lone_tuple_is_delivered_and_acked(client, tmp_path: Path) -> None:
-    """The spout emits one tuple and then nothing: no later emit fills its batch, the deadline sends it."""
-    _run_sequenced(client, tmp_path, "seq-lone", {"test.tuples": 1})
-
-
 @pytest.mark.parametrize("acking", [False, True], ids=["acking-off", "acking-on"])
 def test_emit_many_sends_what_emit_per_tuple_sends(acking: bool) -> None:
     """``emit_many`` (compiled) and ``emit`` tuple by tuple: the same batches, in the same order,
     with runs of the same lengths and roots, across full buffers (the fixed limit is the cap)."""
-    from worker.outbox import InputRun
+    from worker.runs import InputRun
 
     sent = []
     for many in (True, False):
@@ -334,10 +239,9 @@ def test_emit_many_sends_what_emit_per_tuple_sends(acking: bool) -> None:
                 emit(t)
         outbox.flush()
         batches = {}
-        for dst, q in worker.queues.items():
+        for dst in (1, 2):
             batches[dst] = []
-            while not q.empty():
-                _src, (values, runs, _streams) = q.get()
+            for _src, (values, runs, _streams) in worker.take(dst):
                 batches[dst].append((values, runs[0::2] if runs else None, [a[0] for a in runs[1::2]] if runs else None))
         sent.append(batches)
     assert sent[0] == sent[1]

@@ -9,16 +9,17 @@ control messages the acker sends.
 
 from __future__ import annotations
 
-import queue
 import random
 import threading
 from typing import Any
 
 from nstorm import Bolt, Spout, TopologyBuilder, latency
-from nstorm.config import merge_conf
 from worker import wire
-from worker.executor import AckerExecutor, SpoutExecutor
+from worker.acker import AckerExecutor
 from worker.routing import RoutingTable
+from worker.spout import SpoutExecutor
+
+from fakes import FakeHost, plan_of
 
 
 class Sentences(Spout):
@@ -36,34 +37,7 @@ def _definition() -> dict[str, Any]:
     return builder.build(workers=2).definition
 
 
-def _plan(places: dict[str, str]) -> dict[str, Any]:
-    """``places``: executor id -> worker id (the task ids in this order)."""
-    workers = {w: {"node": w.split(":")[0], "host": "127.0.0.1", "port": 1 + i, "ctl_port": 10 + i}
-               for i, w in enumerate(sorted(set(places.values())))}
-    return {"version": 1, "tasks": list(places), "executors": dict(places), "workers": workers}
-
-
-class _Worker:
-    """What executors need of a worker: its id, conf, routing, and local control queues."""
-
-    def __init__(self, plan: dict[str, Any], worker_id: str = "n1:1") -> None:
-        self.conf = merge_conf({})
-        self.acking = True
-        self.worker_id = worker_id
-        self.routing = RoutingTable.from_plan(plan)
-        self.controls: dict[int, queue.SimpleQueue[Any]] = {}
-        self.active = True
-        self.throttled = False
-
-    def local_control(self, dst: int, wid: str) -> Any:
-        return self.controls.setdefault(dst, queue.SimpleQueue())
-
-    def answers(self, task: int) -> list[tuple[int, int, Any]]:
-        q = self.controls.get(task)
-        out = []
-        while q is not None and not q.empty():
-            out.append(q.get())
-        return out
+_plan = plan_of
 
 
 PLACES = {"sentences:0": "n1:1", "sink:0": "n1:1", "__acker:0": "n1:1"}  # tasks 0, 1, 2
@@ -71,23 +45,23 @@ PLACES = {"sentences:0": "n1:1", "sink:0": "n1:1", "__acker:0": "n1:1"}  # tasks
 
 def test_an_acker_handles_a_message_in_the_thread_that_puts_it() -> None:
     """No acker thread runs here: the answer is there as soon as ``put`` returns."""
-    worker = _Worker(_plan(PLACES))
+    worker = FakeHost(_plan(PLACES))
     acker = AckerExecutor(worker, "__acker:0", 2)  # type: ignore[arg-type]
     root = 12345 << wire.ROOT_TASK_BITS | 0  # a tree of the spout, task 0
     acker.ctl_q.put((wire.ACK, 1, [(root, 0b1010)]))
-    assert worker.answers(0) == [] and acker.counters()["pending"] == 1
+    assert worker.take(0, control=True) == [] and acker.counters()["pending"] == 1
     acker.ctl_q.put((wire.ACK, 1, [(root, 0b1010)]))  # the XOR returns to zero: complete
-    assert worker.answers(0) == [(wire.ACKED, 2, [root])]
+    assert worker.take(0, control=True) == [(wire.ACKED, 2, [root])]
     other = 777 << wire.ROOT_TASK_BITS | 0
     acker.ctl_q.put((wire.FAIL, 1, [other]))
     acker.ctl_q.put((wire.ACK, 1, [(other, 5), (other, 5)]))  # late acks of a failed tree: ignored
-    assert worker.answers(0) == [(wire.FAILED, 2, [other])]
+    assert worker.take(0, control=True) == [(wire.FAILED, 2, [other])]
     assert acker.acked == 1 and acker.failed == 1 and acker.counters()["queue"] == 0
 
 
 def test_an_acker_fed_from_many_threads_completes_every_tree_once() -> None:
     """Two edges per tree, acked by different threads in random order: each tree completes once."""
-    worker = _Worker(_plan(PLACES))
+    worker = FakeHost(_plan(PLACES))
     acker = AckerExecutor(worker, "__acker:0", 2)  # type: ignore[arg-type]
     rng = random.Random(7)
     roots = [rng.getrandbits(40) << wire.ROOT_TASK_BITS for _ in range(4000)]
@@ -105,20 +79,20 @@ def test_an_acker_fed_from_many_threads_completes_every_tree_once() -> None:
         t.start()
     for t in threads:
         t.join()
-    done = [root for kind, _src, batch in worker.answers(0) if kind == wire.ACKED for root in batch]
+    done = [root for kind, _src, batch in worker.take(0, control=True) if kind == wire.ACKED for root in batch]
     assert sorted(done) == sorted(roots)
     assert acker.acked == len(roots) and acker.counters()["pending"] == 0
 
 
 def test_a_stopped_acker_drops_what_is_put_on_it() -> None:
-    worker = _Worker(_plan(PLACES))
+    worker = FakeHost(_plan(PLACES))
     acker = AckerExecutor(worker, "__acker:0", 2)  # type: ignore[arg-type]
     acker.stop()
     acker.ctl_q.put((wire.ACK, 1, [(99 << wire.ROOT_TASK_BITS, 0)]))
-    assert worker.answers(0) == [] and acker.executed == 0
+    assert worker.take(0, control=True) == [] and acker.executed == 0
 
 
-def _spout(worker: _Worker, task: int = 0) -> SpoutExecutor:
+def _spout(worker: FakeHost, task: int = 0) -> SpoutExecutor:
     ex = SpoutExecutor(worker, "sentences:0", task, Sentences, _definition())  # type: ignore[arg-type]
     ex.setup()
     return ex
@@ -141,14 +115,14 @@ def _ackers_of(ex: SpoutExecutor, n: int = 300) -> set[int]:
 def test_a_spout_sends_its_trees_to_the_acker_in_its_own_worker() -> None:
     places = {"sentences:0": "n2:1", "sink:0": "n1:1", "__acker:0": "n1:1", "__acker:1": "n2:1",
               "__acker:2": "n1:1"}
-    worker = _Worker(_plan(places), worker_id="n2:1")
+    worker = FakeHost(_plan(places), worker_id="n2:1")
     ex = _spout(worker)
     assert _ackers_of(ex) == {3}  # __acker:1, the one in n2:1
 
 
 def test_a_moved_spout_picks_its_new_workers_acker_and_old_trees_keep_theirs() -> None:
     places = {"sentences:0": "n1:1", "sink:0": "n1:1", "__acker:0": "n1:1", "__acker:1": "n2:1"}
-    worker = _Worker(_plan(places), worker_id="n1:1")
+    worker = FakeHost(_plan(places), worker_id="n1:1")
     ex = _spout(worker)
     old_roots = [ex._root() for _ in range(50)]
     assert _ackers_of(ex) == {2}
@@ -161,7 +135,7 @@ def test_a_moved_spout_picks_its_new_workers_acker_and_old_trees_keep_theirs() -
 
 def test_a_spout_without_an_acker_in_its_worker_spreads_its_trees() -> None:
     places = {"sentences:0": "n3:1", "sink:0": "n1:1", "__acker:0": "n1:1", "__acker:1": "n2:1"}
-    worker = _Worker(_plan(places), worker_id="n3:1")
+    worker = FakeHost(_plan(places), worker_id="n3:1")
     ex = _spout(worker)
     assert _ackers_of(ex) == {2, 3}
 
@@ -169,10 +143,10 @@ def test_a_spout_without_an_acker_in_its_worker_spreads_its_trees() -> None:
 def test_a_hand_over_keeps_the_groups_whose_message_ids_can_travel() -> None:
     """A moved spout's tracked tuples go with its state; a group whose ids are not msgpack data
     stays behind (logged), and the others still go."""
-    worker = _Worker(_plan(PLACES))
+    worker = FakeHost(_plan(PLACES))
     ex = _spout(worker)
     ex.pending = {11 << wire.ROOT_TASK_BITS: [1, 2], 12 << wire.ROOT_TASK_BITS: [object()],
                   13 << wire.ROOT_TASK_BITS: ["a"]}
-    moved = ex._handover_extra()["pending"]
+    moved = ex.snapshot_extra()["pending"]
     assert [(root >> wire.ROOT_TASK_BITS, ids) for root, ids, _left in moved] == [(11, [1, 2]), (13, ["a"])]
     wire.pack(moved)

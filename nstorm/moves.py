@@ -1,0 +1,72 @@
+"""Executor moves as a user asks for them: the modes, and the checks that make a bad move fail fast.
+
+Both the client (so that ``nstorm rebalance`` fails with exit code 2 before it asks Nimbus)
+and Nimbus (which applies moves, :mod:`nimbus.rebalance`) check moves with
+:func:`validate_moves`; pure, so that every check can be tested without a cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from nstorm.errors import UsageError
+from nstorm.plan import Plan, Slot
+from nstorm.records import MoveMode
+from nstorm.topology import is_acker
+
+__all__ = ["MODES", "RebalanceError", "validate_moves"]
+
+MODES = tuple(m.value for m in MoveMode)  # thread, process, stop
+
+
+class RebalanceError(UsageError):
+    """A move that cannot be done: unknown executor or worker, an acker, a busy executor."""
+
+
+def validate_moves(
+    plan: Plan,
+    moves: Sequence[tuple[str, str]],
+    live: Mapping[str, Slot],
+    busy_executors: set[str],
+    other_workers: Mapping[str, str],
+) -> None:
+    """Check every move; raise :class:`RebalanceError` naming the first bad one.
+
+    :arg live: worker id -> slot, for every slot of every live supervisor.
+    :arg busy_executors: executors with a migration not yet completed.
+    :arg other_workers: worker id -> topology, for slots used by other topologies.
+    """
+    if not moves:
+        msg = "nothing to move: give --move EXECUTOR=WORKER or --random M"
+        raise RebalanceError(msg)
+    if plan.rebalance:
+        msg = f"topology {plan.topology!r} is in a stop-mode rebalance; wait for it to finish"
+        raise RebalanceError(msg)
+    seen: set[str] = set()
+    for executor, target in moves:
+        if executor not in plan.executors:
+            msg = f"unknown executor {executor!r} (executors look like 'count:3'; see 'nstorm status')"
+            raise RebalanceError(msg)
+        if is_acker(executor):
+            msg = f"{executor!r} is an acker; ackers are not moved (their in-flight tuple trees would be lost)"
+            raise RebalanceError(msg)
+        if executor in seen:
+            msg = f"executor {executor!r} is moved twice in one request"
+            raise RebalanceError(msg)
+        seen.add(executor)
+        if executor in busy_executors:
+            msg = f"executor {executor!r} is already being migrated; wait for that move to complete"
+            raise RebalanceError(msg)
+        if target not in live:
+            node = target.partition(":")[0]
+            if any(s.node == node for s in live.values()):
+                msg = f"worker {target!r} is not a slot of supervisor {node!r}"
+            else:
+                msg = f"unknown or dead worker {target!r} (workers look like 'n1:6701'; no live supervisor {node!r})"
+            raise RebalanceError(msg)
+        if target in other_workers:
+            msg = f"worker {target!r} runs topology {other_workers[target]!r}"
+            raise RebalanceError(msg)
+        if plan.executors[executor] == target:
+            msg = f"executor {executor!r} already runs on {target!r}"
+            raise RebalanceError(msg)

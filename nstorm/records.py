@@ -1,0 +1,165 @@
+"""Records that cross packages, as types: statuses, a migration record, a worker heartbeat.
+
+Each record is a frozen dataclass with one :meth:`from_json` (the only place its shape is
+checked: what comes from ZooKeeper may be damaged, and is never trusted) and one
+:meth:`to_json`. Statuses and modes are string enums, so their values are the JSON ones and
+compare equal to them. The plan, the largest record, is in :mod:`nstorm.plan`.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+__all__ = ["Heartbeat", "MigrationRecord", "MigrationState", "MoveMode", "RecordError", "TopologyStatus"]
+
+
+class RecordError(ValueError):
+    """A record read from the cluster that does not have its documented shape."""
+
+
+class TopologyStatus(enum.StrEnum):
+    """What a topology is asked to do (``status/<name>``) and does (its plan's ``status``).
+
+    ``ACTIVE``: spouts call ``next_tuple``. ``INACTIVE``: spouts pause, bolts drain.
+    ``KILLED``: inactive until ``kill_at``, then Nimbus removes the topology (never in a plan).
+    """
+
+    ACTIVE = "ACTIVE"
+    INACTIVE = "INACTIVE"
+    KILLED = "KILLED"
+
+
+class MoveMode(enum.StrEnum):
+    """How an executor moves (ARCHITECTURE.md section 8)."""
+
+    THREAD = "thread"  # N-Storm: only the moved executor stops, as a thread
+    PROCESS = "process"  # Storm*: the workers whose executors changed restart
+    STOP = "stop"  # Storm's rebalance: deactivate, wait, stop everything, restart
+
+
+class MigrationState(enum.StrEnum):
+    """Where one executor move is: requested (the plan has it) until its new copy runs."""
+
+    REQUESTED = "REQUESTED"
+    COMPLETED = "COMPLETED"
+
+
+def _number(data: Mapping[str, Any], key: str, default: float | None = None) -> float | None:
+    value = data.get(key, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        msg = f"{key} must be a number, got {value!r}"
+        raise RecordError(msg)
+    return float(value)
+
+
+@dataclass(frozen=True)
+class MigrationRecord:
+    """One executor move, ``migrations/<name>/m-N``: created by Nimbus, completed by the new copy.
+
+    :ivar id: the record's node name (not stored in it).
+    :ivar by: who asked: ``user``, ``otd``, ``random``, ``nimbus``, ``ui`` or ``latency``.
+    """
+
+    executor: str
+    source: str
+    target: str
+    mode: MoveMode
+    by: str = "user"
+    requested_at: float = 0.0
+    version: int = 0
+    completed_at: float | None = None
+    stall_secs: float | None = None
+    state_lost: bool | None = None
+    id: str = ""
+
+    @property
+    def state(self) -> MigrationState:
+        return MigrationState.COMPLETED if self.completed_at else MigrationState.REQUESTED
+
+    def completed(self, at: float, stall_secs: float, state_lost: bool) -> MigrationRecord:
+        return replace(self, completed_at=at, stall_secs=stall_secs, state_lost=state_lost)
+
+    @classmethod
+    def from_json(cls, data: Any, record_id: str = "") -> MigrationRecord:
+        if not isinstance(data, Mapping):
+            msg = f"migration record {record_id!r}: expected an object"
+            raise RecordError(msg)
+        try:
+            mode = MoveMode(data.get("mode", "thread"))
+        except ValueError:
+            msg = f"migration record {record_id!r}: unknown mode {data.get('mode')!r}"
+            raise RecordError(msg) from None
+        for key in ("executor", "from", "to"):
+            if not isinstance(data.get(key), str):
+                msg = f"migration record {record_id!r}: {key} must be a string"
+                raise RecordError(msg)
+        lost = data.get("state_lost")
+        return cls(executor=data["executor"], source=data["from"], target=data["to"], mode=mode,
+                   by=str(data.get("by", "user")), requested_at=_number(data, "requested_at", 0.0) or 0.0,
+                   version=int(_number(data, "version", 0) or 0), completed_at=_number(data, "completed_at"),
+                   stall_secs=_number(data, "stall_secs"), state_lost=bool(lost) if lost is not None else None,
+                   id=record_id)
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"executor": self.executor, "from": self.source, "to": self.target,
+                                "mode": self.mode.value, "by": self.by, "requested_at": self.requested_at,
+                                "version": self.version, "completed_at": self.completed_at}
+        if self.completed_at:
+            data.update(stall_secs=self.stall_secs, state_lost=self.state_lost)
+        return data
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """A worker's heartbeat, ``workerbeats/<name>/<worker id>`` (and a local file beside its store).
+
+    :ivar executors: executor id -> its counters (``kind``, ``emitted``, ``executed``, ``acked``,
+        ``failed``, ``queue``, ``errors``, ``last_error``; spouts also ``pending``, ``replayed``,
+        ``started_at``, ``last_acked_at``, ``acked_per_sec`` and latency histograms).
+    """
+
+    worker_id: str
+    pid: int
+    time: float
+    version: int
+    submission: str | None = None
+    cpu: float = 0.0
+    queue: int = 0
+    cpu_limit: float | None = None
+    executors: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    dropped_frames: int = 0
+    forwarded: int = 0
+    curve_refused: int = 0
+    backpressure_events: int = 0
+
+    @classmethod
+    def from_json(cls, data: Any) -> Heartbeat:
+        if not isinstance(data, Mapping) or not isinstance(data.get("worker_id"), str):
+            msg = "a heartbeat must be an object with a worker_id"
+            raise RecordError(msg)
+        executors = data.get("executors") or {}
+        if not isinstance(executors, Mapping) or not all(isinstance(c, Mapping) for c in executors.values()):
+            msg = f"heartbeat of {data['worker_id']}: executors must map executor ids to counters"
+            raise RecordError(msg)
+        submission = data.get("submission")
+        return cls(worker_id=data["worker_id"], pid=int(_number(data, "pid", 0) or 0),
+                   time=_number(data, "time", 0.0) or 0.0, version=int(_number(data, "version", 0) or 0),
+                   submission=submission if isinstance(submission, str) else None,
+                   cpu=_number(data, "cpu", 0.0) or 0.0, queue=int(_number(data, "queue", 0) or 0),
+                   cpu_limit=_number(data, "cpu_limit"), executors=dict(executors),
+                   dropped_frames=int(_number(data, "dropped_frames", 0) or 0),
+                   forwarded=int(_number(data, "forwarded", 0) or 0),
+                   curve_refused=int(_number(data, "curve_refused", 0) or 0),
+                   backpressure_events=int(_number(data, "backpressure_events", 0) or 0))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"worker_id": self.worker_id, "submission": self.submission, "pid": self.pid, "time": self.time,
+                "version": self.version, "cpu": self.cpu, "queue": self.queue, "cpu_limit": self.cpu_limit,
+                "executors": {k: dict(v) for k, v in self.executors.items()}, "dropped_frames": self.dropped_frames,
+                "forwarded": self.forwarded, "curve_refused": self.curve_refused,
+                "backpressure_events": self.backpressure_events}

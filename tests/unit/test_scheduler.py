@@ -1,0 +1,102 @@
+"""Unit tests of the even scheduler and plan repair."""
+
+from __future__ import annotations
+
+from nimbus.rebalance import spread_moves
+from nimbus.scheduler import EvenScheduler, task_list
+from nstorm.plan import Plan, Slot, interleave_slots
+
+DEFINITION = {
+    "workers": 2,
+    "components": {"s": {"parallelism": 2}, "b": {"parallelism": 3}},
+}
+SUPERVISORS = {
+    "n1": {"host": "10.0.0.1", "slots": [[6701, 7701], [6700, 7700]]},
+    "n2": {"host": "10.0.0.2", "slots": [[6700, 7700], [6701, 7701]]},
+}
+
+
+def test_slots_interleave_nodes() -> None:
+    assert [s.worker_id for s in interleave_slots(SUPERVISORS)] == ["n1:6700", "n2:6700", "n1:6701", "n2:6701"]
+
+
+def test_task_list_includes_ackers() -> None:
+    assert task_list(DEFINITION, 2) == ["s:0", "s:1", "b:0", "b:1", "b:2", "__acker:0", "__acker:1"]
+
+
+def test_initial_plan_round_robin_over_nodes() -> None:
+    plan = EvenScheduler().initial_plan("t", DEFINITION, {}, interleave_slots(SUPERVISORS))
+    assert plan is not None
+    assert set(plan.workers) == {"n1:6700", "n2:6700"}
+    assert plan.executors["s:0"] == "n1:6700" and plan.executors["s:1"] == "n2:6700"
+    counts = [list(plan.executors.values()).count(w) for w in plan.workers]
+    assert sorted(counts) == [3, 4]  # 7 executors (2 ackers by default) evenly
+    assert EvenScheduler().initial_plan("t", DEFINITION, {}, []) is None
+
+
+def test_repair_moves_only_lost_executors() -> None:
+    slots = interleave_slots(SUPERVISORS)
+    plan = EvenScheduler().initial_plan("t", DEFINITION, {}, slots)
+    live = {s.worker_id: s for s in slots if s.node == "n1"}
+    free = [s for s in live.values() if s.worker_id not in plan.workers]
+    repaired = EvenScheduler().repair_plan(plan, live, free)
+    assert repaired.version == plan.version + 1
+    assert set(repaired.workers) == {"n1:6700", "n1:6701"}
+    for e, w in plan.executors.items():
+        if w == "n1:6700":
+            assert repaired.executors[e] == "n1:6700"
+        else:
+            assert repaired.executors[e] == "n1:6701"
+    assert EvenScheduler().repair_plan(repaired, live, []) is None
+
+
+def test_slot_ids() -> None:
+    assert Slot("n1", "h", 1, 2).worker_id == "n1:1"
+
+
+def test_spread_moves_refill_returned_slots_from_the_busiest_workers() -> None:
+    executors = {**{f"split:{i}": "n2:1" for i in range(4)}, **{f"count:{i}": "n2:2" for i in range(4)},
+                 "__acker:0": "n2:1", "__acker:1": "n2:2"}
+    plan = Plan.first("t", executors, executors, [Slot("n2", "h", 1, 11), Slot("n2", "h", 2, 12)])
+    free = [Slot("n1", "h", 1, 11), Slot("n1", "h", 2, 12), Slot("n3", "h", 1, 11)]
+    moves = spread_moves(plan, 4, free)
+    targets = [t for _, t in moves]
+    assert targets.count("n1:1") == 2 and targets.count("n1:2") == 2  # 8 movable over 4 workers
+    assert not any(e.startswith("__acker") for e, _ in moves)
+    assert len({e for e, _ in moves}) == 4
+    assert spread_moves(plan, 2, free) == []  # nothing missing
+    assert spread_moves(plan, 4, []) == []  # nowhere to go
+
+
+def test_a_worker_that_moves_emptied_is_released_and_its_ackers_keep_their_tasks() -> None:
+    from nimbus.rebalance import apply_moves, drained_workers, release_workers
+
+    slots = [Slot("n1", "h", 1, 11), Slot("n2", "h", 1, 11), Slot("n3", "h", 1, 11)]
+    places = {"s:0": "n1:1", "b:0": "n2:1", "b:1": "n3:1", "__acker:0": "n1:1", "__acker:1": "n2:1",
+              "__acker:2": "n3:1"}
+    plan = Plan.first("t", places, places, slots)
+    live = {s.worker_id: s for s in slots}
+    moved = apply_moves(plan, [("b:1", "n2:1")], "thread", live, {"b:1": "m-1"})
+    assert "n3:1" in moved.workers  # it still drains the moved-away copy
+    assert drained_workers(moved, []) == []  # the move is still open
+    assert drained_workers(moved, ["b:1"]) == ["n3:1"]  # done: only an acker is left there
+    released = release_workers(moved, ["n3:1"])
+    assert set(released.workers) == {"n1:1", "n2:1"}
+    assert released.tasks == plan.tasks  # ackers keep their count and task ids
+    assert released.executors["__acker:2"] in ("n1:1", "n2:1")
+    # An initial plan's worker with only an acker (more workers than executors) is not "emptied".
+    assert drained_workers(plan, []) == []
+
+
+def test_only_workers_lost_with_a_node_are_spread_back() -> None:
+    slots = interleave_slots(SUPERVISORS)
+    plan = EvenScheduler().initial_plan("t", DEFINITION, {}, slots)
+    live = {s.worker_id: s for s in slots if s.node == "n1" and s.port == 6700}
+    repaired = EvenScheduler().repair_plan(plan, live, [])  # n2 lost, no free slot to replace it
+    assert repaired.missing_workers == 1 and set(repaired.workers) == {"n1:6700"}
+    back = spread_moves(repaired, 2, [slots[1]])
+    assert back and {t for _, t in back} == {"n2:6700"}
+    from nimbus.rebalance import apply_moves
+
+    refilled = apply_moves(repaired, back, "thread", {s.worker_id: s for s in slots}, {})
+    assert refilled.missing_workers == 0

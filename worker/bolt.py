@@ -1,0 +1,458 @@
+"""The bolt executor: takes batches from its data queue and runs ``process`` (or ``process_batch``).
+
+The per-tuple hot path of the engine lives here (:meth:`BoltExecutor._process_batch`): a
+delivered :class:`~nstorm.component.Tuple` costs one ``__new__`` and one slot write (three with
+acking), and a run of tuples that share an anchor entry is acked once. A moved bolt's old
+copy keeps processing until its upstream executors' markers are aligned, then hands its
+state over (:mod:`worker.migration`).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from nstorm import latency
+from nstorm.component import TICK_STREAM, Batch, Bolt, Tuple, TupleMeta, delivered_tuple_class
+from worker import wire
+from worker.executor import UserExecutor
+from worker.host import Host
+from worker.runs import BatchLedger, InputRun
+
+__all__ = ["BoltExecutor"]
+
+log = logging.getLogger(__name__)
+STAMPED = latency.STAMPED  # roots at or above carry their spout emit time (nstorm.latency)
+
+
+class BoltExecutor(UserExecutor):
+    """Takes batches from the data queue and calls ``process`` for each tuple."""
+
+    kind = "bolt"
+
+    def __init__(self, host: Host, executor_id: str, task: int, cls: type, definition: Mapping[str, Any]) -> None:
+        super().__init__(host, executor_id, task, cls, definition)
+        bolt: Bolt = self.instance
+        self.outbox.auto_anchor = bool(bolt.auto_anchor)
+        self.fields: dict[tuple[str, str], dict[str, int]] = {}
+        for name, comp in self.definition["components"].items():
+            for stream, fields in comp["outputs"].items():
+                self.fields[(name, stream)] = {f: i for i, f in enumerate(fields)}
+        self.tuple_classes: dict[int, dict[str, type[Tuple]]] = {}
+        # A bolt that defines process_batch gets whole batches.
+        self.batched = type(bolt).process_batch is not Bolt.process_batch
+        self.arrival = latency.Recorder()  # spout emit -> processed here, of the stamped tuples
+
+    def setup(self) -> None:
+        bolt: Bolt = self.instance
+        self.refresh_routing()
+        bolt.emit_direct = self.outbox.emit_direct  # type: ignore[method-assign]
+        bolt.ack = self._ack  # type: ignore[method-assign]
+        bolt.fail = self._fail  # type: ignore[method-assign]
+        if not isinstance(getattr(bolt, "state", None), dict):
+            bolt.state = {}
+        bolt.prepare(self.conf, self.context)
+
+    def bind_emit(self) -> None:
+        outbox = self.outbox
+        self.instance.emit = outbox.emit_anchored if outbox.acking else outbox.emit  # type: ignore[method-assign]
+        self.instance.emit_many = outbox.emit_many  # type: ignore[method-assign]
+
+    def _ack(self, tup: Tuple | Batch) -> None:
+        if type(tup) is Batch:
+            self.acked += len(tup.values)
+            if self.outbox.acking:
+                self._ack_batch(tup)
+            return
+        self.acked += 1
+        if self.outbox.acking:
+            self.outbox.ack_tuple(tup)
+
+    def _fail(self, tup: Tuple | Batch) -> None:
+        if type(tup) is Batch:
+            self.failed += len(tup.values)
+            if self.outbox.acking:
+                self.outbox.fail_anchors(tup.anchors)
+            return
+        self.failed += 1
+        if self.outbox.acking:
+            self.outbox.fail_tuple(tup)
+
+    def _classes(self, src: int) -> dict[str, type[Tuple]]:
+        """Per-stream tuple classes of one upstream executor (metadata as class attributes), built once."""
+        classes = self.tuple_classes.get(src)
+        if classes is None:
+            routing = self.routing
+            source, index = routing.task_component[src], routing.task_index[src]
+            anchored = self.outbox.acking
+            classes = {
+                stream: delivered_tuple_class(TupleMeta(source, index, stream, self.fields[(source, stream)]), anchored)
+                for (comp, stream) in self.fields if comp == source
+            }
+            self.tuple_classes[src] = classes
+        return classes
+
+    def _process_batch(self, src: int, batch: Any) -> None:
+        """Run ``process`` over one batch (or ``process_batch`` once); the per-tuple hot path, so
+        kept to a few bytecodes a tuple."""
+        if batch is None:  # a marker: ``src`` sends no more to this copy (it may come
+            self.handover.on_marker(src)  # before this worker itself learns of the move)
+            return
+        decoded = self.decode(batch) if type(batch) is bytes else batch
+        if decoded is None:
+            return
+        values, runs, streams = decoded
+        inbox = self.inbox
+        inbox.batch_avg += (len(values) - inbox.batch_avg) * 0.125
+        classes = self._classes(src)
+        if self.batched:
+            self._process_as_batches(classes, values, runs, streams)
+            return
+        cls = classes.get("default")
+        if streams is not None or cls is None:
+            self._process_general(classes, values, runs, streams)
+            return
+        process = self.instance.process
+        new = Tuple.__new__
+        outbox = self.outbox
+        if not outbox.acking:
+            for v in values:
+                tup = new(cls)
+                tup.values = v
+                try:
+                    process(tup)
+                except Exception as exc:
+                    self.record_error("process", exc)
+            self.executed += len(values)
+            return
+        bolt: Bolt = self.instance
+        if runs is None or not bolt.auto_ack:
+            self._process_general(classes, values, runs, streams)
+            return
+        auto_fail = bolt.auto_fail
+        acks = outbox.acks
+        stamp = self.arrival.add_stamp
+        acked = 0
+        i = 0
+        # One anchor entry per run: the tuples of a run share it, and the run (its edge) is
+        # acked once, with the XOR of its tuples' children, when all of them went through.
+        # Emits anchor to the run (an InputRun), not to each tuple: a run's tuples would
+        # share the children's runs anyway, and this way a continued child run costs an
+        # emit no more than an identity check.
+        for k in range(0, len(runs), 2):
+            n = runs[k]
+            a = runs[k + 1]
+            j = i + n
+            own = outbox.current = InputRun(a)
+            if a is None:
+                for v in values[i:j]:
+                    tup = new(cls)
+                    tup.values = v
+                    tup.anchors = None
+                    tup._ackval = 0
+                    try:
+                        process(tup)
+                    except Exception as exc:
+                        self.record_error("process", exc)
+                i = j
+                continue
+            if a[0] >= STAMPED:
+                stamp(a[0])
+            x = 0
+            ok = n
+            for v in (values[i],) if n == 1 else values[i:j]:
+                tup = new(cls)
+                tup.values = v
+                tup.anchors = a
+                tup._ackval = 0
+                try:
+                    process(tup)
+                except Exception as exc:
+                    self.record_error("process", exc)
+                    if auto_fail:
+                        self._fail(tup)
+                    ok -= 1
+                    continue
+                x ^= tup._ackval  # the children of emits anchored to it by hand
+            i = j
+            if ok != n:  # a tuple of the run was not acked: neither is the run
+                acked += ok
+                continue
+            acked += n
+            x ^= own._ackval
+            if len(a) == 2:
+                r = a[0]
+                x ^= a[1]
+                run = outbox.last_run
+                if run is not None and run.owner is own:
+                    # The ack rides with a child: XORed into the edge of the run this input run
+                    # opened last (still in its buffer); the receiver's ack of that run carries it.
+                    ra = run.run_anchor
+                    run.run_anchor = (ra[0], ra[1] ^ x)
+                else:
+                    acks[r] = acks.get(r, 0) ^ x
+            else:
+                for q in range(0, len(a), 2):
+                    r = a[q]
+                    acks[r] = acks.get(r, 0) ^ a[q + 1] ^ x
+        outbox.current = None
+        self.acked += acked
+        self.executed += len(values)
+
+    def _process_general(self, classes: Mapping[str, type[Tuple]], values: Any, runs: Any, streams: Any) -> None:
+        """Any batch: tuples on named streams, manual acking, unknown streams."""
+        bolt: Bolt = self.instance
+        outbox = self.outbox
+        acking = outbox.acking
+        anchors = wire.expand_runs(runs, len(values)) if acking else None
+        new = Tuple.__new__
+        for i, v in enumerate(values):
+            stream = streams.get(i, "default") if streams else "default"
+            cls = classes.get(stream)
+            if cls is None:
+                self.record_error("process", ValueError(f"a tuple on unknown stream {stream!r}"))
+                if anchors is not None:
+                    outbox.fail_anchors(anchors[i])
+                continue
+            tup = new(cls)
+            tup.values = v
+            if acking:
+                tup.anchors = anchors[i]  # type: ignore[index]
+                tup._ackval = 0
+                outbox.current = tup
+            try:
+                bolt.process(tup)
+            except Exception as exc:
+                self.record_error("process", exc)
+                if acking and bolt.auto_fail:
+                    self._fail(tup)
+                continue
+            if acking and bolt.auto_ack and tup.anchors:
+                self.acked += 1
+                outbox.ack_tuple(tup)
+        outbox.current = None
+        self.executed += len(values)
+
+    def _process_as_batches(self, classes: Mapping[str, type[Tuple]], values: Any, runs: Any, streams: Any) -> None:
+        """``process_batch`` once per run of tuples on one stream (once per batch, usually)."""
+        outbox = self.outbox
+        acking = outbox.acking
+        if streams is None:
+            segments = [("default", 0, len(values))]
+        else:
+            segments = []
+            for i in range(len(values)):
+                stream = streams.get(i, "default")
+                if segments and segments[-1][0] == stream:
+                    segments[-1] = (stream, segments[-1][1], i + 1)
+                else:
+                    segments.append((stream, i, i + 1))
+        whole = len(segments) == 1
+        per = None if whole or not acking else wire.expand_runs(runs, len(values))
+        for stream, i, j in segments:
+            cls = classes.get(stream)
+            if cls is None:
+                self.record_error("process_batch", ValueError(f"tuples on unknown stream {stream!r}"))
+                if per is not None:
+                    for a in per[i:j]:
+                        outbox.fail_anchors(a)
+                elif acking and runs is not None:
+                    for a in runs[1::2]:
+                        outbox.fail_anchors(a)
+                continue
+            if not acking:
+                batch = Batch(values if whole else values[i:j], cls.meta, cls)
+            elif whole:
+                batch = Batch(values, cls.meta, cls, BatchLedger(outbox, runs=runs))
+            else:
+                batch = Batch(values[i:j], cls.meta, cls, BatchLedger(outbox, per=per[i:j] if per is not None else None))
+            self._run_batch(batch)
+
+    def _run_batch(self, batch: Batch) -> None:
+        bolt: Bolt = self.instance
+        outbox = self.outbox
+        acking = outbox.acking
+        if acking:
+            ledger: BatchLedger = batch.acking
+            outbox.current = ledger  # what emits outside the batch's loop anchor to
+            runs = ledger.runs
+            if runs is not None:
+                stamp = self.arrival.add_stamp
+                for a in runs[1::2]:
+                    if a and a[0] >= STAMPED:
+                        stamp(a[0])
+        try:
+            bolt.process_batch(batch)
+        except Exception as exc:
+            self.record_error("process_batch", exc)
+            if acking and bolt.auto_fail:
+                self.failed += len(batch.values)
+                outbox.fail_anchors(batch.anchors)
+            return
+        finally:
+            outbox.current = None
+        self.executed += len(batch.values)
+        if acking and bolt.auto_ack:
+            self.acked += len(batch.values)
+            self._ack_batch(batch)
+
+    def _ack_batch(self, batch: Batch) -> None:
+        """Ack every tuple of ``batch``: each run's (or tuple's) edge once, the children of the
+        tuples handed out by iteration, and the children anchored to the whole batch."""
+        acks = self.outbox.acks
+        ledger: BatchLedger | None = batch.acking
+        if ledger is None:
+            return
+        runs = ledger.runs
+        entries = runs[1::2] if runs is not None else ledger.per
+        prev = None
+        for a in entries or ():
+            if a is prev or not a:
+                continue  # the tuples of an expanded run share one entry: its edge counts once
+            prev = a
+            if len(a) == 2:
+                r = a[0]
+                acks[r] = acks.get(r, 0) ^ a[1]
+            else:
+                for q in range(0, len(a), 2):
+                    r = a[q]
+                    acks[r] = acks.get(r, 0) ^ a[q + 1]
+        for tup in ledger.made:
+            x = tup._ackval
+            a = tup.anchors
+            if x and a:
+                for q in range(0, len(a), 2):
+                    r = a[q]
+                    acks[r] = acks.get(r, 0) ^ x
+        x = ledger._ackval
+        if x:
+            roots = ledger.anchors or ()
+            for q in range(0, len(roots), 2):
+                r = roots[q]
+                acks[r] = acks.get(r, 0) ^ x
+
+    def counters(self) -> dict[str, Any]:
+        data = super().counters()
+        arrival = self.arrival
+        if arrival.hist:
+            data["arrival_hist"] = dict(arrival.hist)
+            data["arrival_ms"] = arrival.summary()
+        return data
+
+    def _tick(self) -> None:
+        bolt: Bolt = self.instance
+        tup = Tuple((), "__system", -1, TICK_STREAM, None, {})
+        tup._ackval = 0
+        try:
+            bolt.process_tick(tup)
+        except Exception as exc:
+            self.record_error("process_tick", exc)
+
+    def loop(self) -> None:
+        outbox = self.outbox
+        deadline, ctl_deadline = outbox.deadline, outbox.ctl_deadline
+        empty = self.data_q.empty
+        get = self.data_q.get
+        get_nowait = self.data_q.get_nowait
+        clock = time.monotonic
+        tick = self.tick_secs
+        courier = outbox.courier
+        handover = self.handover
+        handover.announce()
+        while self._running:
+            self.refresh_routing()
+            if handover.awaiting:
+                handover.wait()
+                continue
+            if not self.ctl_q.empty():
+                self._handle_control()
+            if handover.draining and handover.drained(input_empty=empty()):
+                handover.hand_over()
+                break
+            if courier.backlog and not courier.drain():
+                # A peer takes nothing now (dead, restarting, cut off): new input would only pile
+                # up behind it, so take none until it does (or its messages are dropped).
+                time.sleep(0.005)
+                if deadline.due(clock()):
+                    outbox.flush()
+                continue
+            now = clock()
+            wait = 0.01 if handover.draining else 0.1
+            if tick:
+                wait = min(wait, max(0.0, self.next_tick - now))
+            wait = ctl_deadline.wait(now, deadline.wait(now, wait))
+            try:
+                src, batch = get(timeout=wait) if wait > 0 else get_nowait()
+            except queue.Empty:
+                pass
+            else:
+                began = clock()
+                armed = deadline.at is not None
+                deadline.worked(began)
+                ctl_deadline.worked(began)  # acks
+                process = self._process_batch
+                try:
+                    process(src, batch)
+                    # Keep taking input while more waits, up to the deadline.
+                    at = deadline.at
+                    while clock() < at:  # type: ignore[operator]
+                        try:
+                            src, batch = get_nowait()
+                        except queue.Empty:
+                            break
+                        process(src, batch)
+                except Exception as exc:  # a batch that decoded but is not what it claims: drop it
+                    outbox.current = None
+                    self.record_error("batch", exc)
+                if not armed and not outbox.holding():
+                    deadline.flushed()  # everything left at once (low rates): no wake-up to send nothing
+                if self.inbox.batch_avg < 2.0 and empty():
+                    # Tuples come one at a time, further apart than acks would wait: holding the
+                    # acks back would cost a wake-up and save no message.
+                    outbox.flush_control()
+            now = clock()
+            if tick and now >= self.next_tick:
+                self.next_tick = now + tick
+                deadline.worked(now)
+                ctl_deadline.worked(now)
+                self._tick()
+            # A batch leaves when it reaches its limit (in the emit) or at the deadline; running
+            # out of input is no reason to send a small one (Nephele's output buffers, not Nagle).
+            # Acks leave sooner, but only while input is not waiting: a busy executor sends them
+            # with its data (a few messages per deadline), an idle one within a quarter of it.
+            if deadline.due(now):
+                outbox.flush()
+            elif ctl_deadline.due(now) and empty():
+                outbox.flush_control()
+        outbox.flush()
+
+    def _handle_control(self) -> None:
+        while True:
+            try:
+                kind, _src, entries = self.ctl_q.get_nowait()
+            except queue.Empty:
+                return
+            if not self.handover.on_control(kind, entries):
+                log.warning("executor %s: unexpected control message %d ignored", self.executor_id, kind)
+
+    def drop_input(self) -> int:
+        """The drain deadline passed: what is still queued is dropped (the acker replays it)."""
+        dropped = 0
+        while True:
+            try:
+                _src, batch = self.data_q.get_nowait()
+            except queue.Empty:
+                return dropped
+            decoded = self.decode(batch) if batch is not None else None
+            if decoded is not None:
+                dropped += len(decoded[0])
+
+    def teardown(self) -> None:
+        try:
+            self.instance.cleanup()
+        except Exception as exc:
+            self.record_error("cleanup", exc)
+        self.outbox.close()

@@ -1,0 +1,294 @@
+"""Delivery: how a message reaches an executor, a local queue put or a zmq send.
+
+Storm's ``ExecutorTransfer`` in Python: the outbox decides *what* goes *where* (an executor),
+delivery decides *how* it gets there.
+
+- An :class:`Inbox` is an executor's receiving side: its data queue (batches from one
+  upstream executor each, and markers), its control queue, and what backpressure reads of
+  it. Whoever hands an executor something (a local outbox, the receivers, the worker's
+  stash) goes through the inbox; nobody writes another executor's attributes.
+- :class:`Sockets` makes the sockets of one worker (its zmq context, CurveZMQ when on).
+- A :class:`Courier` is one thread's way out: local puts through the host's inboxes, and
+  that thread's own sockets to the other workers (zmq sockets belong to one thread), with
+  the messages a peer's full pipe did not take yet.
+
+Nothing here waits for a peer. Data sockets are written with ``NOBLOCK``; a message a full
+pipe refuses (the peer is dead, restarting or cut off: receivers never block, so a live
+peer's pipe does not fill) waits in the courier's backlog for that worker, and so does
+everything after it for that worker, in order. The owner retries with :meth:`Courier.drain`
+on every loop pass and takes no new input meanwhile; a backlog is dropped (its tuples time
+out and are replayed) once its worker leaves the plan or has taken nothing for
+``topology.message.timeout.secs``. Control sockets have no high-water mark: they never
+refuse.
+"""
+
+from __future__ import annotations
+
+import collections
+import ipaddress
+import logging
+import queue
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import zmq
+
+from worker import wire
+from worker.host import Host
+from worker.routing import Endpoint, RoutingTable
+from worker.security import make_security
+
+__all__ = ["DATA", "CONTROL", "DATA_HWM", "Courier", "Inbox", "Sockets", "bind_address", "try_send_frames"]
+
+log = logging.getLogger(__name__)
+
+DATA = "data"  # the two channels of an inbox
+CONTROL = "ctl"
+DATA_HWM = 32  # messages per data pipe; receivers never block, so a full pipe means a dead or cut-off peer
+CLOSE_DRAIN_SECS = 1.0  # a stopping courier tries this long to send what its peers did not take yet
+
+_NOBLOCK = int(zmq.NOBLOCK)
+_SNDMORE_NOBLOCK = int(zmq.SNDMORE) | _NOBLOCK
+
+
+def try_send_frames(sock: zmq.Socket, header: bytes, payload: bytes) -> bool:
+    """Send ``[header, payload]`` as one message if that does not block; False if the pipe is full.
+
+    Two plain sends with an int flag cost a third of ``send_multipart`` (which type-checks
+    every part and combines enum flags in Python). Once the first part is queued the second
+    never blocks: a message is queued whole or not at all.
+    """
+    try:
+        sock.send(header, _SNDMORE_NOBLOCK)
+    except zmq.Again:
+        return False
+    sock.send(payload)
+    return True
+
+
+def bind_address(host: str) -> str:
+    """Bind to ``host`` if it is an IP address; a host name (docker-compose) binds every interface."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return "*"
+    return host
+
+
+class Inbox:
+    """An executor's receiving side. See the module docstring.
+
+    :ivar data: batches ``(src, batch)`` (``batch`` None is a marker), unbounded: flow control
+        is topology-wide backpressure at the spouts (worker/backpressure.py).
+    :ivar control: ``(kind, src, entries)`` control messages, unbounded.
+    :ivar in_size: tuples in the batch put last (written by the senders).
+    :ivar batch_avg: tuples per batch taken lately (written by the owner): with ``in_size``
+        what backpressure counts queued tuples by.
+    """
+
+    __slots__ = ("data", "control", "in_size", "batch_avg")
+
+    def __init__(self, batch_size: int, control: Any = None) -> None:
+        self.data: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.control: Any = control if control is not None else queue.SimpleQueue()
+        self.in_size = 0
+        self.batch_avg = float(max(1, batch_size))  # starts at a full batch
+
+    def put_data(self, src: int, batch: Any, n: int) -> None:
+        """A batch of ``n`` tuples (raw bytes from the network, or columns from a local outbox)."""
+        if n:
+            self.in_size = n
+        self.data.put((src, batch))
+
+    def put_marker(self, src: int) -> None:
+        """``src`` sends no more to this copy (it switched to the executor's new place)."""
+        self.data.put((src, None))
+
+    def put_control(self, kind: int, src: int, entries: Any) -> None:
+        self.control.put((kind, src, entries))
+
+    def put(self, channel: str, item: Any) -> None:
+        """An item kept aside (stashed) while this executor was not here yet."""
+        (self.data if channel == DATA else self.control).put(item)
+
+    def depth(self, cap: float) -> float:
+        """Queued tuples in full batches of ``cap`` tuples.
+
+        About ``qsize`` times the larger of the tuples per batch taken lately (the oldest
+        batches) and the size of the batch put last (the newest): no counter is shared
+        between threads, and a queue that fills with large batches behind small ones counts
+        as full at once.
+        """
+        return self.data.qsize() * max(self.batch_avg, self.in_size) / cap
+
+
+class Sockets:
+    """The zmq context and socket factory of one worker; sockets it makes belong to the caller's thread."""
+
+    def __init__(self, curve_keys: Path | None = None) -> None:
+        """``curve_keys``: the keys directory when CurveZMQ is on (the supervisor decides), else None."""
+        self.context = zmq.Context(io_threads=1)
+        self.security = make_security(self.context, curve_keys)  # ConfigError for a bad key file
+
+    def data(self, endpoint: Endpoint) -> zmq.Socket:
+        sock = self.context.socket(zmq.PUSH)
+        sock.setsockopt(zmq.SNDHWM, DATA_HWM)
+        sock.setsockopt(zmq.LINGER, 2000)
+        self.security.client(sock)
+        sock.connect(endpoint.data_address)
+        return sock
+
+    def control(self, endpoint: Endpoint) -> zmq.Socket:
+        sock = self.context.socket(zmq.PUSH)
+        sock.setsockopt(zmq.SNDHWM, 0)
+        sock.setsockopt(zmq.LINGER, 2000)
+        self.security.client(sock)
+        sock.connect(endpoint.ctl_address)
+        return sock
+
+    def receiver(self, address: str, hwm: int) -> zmq.Socket:
+        sock = self.context.socket(zmq.PULL)
+        sock.setsockopt(zmq.RCVHWM, hwm)
+        sock.setsockopt(zmq.MAXMSGSIZE, wire.MAX_FRAME_BYTES)
+        self.security.server(sock)
+        sock.bind(address)
+        return sock
+
+    def stop(self) -> None:
+        self.security.stop()
+
+
+class Courier:
+    """One thread's deliveries: local queue puts, or its own sockets to other workers. See the
+    module docstring.
+
+    :ivar routing: the routing table remote endpoints are looked up in (its owner's).
+    :ivar backlog: worker id -> messages its full pipe did not take yet, in order.
+    :ivar undelivered: tuples dropped from the backlog.
+    """
+
+    def __init__(self, host: Host, src: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.host = host
+        self.src = src  # the sending task in message headers (-1: the worker itself)
+        self.clock = clock
+        self.routing: RoutingTable | None = None
+        self.give_up_secs = float(host.conf.get("topology.message.timeout.secs") or 30)
+        self._data: dict[str, zmq.Socket] = {}
+        self._control: dict[str, zmq.Socket] = {}
+        self.backlog: dict[str, collections.deque[tuple[bytes, bytes, int]]] = {}
+        self._since: dict[str, float] = {}
+        self.undelivered = 0
+        self.held = 0  # times a peer's full pipe made messages wait here
+        self.messages = 0  # control messages sent (queue puts or zmq sends)
+
+    # -- data -----------------------------------------------------------------------------
+    def batch(self, dst: int, wid: str, batch: Any, n: int) -> int:
+        """Deliver a batch of ``n`` tuples (columns) to ``dst`` at ``wid``; its wire bytes (0 if local)."""
+        inbox = self.host.inbox(dst, wid)
+        if inbox is not None:
+            inbox.put_data(self.src, batch, n)
+            return 0
+        payload = wire.pack(batch)
+        self._send(wid, wire.data_header(dst, self.src, 0, n), payload, n)
+        return len(payload)
+
+    def marker(self, dst: int, wid: str) -> None:
+        """Tell ``dst`` at ``wid`` that this sender sends it no more there (after what it sent)."""
+        inbox = self.host.inbox(dst, wid)
+        if inbox is not None:
+            inbox.put_marker(self.src)
+            return
+        self._send(wid, wire.marker_header(dst, self.src), b"", 0)
+
+    def frame(self, wid: str, header: bytes, payload: bytes) -> bool:
+        """Forward a received data frame as it is; False (dropped) if that worker takes nothing now."""
+        if wid in self.backlog:
+            return False
+        sock = self._data_socket(wid)
+        return sock is not None and try_send_frames(sock, header, payload)
+
+    def _socket(self, cache: dict[str, zmq.Socket], wid: str, make: Callable[[Endpoint], Any]) -> zmq.Socket | None:
+        """This thread's socket to ``wid`` (made once); None for a worker the routing table does not know."""
+        sock = cache.get(wid)
+        if sock is None:
+            endpoint = self.routing.endpoints.get(wid) if self.routing is not None else None
+            if endpoint is None:
+                return None
+            sock = cache[wid] = make(endpoint)
+        return sock
+
+    def _data_socket(self, wid: str) -> zmq.Socket | None:
+        return self._socket(self._data, wid, self.host.sockets.data)
+
+    def _send(self, wid: str, header: bytes, payload: bytes, n: int) -> None:
+        waiting = self.backlog.get(wid) if self.backlog else None
+        if waiting is not None:
+            waiting.append((header, payload, n))  # behind what waits for that worker
+            return
+        sock = self._data.get(wid) or self._data_socket(wid)
+        if sock is None:
+            self.undelivered += n  # a worker this plan does not know: nothing to send to
+            return
+        if not try_send_frames(sock, header, payload):
+            self.backlog[wid] = collections.deque([(header, payload, n)])
+            self._since[wid] = self.clock()
+            self.held += 1  # a slow link (tc) fills pipes too: not worth a log line each time
+            log.debug("task %d: worker %s takes no more data (full pipe): holding its messages", self.src, wid)
+
+    def drain(self) -> bool:
+        """Send what waits in the backlog as far as the peers take it, without blocking; True
+        when nothing waits any more (see the module docstring for what is dropped, and when)."""
+        now = self.clock()
+        routing = self.routing
+        for wid, waiting in list(self.backlog.items()):
+            sock = self._data.get(wid)
+            gone = sock is None or routing is None or wid not in routing.endpoints
+            while waiting and not gone:
+                header, payload, _n = waiting[0]
+                if not try_send_frames(sock, header, payload):  # type: ignore[arg-type]
+                    break
+                waiting.popleft()
+                self._since[wid] = now
+            if waiting and (gone or now - self._since[wid] > self.give_up_secs):
+                dropped = sum(n for _h, _p, n in waiting)
+                self.undelivered += dropped
+                log.warning("task %d: %d tuples for worker %s dropped (%s); their spouts replay them", self.src,
+                            dropped, wid, "it left the plan" if gone else f"it took nothing for {self.give_up_secs:.0f}s")
+                waiting.clear()
+            if not waiting:
+                del self.backlog[wid]
+                self._since.pop(wid, None)
+        return not self.backlog
+
+    # -- control --------------------------------------------------------------------------
+    def control(self, dst: int, wid: str, kind: int, entries: Any) -> None:
+        """A control message to ``dst`` at ``wid`` (its inbox, or that worker's control port)."""
+        self.messages += 1
+        inbox = self.host.inbox(dst, wid)
+        if inbox is not None:
+            inbox.put_control(kind, self.src, entries)
+            return
+        self.control_frame(wid, wire.control_message(kind, dst, self.src, entries))
+
+    def control_frame(self, wid: str, message: bytes) -> bool:
+        """A ready-made control message to worker ``wid``; False if this plan does not know it."""
+        sock = self._control.get(wid) or self._socket(self._control, wid, self.host.sockets.control)
+        if sock is None:
+            return False
+        sock.send(message)  # no high-water mark: never blocks
+        return True
+
+    def close(self) -> None:
+        """Close the sockets, after trying for a moment to send what waits in the backlog."""
+        deadline = self.clock() + CLOSE_DRAIN_SECS
+        while self.backlog and not self.drain() and self.clock() < deadline:
+            time.sleep(0.01)
+        if self.backlog:
+            self.give_up_secs = 0.0
+            self.drain()
+        for sock in [*self._data.values(), *self._control.values()]:
+            sock.close(linger=1000)
+        self._data.clear()
+        self._control.clear()

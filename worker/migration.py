@@ -1,0 +1,321 @@
+"""Live migration (thread mode): the hand-over protocol of a moved executor, in one place.
+
+A moved executor exists twice for a moment. Its *old copy* keeps processing what its upstream
+executors sent it before they switched to the new place; each upstream executor, on its first
+loop after the routing swap, sends the old copy a marker behind that data (per-sender FIFO).
+Once the markers are *aligned* (one from every upstream executor), its input is empty and the
+new copy has said it is set up (READY), the old copy *snapshots* its state and sends it
+(STATE). The *new copy* holds its input until the state comes, then continues. "Align markers
+on every input, then snapshot ``self.state``" is the barrier of a checkpoint as well: the
+:class:`Alignment` here is meant to carry those next.
+
+Each executor copy has one :class:`Handover`; its states and transitions::
+
+    RUNNING -> DRAINING          the plan moved the executor away (begin_drain)
+    DRAINING -> HANDED_OVER      markers aligned, input empty, new copy ready; or the drain
+                                 deadline DK (worker.lazy.kill.ms) passed: the state is sent
+    AWAITING_STATE -> RUNNING    the state came (taken); or GONE came, or the wait's deadline
+                                 (worker.state.wait.ms) passed: the copy starts empty
+
+A new copy asks for its state (READY) at once and again every ``READY_RESEND_SECS``. The
+old place answers a READY for a task that no longer runs or drains there from its
+:class:`MigrationDesk`: silence if it sent the state to that copy (it is on its way), GONE
+otherwise (its worker restarted, or the state went to an earlier incarnation of the copy's
+worker), so a copy never waits for a state that cannot come. The desk also carries each
+completion to the migration record in ZooKeeper.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import logging
+import queue
+import random
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Protocol
+
+from kazoo.exceptions import ConnectionLoss, NoNodeError, SessionExpiredError, ZookeeperError
+from kazoo.handlers.threading import KazooTimeoutError
+
+from nstorm.plan import Move
+from nstorm.zkschema import encode
+from worker import wire
+from worker.delivery import Courier
+from worker.host import Host, Mailbox
+
+__all__ = ["Alignment", "Handover", "HandoverState", "MigrationDesk", "READY_RESEND_SECS"]
+
+log = logging.getLogger(__name__)
+
+READY_RESEND_SECS = 0.5  # a copy waiting for its state asks the old place again this often
+HANDOVER_MEMORY_SECS = 120.0  # how long a worker remembers where it handed a state over
+
+
+class HandoverState(enum.Enum):
+    """Where one executor copy is in the protocol (see the module docstring)."""
+
+    RUNNING = "RUNNING"  # the executor's copy, processing
+    AWAITING_STATE = "AWAITING_STATE"  # a new copy: holds its input until the state comes
+    DRAINING = "DRAINING"  # an old copy: finishes what was sent before the markers
+    HANDED_OVER = "HANDED_OVER"  # an old copy: its state is sent, its loop ends
+
+
+class Alignment:
+    """A barrier over an executor's inputs: which upstream executors have sent their marker.
+
+    Markers are noted from the start (one may come before this worker learns of the move
+    that it announces); :meth:`expect` sets whom to wait for.
+    """
+
+    __slots__ = ("expected", "seen")
+
+    def __init__(self) -> None:
+        self.expected: set[int] | None = None
+        self.seen: set[int] = set()
+
+    def expect(self, upstream: Iterable[int]) -> None:
+        self.expected = set(upstream)
+
+    def mark(self, src: int) -> None:
+        self.seen.add(src)
+
+    @property
+    def complete(self) -> bool:
+        return self.expected is not None and self.expected <= self.seen
+
+    @property
+    def missing(self) -> list[int]:
+        return sorted((self.expected or set()) - self.seen)
+
+
+class Migrating(Protocol):
+    """What a :class:`Handover` needs of its executor."""
+
+    executor_id: str
+    task: int
+    inbox: Mailbox
+
+    def snapshot(self) -> dict[str, Any]:
+        """``state`` (msgpack bytes), ``error``, ``counters`` and what else moves (a spout's tuples)."""
+        ...
+
+    def restore(self, entry: Mapping[str, Any]) -> None:
+        """Install a handed-over snapshot."""
+        ...
+
+    def drop_input(self) -> int:
+        """Drop what is queued (the drain deadline passed); the tuples dropped."""
+        ...
+
+    def flush(self) -> None:
+        """Send everything buffered (before the state leaves)."""
+        ...
+
+
+class Handover:
+    """One executor copy's side of live migration. See the module docstring."""
+
+    def __init__(self, executor: Migrating, host: Host, courier: Courier) -> None:
+        self.executor = executor
+        self.host = host
+        self.courier = courier
+        self.state = HandoverState.RUNNING
+        self.alignment = Alignment()
+        self.copy_id = random.getrandbits(48)  # tells this copy from a later one of a restarted worker
+        self.move: Move | None = None  # the plan's record of the move that made this copy
+        self.wait_until = 0.0
+        self.drain_until = 0.0
+        self.held_since: float | None = None  # the first input held while waiting (the stall's start)
+        self.ready_sent_at = float("-inf")
+        self.ready_seen = False  # the new copy is set up and waits for the state
+        self.ready_copy: int | None = None  # ... and which copy it is
+
+    @property
+    def awaiting(self) -> bool:
+        return self.state is HandoverState.AWAITING_STATE
+
+    @property
+    def draining(self) -> bool:
+        return self.state is HandoverState.DRAINING
+
+    def _set_state(self, new: HandoverState, why: str) -> None:
+        """The one transition: every change of state goes through here, and is logged."""
+        if new is self.state:
+            return
+        log.info("executor %s: %s -> %s (%s)", self.executor.executor_id, self.state.value, new.value, why)
+        self.state = new
+
+    # -- the new copy -------------------------------------------------------------------------
+    def await_state(self, timeout: float, move: Move) -> None:
+        """This copy replaces one on another worker: hold input until its state comes."""
+        self.move = move
+        self.wait_until = time.monotonic() + timeout
+        self._set_state(HandoverState.AWAITING_STATE, f"moved here from {move.source}")
+
+    def announce(self) -> None:
+        """Ask the old copy for the state (READY), once ``open``/``prepare`` is done; again while waiting."""
+        if self.awaiting and self.move:
+            self.ready_sent_at = time.monotonic()
+            self.courier.control(self.executor.task, self.move.source, wire.READY,
+                                 {"worker": self.host.worker_id, "copy": self.copy_id})
+
+    def wait(self, on_other: Callable[[int, Any], None] | None = None) -> None:
+        """One step of the wait (10 ms at most); the deadline holds whatever arrives meanwhile."""
+        now = time.monotonic()
+        if self.held_since is None and not self.executor.inbox.data.empty():
+            self.held_since = now
+        if now > self.wait_until:
+            self._start_empty("no state arrived in time")
+            return
+        if now - self.ready_sent_at >= READY_RESEND_SECS:
+            self.announce()
+        try:
+            kind, _src, entries = self.executor.inbox.control.get(timeout=0.01)
+        except queue.Empty:
+            return
+        if kind == wire.STATE:
+            self._take(entries)
+        elif kind == wire.GONE:
+            self._start_empty(f"its old place {self.move.source if self.move else '?'} has no state for it")
+        elif on_other is not None:
+            on_other(kind, entries)
+
+    def _take(self, entry: Mapping[str, Any]) -> None:
+        now = time.monotonic()
+        self.executor.restore(entry)
+        # The executor stood still from the old copy's last tuple (it sent its state then)
+        # or from the first tuple held here, whichever came first, until now.
+        stall = max(time.time() - float(entry.get("sent_at") or time.time()),
+                    now - self.held_since if self.held_since is not None else 0.0, 0.0)
+        self._set_state(HandoverState.RUNNING, f"state taken after {stall:.3f}s")
+        self._done(stall, lost=False)
+
+    def _start_empty(self, why: str) -> None:
+        log.warning("executor %s: %s; starting empty", self.executor.executor_id, why)
+        self._set_state(HandoverState.RUNNING, "started empty")
+        self._done(0.0, lost=True)
+
+    def _done(self, stall: float, lost: bool) -> None:
+        if self.move is not None and self.move.record:
+            self.host.migrations.completed(self.move.record, stall, lost)
+
+    # -- the old copy -------------------------------------------------------------------------
+    def begin_drain(self, upstream: Iterable[int], timeout: float) -> None:
+        """This copy moved away: finish what ``upstream`` sent here (their markers), then hand over."""
+        self.alignment.expect(upstream)
+        self.drain_until = time.monotonic() + timeout
+        self._set_state(HandoverState.DRAINING, "moved away")
+
+    def on_marker(self, src: int) -> None:
+        self.alignment.mark(src)
+
+    def on_control(self, kind: int, entries: Any) -> bool:
+        """A migration message outside the wait: READY (to the old copy), a late GONE or STATE."""
+        if kind == wire.READY:
+            self.ready_seen = True
+            if isinstance(entries, Mapping):
+                self.ready_copy = entries.get("copy")
+            return True
+        if kind == wire.GONE:
+            return True  # an answer to a READY sent again after the state had come
+        if kind == wire.STATE:
+            log.warning("executor %s: a state hand-over came after this copy had started; ignored",
+                        self.executor.executor_id)
+            return True
+        return False
+
+    def drained(self, input_empty: bool) -> bool:
+        """True when the state may go: markers aligned, input empty and the new copy ready, or the
+        drain deadline passed (what is still queued is then dropped: the acker replays it)."""
+        if self.alignment.complete and input_empty and self.ready_seen:
+            return True
+        if time.monotonic() > self.drain_until:
+            dropped = self.executor.drop_input()
+            if dropped or not self.alignment.complete or not self.ready_seen:
+                log.warning("executor %s: lazy kill after DK; %d queued tuples dropped, markers missing from %s%s",
+                            self.executor.executor_id, dropped, self.alignment.missing,
+                            "" if self.ready_seen else ", the new copy never asked")
+            return True
+        return False
+
+    def hand_over(self) -> None:
+        """Snapshot the executor and send it to its current place; the copy's loop ends."""
+        self.executor.flush()
+        entry = self.executor.snapshot()
+        routing = self.host.routing
+        to = routing.location[self.executor.task] if routing is not None else ""
+        entry.update(sent_at=time.time(), copy=self.ready_copy)
+        entry["from"] = self.host.worker_id
+        self.courier.control(self.executor.task, to, wire.STATE, entry)
+        self.host.migrations.handed_over(self.executor.task, to, self.ready_copy)
+        self._set_state(HandoverState.HANDED_OVER, f"{len(entry['state'])} bytes of state sent to {to}")
+
+
+class MigrationDesk:
+    """A worker's side of migration: where it handed states over, answers to READY for tasks
+    that left, and the completions it owes ZooKeeper (written by the main loop)."""
+
+    def __init__(self, worker_id: str, send_gone: Callable[[str, int, Any], None]) -> None:
+        """``send_gone(worker, task, entries)`` sends a GONE (from the worker's main thread)."""
+        self.worker_id = worker_id
+        self.send_gone = send_gone
+        self.completions: queue.SimpleQueue[tuple[str, dict[str, Any]]] = queue.SimpleQueue()
+        self._handovers: dict[int, tuple[str, Any, float]] = {}  # task -> (to, copy, when)
+        self._unreported: list[tuple[str, dict[str, Any]]] = []
+
+    def handed_over(self, task: int, to: str, copy: Any) -> None:
+        """An old copy sent its state (to ``copy`` at ``to``; None: to whichever copy runs there,
+        the new copy had not asked by the drain deadline)."""
+        self._handovers[task] = (to, copy, time.monotonic())
+
+    def answer_ready(self, task: int, entries: Any) -> None:
+        """A READY for a task that neither runs nor drains here (main loop only): see the module docstring."""
+        if not isinstance(entries, Mapping) or not isinstance(entries.get("worker"), str):
+            return
+        sender, copy = entries["worker"], entries.get("copy")
+        sent = self._handovers.get(task)
+        if sent is not None and sent[0] == sender and sent[1] in (None, copy):
+            return
+        log.info("task %d: READY from %s, but no copy here holds its state: answered GONE", task, sender)
+        self.send_gone(sender, task, {"worker": self.worker_id})
+
+    def completed(self, record: str, stall: float, lost: bool) -> None:
+        """A moved-in copy resumed (any thread): its record is completed by :meth:`report`."""
+        self.completions.put((record, {"completed_at": time.time(), "stall_secs": round(stall, 4), "state_lost": lost}))
+
+    def prune(self) -> None:
+        now = time.monotonic()
+        for task, (_to, _copy, at) in list(self._handovers.items()):
+            if now - at > HANDOVER_MEMORY_SECS:
+                del self._handovers[task]
+
+    def report(self, zk: Any, records_path: str) -> None:
+        """Mark finished migrations completed under ``records_path``; kept for a retry while
+        ZooKeeper is unreachable (main loop only)."""
+        while True:
+            try:
+                self._unreported.append(self.completions.get_nowait())
+            except queue.Empty:
+                break
+        if zk is None or not self._unreported:
+            return
+        pending, self._unreported = self._unreported, []
+        for i, (record, update) in enumerate(pending):
+            path = f"{records_path}/{record}"
+            try:
+                data, stat = zk.get(path)
+                info = json.loads(data.decode())
+                if info.get("completed_at"):
+                    continue  # reported before (this worker restarted since)
+                info.update(update)
+                zk.set(path, encode(info), version=stat.version)
+                log.info("migration %s of %s completed (stall %.3fs)", record, info.get("executor"), update["stall_secs"])
+            except NoNodeError:
+                continue  # the topology was killed
+            except (ConnectionLoss, SessionExpiredError, ZookeeperError, KazooTimeoutError):
+                self._unreported.extend(pending[i:])  # ZooKeeper is away: retry next cycle
+                return
+            except Exception:  # noqa: BLE001 - bookkeeping only
+                log.warning("cannot record completion of migration %s", record, exc_info=True)
