@@ -47,6 +47,7 @@ __all__ = ["Supervisor", "pick_slots"]
 log = logging.getLogger(__name__)
 
 _YOUNG_SECS = 10.0  # a worker that exits sooner than this after its start died young
+_NUDGE_AFTER_SECS = 1.0  # a younger worker reads the latest plan as it starts: no nudge
 _BACKOFF_MAX_SECS = 30.0
 
 
@@ -219,6 +220,7 @@ class Supervisor:
                     self.store.put_plan(name, plan.version, local.to_json())
                     self._stored_submission[name] = plan.submission
                     log.info("plan of %s v%d written to the store (ports %s)", name, plan.version, ports)
+                    self._nudge(name)
             except NoNodeError:
                 continue
             except Exception:
@@ -244,6 +246,20 @@ class Supervisor:
             # a store rebuilt empty must not stop them before their plans are back.
             self.store.put_meta("synced", {"at": time.time()})
         self._reconcile(desired)
+
+    def _nudge(self, name: str) -> None:
+        """Tell the running workers of ``name`` that a new plan is in the store (SIGUSR1): they
+        read it at once instead of at their next poll (TW), so that every worker of a topology
+        applies a move within milliseconds of the others. N-Storm+ reacts to a plan change at
+        once (``supervisor.sync.watch``); without it, workers keep to TW, as in N-Storm."""
+        if not self._use_watch:
+            return
+        for (topology, _port), proc in self.workers.items():
+            if topology == name and proc.poll() is None and time.monotonic() - proc.started_at > _NUDGE_AFTER_SECS:
+                try:
+                    proc.process.send_signal(signal.SIGUSR1)
+                except psutil.Error:
+                    pass
 
     # -- worker processes ---------------------------------------------------------------------
     def _start_worker(self, topology: str, port: int, restarts: int = 0) -> WorkerHandle:

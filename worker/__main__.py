@@ -5,10 +5,16 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 
-from nstorm.logs import setup_daemon_logging
+# The supervisor nudges its workers with SIGUSR1 when it has written a new plan (the worker
+# reads it at once, not at its next poll): ignored until the worker's own handler is set, so
+# that a nudge in the first milliseconds of a worker's life cannot end it.
+signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+
+from nstorm.logs import setup_daemon_logging  # noqa: E402 - after the signal disposition
 
 
 def main() -> None:

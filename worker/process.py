@@ -480,3 +480,8 @@ class Worker:
     def install_signal_handlers(self) -> None:
         signal.signal(signal.SIGTERM, self.request_stop)
         signal.signal(signal.SIGINT, self.request_stop)
+        signal.signal(signal.SIGUSR1, self.nudge)
+
+    def nudge(self, *_: Any) -> None:
+        """A new plan is in the store (the supervisor says so): read it now, not at the next TW."""
+        self._wake.set()
