@@ -2,7 +2,8 @@
 
 A moved executor exists twice for a moment. Its *old copy* keeps processing what its upstream
 executors sent it before they switched to the new place; each upstream executor, on its first
-loop after the routing swap, sends the old copy a marker behind that data (per-sender FIFO).
+loop after the routing swap, sends the old copy a marker behind that data (per-sender FIFO:
+:func:`mark_moves`, called by the outbox when its routing table changes).
 Once the markers are *aligned* (one from every upstream executor), its input is empty and the
 new copy has said it is set up (READY), the old copy *snapshots* its state and sends it
 (STATE). The *new copy* holds its input until the state comes, then continues. "Align markers
@@ -44,8 +45,9 @@ from nstorm.zkschema import encode
 from worker import wire
 from worker.delivery import Courier
 from worker.host import Host, Mailbox
+from worker.routing import RoutingTable
 
-__all__ = ["Alignment", "Handover", "HandoverState", "MigrationDesk", "READY_RESEND_SECS"]
+__all__ = ["Alignment", "Handover", "HandoverState", "MigrationDesk", "READY_RESEND_SECS", "mark_moves"]
 
 log = logging.getLogger(__name__)
 
@@ -251,6 +253,22 @@ class Handover:
         self.courier.control(self.executor.task, to, wire.STATE, entry)
         self.host.migrations.handed_over(self.executor.task, to, self.ready_copy)
         self._set_state(HandoverState.HANDED_OVER, f"{len(entry['state'])} bytes of state sent to {to}")
+
+
+def mark_moves(old: RoutingTable | None, new: RoutingTable, buffers: Mapping[int, Any],
+               flush: Callable[[Any], None], courier: Courier) -> None:
+    """An upstream executor's side of a move, when its routing table changes from ``old`` to
+    ``new``: for every destination that changed place, what it buffered for the old place
+    leaves first, then a marker on the same pipe (FIFO per sender), so that the old copy knows
+    it has everything from this executor once the marker is in (its :class:`Alignment`)."""
+    if old is None or old is new:
+        return
+    for dst, buf in buffers.items():
+        was = old.location[dst]
+        if was and dst < len(new.location) and new.location[dst] != was:
+            if buf:
+                flush(buf)
+            courier.marker(dst, was)  # the courier still has the old table: that worker may have left
 
 
 class MigrationDesk:

@@ -43,6 +43,7 @@ from worker.emitters import (
     compile_tracked_emit,
 )
 from worker.host import Host
+from worker.migration import mark_moves
 from worker.routing import RoutingTable
 from worker.runs import (
     K_ALL,
@@ -115,14 +116,7 @@ class Outbox:
         everything from this executor once the marker arrives (per-pipe FIFO), and only
         then hands its state over. Tuples emitted from now on go to the new place.
         """
-        old = self.routing
-        if old is not None and old is not routing:
-            for dst, buf in self.buffers.items():
-                was = old.location[dst]
-                if was and dst < len(routing.location) and routing.location[dst] != was:
-                    if buf:
-                        self.flush_buffer(buf)
-                    self.courier.marker(dst, was)  # through the old table: that worker may have left
+        mark_moves(self.routing, routing, self.buffers, self.flush_buffer, self.courier)
         self.routing = routing
         self.courier.routing = routing
         targets: dict[str, list[Target]] = {s: [] for s in self.streams}
