@@ -4,9 +4,9 @@ Each round injects every kind once, on the audited word count, moving a ``count`
 (its state is word counts) between workers:
 
 - ``dst-during``: SIGKILL of the move's destination worker while the hand-over runs (a
-  random 0-150 ms after Nimbus wrote the plan: the hand-over, from the plan to the new copy
-  resuming, takes 100-300 ms here, so many kills land in it; each fault records whether it
-  did: the new copy resumed after the kill);
+  random 0-30 ms after Nimbus wrote the plan: the hand-over, from the plan to the new copy
+  resuming, takes a few tens of ms here, so many kills land in it; each fault records whether
+  it did: the new copy resumed after the kill);
 - ``dst-after``: SIGKILL of the destination 0-5 s after the move completed;
 - ``src-during``: SIGKILL of the source worker (the draining old copy) during the hand-over;
 - ``both-during``: SIGKILL of both during the hand-over;
@@ -59,8 +59,8 @@ class MoveFaults(FaultInjector):
             time.sleep(0.2)
         return False
 
-    def _kill(self, wid: str) -> int:
-        pid = self._pid(wid)
+    def _kill(self, wid: str, pid: int | None = None) -> int:
+        pid = pid or self._pid(wid)
         os.kill(pid, signal.SIGKILL)
         return pid
 
@@ -103,11 +103,12 @@ class MoveFaults(FaultInjector):
 
     def _during(self, who: str) -> dict[str, Any]:
         executor, source, target = self._pick(avoid_spouts=True)
-        record, _version = self._move(executor, target)
-        time.sleep(self.rng.uniform(0.0, 0.15))
         victims = {"dst": [target], "src": [source], "both": [source, target]}[who]
+        known = {wid: self._pid(wid) for wid in victims}  # looked up first: a kill then takes microseconds
+        record, _version = self._move(executor, target)
+        time.sleep(self.rng.uniform(0.0, 0.03))
         killed_at = time.time()
-        pids = {wid: self._kill(wid) for wid in victims}
+        pids = {wid: self._kill(wid, known[wid]) for wid in victims}
         for wid, pid in pids.items():
             self._restarted(wid, pid)
         self._wait(lambda: self._record(record).get("completed_at"))
