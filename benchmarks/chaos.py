@@ -1,7 +1,7 @@
 """Word count under a schedule of faults: is anything lost, and how long does each fault stall it?
 
-``python -m benchmarks.chaos [--duration S] [--rate R] [--period S] [--seed N]``
-``python -m benchmarks.chaos --moves N [--rate R] [--seed N]``
+``python -m benchmarks.chaos [--duration S] [--rate R] [--period S] [--seed N] [--state lmdb]``
+``python -m benchmarks.chaos --moves N [--rate R] [--seed N] [--state lmdb]``
 
 A local cluster of real processes (ZooKeeper, two Nimbus processes, two supervisors
 with four slots each) runs ``topologies/audited.py``: word count whose spouts keep an
@@ -26,6 +26,12 @@ sentence is acked. Reported: sentences emitted, acked, acked more than once, fai
 replayed and **lost** (emitted but never acked once the run settled: must be 0), and for each
 kind of fault the longest stall: the longest time any spout saw no ack between the fault
 and the next one (at most 30 s). Prints a table and writes ``benchmarks/results/chaos.json``.
+
+With ``--state lmdb`` (or ``redis``, given ``--redis-url``) the topology runs with durable
+state: every failure rolls it back to its last checkpoint. Once it settles, the run waits for
+a checkpoint committed after that and reads the count executors' states from the store: their
+counts must equal a ``Counter`` of the words of every sentence emitted, exactly (each sentence
+counted once, whatever was killed). ``--state`` results go to ``chaos-<provider>.json``.
 """
 
 from __future__ import annotations
@@ -172,7 +178,7 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
                 client.submit(AUDITED, conf={
                     "audit.dir": str(audit_dir), "audit.sentences": sentences, "audit.rate": args.rate,
                     "audit.workers": 4, "topology.message.timeout.secs": 10,
-                    "nstorm.zookeeper.session.timeout.secs": 4, **daemon_conf})
+                    "nstorm.zookeeper.session.timeout.secs": 4, **daemon_conf, **_state_conf(args)})
                 client.wait_running(NAME, 60)
                 stalled_seen: list[dict[str, Any]] = []
                 if args.moves:
@@ -216,6 +222,8 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
                                         "refused": sum(1 for m in migrations if not m["ok"]),
                                         "log": migrations}
                 result["worker_restarts"] = _worker_restarts(home)
+                if args.state != "memory":
+                    result["exact_counts"] = _check_counts(client, args, sentences, audit_dir, console)
         finally:
             stop.set()
             cluster.stop()
@@ -249,6 +257,56 @@ def _inject_move_faults(client: Any, rng: random.Random, console: Console, round
     return faults.faults
 
 
+def _state_conf(args: argparse.Namespace) -> dict[str, Any]:
+    if args.state == "memory":
+        return {}
+    conf: dict[str, Any] = {"topology.state.provider": args.state}
+    if args.state == "redis":
+        conf["topology.state.provider.config"] = {"url": args.redis_url}
+    return conf
+
+
+def _check_counts(client: Any, args: argparse.Namespace, total: int, audit_dir: Path, console: Console) -> dict[str, Any]:
+    """The count executors' states in a checkpoint committed after the run settled, against a
+    ``Counter`` of the words of every sentence the spouts emitted."""
+    from collections import Counter
+
+    from nstorm.state.config import state_config
+    from nstorm.state.store import open_store, unpack_snapshot
+    from topologies.audited import read_audit
+    from topologies.sentences import sentences
+
+    settled_at = time.time()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        last = client.status(NAME)["checkpoints"]["last_committed"]
+        if last and last["at"] > settled_at + 0.5:
+            break
+        time.sleep(0.5)
+    else:
+        return {"checked": False, "why": "no checkpoint committed after the run settled"}
+    cid = last["id"]
+    expected: Counter[str] = Counter()
+    for stem, audit in read_audit(audit_dir).items():
+        index = int(stem.rsplit("-", 1)[1])
+        for sentence in sentences(total, seed=1000 + index)[: int(audit["emitted"])]:
+            expected.update(sentence.split())
+    topo = client.cluster.topology(NAME)
+    store = open_store(state_config(_state_conf(args)), NAME, topo["submission"])
+    got: Counter[str] = Counter()
+    try:
+        for eid in client.plan(NAME).executors:
+            if eid.startswith("count:"):
+                got.update(unpack_snapshot(store.executor(cid, eid) or b"")["state"])
+    finally:
+        store.close()
+    wrong = {w for w in expected.keys() | got.keys() if expected[w] != got[w]}
+    console.print(f"checkpoint {cid}: {sum(got.values())} words counted, {sum(expected.values())} expected, "
+                  f"{len(wrong)} words off")
+    return {"checked": True, "checkpoint": cid, "words": sum(got.values()), "expected": sum(expected.values()),
+            "words_off": len(wrong), "exact": not wrong}
+
+
 def _worker_restarts(home: Path) -> int:
     return sum(p.read_text(errors="replace").count("restarting") for p in (home / "logs").glob("supervisor-*.log"))
 
@@ -260,6 +318,9 @@ def main() -> None:
     parser.add_argument("--period", type=float, default=10.0, help="seconds between random live migrations")
     parser.add_argument("--drain", type=float, default=300.0, help="seconds allowed to ack the rest")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--state", choices=("memory", "lmdb", "redis"), default="memory",
+                        help="topology.state.provider: with lmdb or redis the final counts are checked exactly")
+    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0", help="the Redis of --state redis")
     parser.add_argument("--moves", type=int, default=0,
                         help="rounds of kills around live moves instead of the schedule (see benchmarks._move_faults)")
     args = parser.parse_args()
@@ -286,7 +347,14 @@ def main() -> None:
     console.print(f"live migrations: {m['done']} done, {m['refused']} refused (Nimbus or ZooKeeper away); "
                   f"worker restarts by supervisors: {result['worker_restarts']}; drained in {result['drained_in_secs']} s"
                   f" ({'settled' if result['settled'] else 'NOT settled'})")
-    path = write_json("chaos", {"machine": machine(), "args": vars(args), **result})
+    exact = result.get("exact_counts")
+    if exact is not None:
+        console.print(f"durable state ({args.state}): " + (
+            f"counts in checkpoint {exact['checkpoint']} {'EXACT' if exact['exact'] else 'WRONG'} "
+            f"({exact['words']} words, {exact['expected']} expected, {exact['words_off']} words off)"
+            if exact["checked"] else exact["why"]))
+    name = "chaos" if args.state == "memory" else f"chaos-{args.state}"
+    path = write_json(name, {"machine": machine(), "args": vars(args), **result})
     console.print(f"results: {path}")
     if not result["settled"]:
         raise SystemExit(f"did not settle within {args.drain:.0f} s: {result['lost']} sentences still unacked")
@@ -294,6 +362,8 @@ def main() -> None:
         raise SystemExit(f"{result['lost']} sentences lost")
     if result["stall_reports"]:
         raise SystemExit("the topology stalled (status reported it)")
+    if exact is not None and not (exact["checked"] and exact["exact"]):
+        raise SystemExit("the counts in the last checkpoint are not exact")
 
 
 if __name__ == "__main__":

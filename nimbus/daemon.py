@@ -27,6 +27,7 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
+from nimbus.checkpoints import CheckpointCoordinator, drop_checkpoints
 from nimbus.rebalance import (
     apply_moves,
     drained_workers,
@@ -76,6 +77,7 @@ class Nimbus:
         self._registered_since: dict[str, float] = {}  # node -> when this Nimbus first saw it registered
         self._owners: dict[str, str] = {}  # worker id -> the topology whose plan holds it
         self.watchdog = StallWatchdog()
+        self.checkpoints: CheckpointCoordinator | None = None  # the leader's (nimbus/checkpoints.py)
 
     def _watch(self, *_: Any) -> None:
         self._wake.set()
@@ -173,6 +175,8 @@ class Nimbus:
         if repaired is not None:
             lost = sorted(set(plan.workers) - set(repaired.workers))
             log.warning("topology %s: workers %s lost; executors reassigned (v%d)", name, lost, current.version + 1)
+            if self.checkpoints is not None:
+                self.checkpoints.roll_back(name, f"workers {lost} lost with their executors")
             plan = repaired
             used.update(plan.workers)
         if plan.status is not desired:
@@ -355,7 +359,12 @@ class Nimbus:
             pass
 
     def _remove_topology(self, name: str) -> None:
-        for path in (self.paths.assignment(name), self.paths.code(name), self.paths.requests(name),
+        topo = self.cluster.topology(name) if self.cluster else None
+        if self.checkpoints is not None:
+            self.checkpoints.drop(name, topo)  # its store, closed in the coordinator first
+        else:
+            drop_checkpoints(topo, name)
+        for path in (self.paths.checkpoints(name), self.paths.assignment(name), self.paths.code(name), self.paths.requests(name),
                      self.paths.migrations(name), self.paths.otd(name),
                      self.paths.workerbeats(name), self.paths.topology(name), self.paths.status(name)):
             self._delete(path)
@@ -390,6 +399,8 @@ class Nimbus:
         self.state = "LEADING"
         otd = OtdRunner(self.zk, self.paths, self.conf)
         otd.start()
+        self.checkpoints = CheckpointCoordinator(self.zk, self.paths, self.conf)
+        self.checkpoints.start()
         interval = float(self.conf["nimbus.monitor.interval.secs"])
         self._wake.set()
         try:
@@ -402,6 +413,8 @@ class Nimbus:
                     log.exception("reconcile failed")
         finally:
             otd.stop()
+            self.checkpoints.stop()
+            self.checkpoints = None
             self.state = "STANDBY"
 
     def request_stop(self, *_: Any) -> None:

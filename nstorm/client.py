@@ -7,6 +7,7 @@ plan with the workers' heartbeats into the schema of ``nstorm status --json``.
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
 import uuid
@@ -25,6 +26,8 @@ from nstorm.moves import MODES, RebalanceError, validate_moves
 from nstorm.plan import Plan, interleave_slots
 from nstorm.records import Heartbeat, MigrationRecord, TopologyStatus
 from nstorm.stall import find_stall
+from nstorm.state.config import state_config
+from nstorm.state.record import CheckpointRecord
 from nstorm.zkauth import without_secrets
 from nstorm.zkschema import (
     ACTIVE,
@@ -99,6 +102,13 @@ class ClusterClient:
                 msg = f"-c topology.workers={workers!r}: expected an integer >= 1"
                 raise ConfigError(msg)
             definition["workers"] = workers
+        state = state_config(merge_conf(definition.get("conf"), conf))  # ConfigError: exit 2, one line
+        if state.durable:
+            for cname, comp in definition["components"].items():
+                if comp["kind"] != "spout" and int(comp["parallelism"]) > state.max_parallelism:
+                    msg = (f"component {cname!r} has parallelism {comp['parallelism']}, more than "
+                           f"topology.max.parallelism={state.max_parallelism} (its key groups)")
+                    raise ConfigError(msg)
         acker = conf.get("topology.acker.executors")
         if acker is not None and (isinstance(acker, bool) or not isinstance(acker, int) or acker < 0):
             msg = f"-c topology.acker.executors={acker!r}: expected an integer >= 0"
@@ -360,7 +370,18 @@ class ClusterClient:
                                                  "completed_at", "stall_secs", "version")}
                 for r in self.migrations(name)
             ],
+            "checkpoints": self.checkpoints(name, topo),
         }
+
+    def checkpoints(self, name: str, topo: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The ``checkpoints`` field of ``status --json`` (see :class:`nstorm.state.record.CheckpointRecord`)."""
+        topo = topo or self._require(name)
+        config = state_config(merge_conf(topo["definition"].get("conf"), topo.get("conf")))
+        raw, _ = self.cluster.read(self.paths.checkpoints(name))
+        record = CheckpointRecord.from_json(json.dumps(raw).encode()) if isinstance(raw, dict) else None
+        if record is None or record.submission != topo.get("submission"):
+            record = CheckpointRecord(provider=config.provider, interval_ms=config.interval_ms)
+        return record.status()
 
     def acked_per_second(self, name: str) -> dict[int, dict[str, int]]:
         """Spout acks per wall-clock second and executor, from the last heartbeats (recent seconds only)."""

@@ -246,6 +246,15 @@ class Component:
         ``{stream: fields}`` for named streams.
     :ivar tick_secs: deliver a tick tuple every this many seconds (None: no ticks).
     :ivar config: component-level configuration merged over the topology's.
+    :ivar state: a dict that belongs to this executor: it moves with it when it migrates to
+        another worker, and with ``topology.state.provider`` ``lmdb`` or ``redis`` it is
+        checkpointed and restored after a failure (exactly once). Keep it to plain data
+        (msgpack types). A spout that is to be replayed keeps its position here.
+    :ivar keyed_state: a dict from the key a bolt's input is fields-grouped on (one field's
+        value, or a tuple of the values of several) to a value, stored per key group
+        (``topology.max.parallelism``), so that it follows its keys; checkpoints write only
+        the keys set or deleted since the last one. Assign a changed value again
+        (``self.keyed_state[k] = v``): a change in place is not seen (or call ``touch(k)``).
     """
 
     outputs: ClassVar[Sequence[str] | Mapping[str, Sequence[str]]] = ()
@@ -263,6 +272,16 @@ class Component:
         """Emit to executor ``task`` of each component that subscribes with ``direct_grouping``."""
         msg = f"{type(self).__name__}.emit_direct called outside a running executor"
         raise RuntimeError(msg)
+
+    def on_checkpoint(self, checkpoint_id: int) -> None:
+        """Called in the executor thread just before its snapshot for ``checkpoint_id`` is taken
+        (a provider other than ``memory``): flush what must be in it (Storm's ``preCommit``)."""
+
+    def on_commit(self, checkpoint_id: int) -> None:
+        """Called in the executor thread once ``checkpoint_id`` is committed (every executor wrote
+        it; Flink's ``notifyCheckpointComplete``): commit a sink's transaction here, once per
+        checkpoint. A rollback may undo effects seen after it; emits to the outside world stay
+        at least once, so a sink that writes here should write idempotently (keyed by the id)."""
 
     def log(self, message: str, *args: Any) -> None:
         """Write a line to the worker's log, tagged with the executor id."""
@@ -327,8 +346,7 @@ class Bolt(Component):
     :ivar auto_ack: ack each input after ``process`` returns (default True).
     :ivar auto_anchor: anchor emits to the tuple being processed (default True).
     :ivar auto_fail: fail the input if ``process`` raises (default True).
-    :ivar state: a dict that belongs to this executor and moves with it when it
-        migrates to another worker. Keep it to plain data (msgpack types).
+    :ivar state: see :class:`Component` (``keyed_state`` too).
 
     Example::
 

@@ -41,6 +41,13 @@ DEFAULTS: dict[str, Any] = {
     "topology.hash.seed": 0,  # PYTHONHASHSEED of workers: fields grouping agrees across processes
     "topology.debug": False,
     "topology.scheduler": "static",
+    # durable state (README "Durable state"): Storm's key names where Storm has one
+    "topology.state.provider": "memory",  # memory (state lost with its worker) | lmdb | redis
+    "topology.state.provider.config": None,  # JSON: {"url": "redis://host:6379/0"} | {"map_size": bytes}
+    "topology.state.dir": None,  # LMDB checkpoints; None = $NSTORM_HOME/state (a local filesystem)
+    "topology.state.checkpoint.interval.ms": 1000,
+    "topology.state.checkpoint.timeout.secs": 30,  # a checkpoint not committed by then is abandoned
+    "topology.max.parallelism": 128,  # key groups of keyed state (and of fields grouping)
     # daemons
     "supervisor.slots.port.base": 6700,  # 0 = pick free ports
     "supervisor.sync.interval.ms": 1000,  # TS: periodic ZooKeeper -> LMDB sync (a watch acts at once)

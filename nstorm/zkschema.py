@@ -120,6 +120,18 @@ class ZkPaths:
     def otd(self, name: str) -> str:
         return self._p("otd", name)
 
+    def checkpoints(self, name: str) -> str:
+        """The coordinator's orders and record of ``name``'s checkpoints (nimbus/checkpoints.py)."""
+        return self._p("checkpoints", name)
+
+    def rollback_requests(self, name: str) -> str:
+        """Workers that lost state ask for a rollback here (sequential children)."""
+        return self._p("checkpoints", name, "requests")
+
+    def lives(self, name: str, worker_id: str) -> str:
+        """Made by a worker process of ``name`` when it starts: found there, it is a restart."""
+        return self._p("checkpoints", name, "lives", worker_id)
+
     @property
     def nimbus_election(self) -> str:
         return self._p("nimbus", "election")
@@ -133,7 +145,7 @@ class ZkPaths:
         """
         try:
             for path in (self.topologies, self._p("code"), self.statuses, self.assignments,
-                         self.supervisors, self._p("workerbeats"), self._p("requests"), self._p("migrations")):
+                         self.supervisors, self._p("workerbeats"), self._p("requests"), self._p("migrations"), self._p("checkpoints")):
                 zk.ensure_path(path)
             if zk.default_acl and list(zk.get_acls(self.root)[0]) != list(zk.default_acl):
                 changed = lock_down(zk, self.root, zk.default_acl)

@@ -53,6 +53,63 @@ def zookeeper() -> Iterator[str]:
         zk.stop()
 
 
+def start_redis(port: int) -> subprocess.Popen[bytes]:
+    """A real ``redis-server`` on ``port`` (no persistence), answering; the caller ends it.
+
+    ``.ci/run`` installs Debian's package when it is missing; without it the tests that need
+    Redis are skipped, saying why.
+    """
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("redis-server is not installed (apt-get install redis-server; .ci/run does it)")
+    directory = _HOME / f"redis-{port}"
+    directory.mkdir(parents=True, exist_ok=True)
+    log = open(_HOME / "logs" / "redis.log", "ab") if (_HOME / "logs").is_dir() else subprocess.DEVNULL  # noqa: SIM115
+    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                             "--dir", str(directory)], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    atexit.register(proc.kill)
+    import redis
+
+    client = redis.Redis(port=port, socket_connect_timeout=1)
+    try:
+        wait_until(lambda: _pings(client), 30, what="redis-server to answer")
+    except BaseException:
+        proc.kill()
+        raise
+    finally:
+        client.close()
+    return proc
+
+
+def stop_process(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[str]:
+    """A real ``redis-server`` on a free port for the session: its ``redis://`` url."""
+    from nstorm.net import free_port
+
+    port = free_port("127.0.0.1")
+    proc = start_redis(port)
+    try:
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        stop_process(proc)
+
+
+def _pings(client: Any) -> bool:
+    try:
+        return bool(client.ping())
+    except Exception:  # noqa: BLE001 - not up yet
+        return False
+
+
 @pytest.fixture(scope="module")
 def cluster(zookeeper: str) -> Iterator[Any]:
     """A real cluster: Nimbus and 2 supervisors with 4 slots each, on a fresh ZooKeeper root."""

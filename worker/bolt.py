@@ -18,6 +18,7 @@ from typing import Any
 from nstorm import latency
 from nstorm.component import TICK_STREAM, Batch, Bolt, Tuple, TupleMeta, delivered_tuple_class
 from worker import wire
+from worker.checkpoint import BarrierAligner
 from worker.executor import UserExecutor
 from worker.host import Host
 from worker.runs import BatchLedger, InputRun
@@ -45,6 +46,9 @@ class BoltExecutor(UserExecutor):
         # A bolt that defines process_batch gets whole batches.
         self.batched = type(bolt).process_batch is not Bolt.process_batch
         self.arrival = latency.Recorder()  # spout emit -> processed here, of the stamped tuples
+        self.aligner = BarrierAligner()
+        self.upstream: set[int] = set()  # every task of every input component (barriers come from all)
+        self.take = self._process_batch  # what the loop hands a batch to (_take_aligning while aligning)
 
     def setup(self) -> None:
         bolt: Bolt = self.instance
@@ -52,9 +56,15 @@ class BoltExecutor(UserExecutor):
         bolt.emit_direct = self.outbox.emit_direct  # type: ignore[method-assign]
         bolt.ack = self._ack  # type: ignore[method-assign]
         bolt.fail = self._fail  # type: ignore[method-assign]
-        if not isinstance(getattr(bolt, "state", None), dict):
-            bolt.state = {}
+        self.init_state()
         bolt.prepare(self.conf, self.context)
+
+    def refresh_routing(self) -> None:
+        routing = self.routing
+        super().refresh_routing()
+        if self.routing is not routing and self.routing is not None:
+            sources = {i["component"] for i in self.spec["inputs"]}
+            self.upstream = {t for c in sources for t in self.routing.component_tasks.get(c, ())}
 
     def bind_emit(self) -> None:
         outbox = self.outbox
@@ -72,6 +82,8 @@ class BoltExecutor(UserExecutor):
             self.outbox.ack_tuple(tup)
 
     def _fail(self, tup: Tuple | Batch) -> None:
+        if self.host.checkpoints is not None:
+            self.taint("a tuple failed")  # its tree's other branches took effect: roll back, not replay
         if type(tup) is Batch:
             self.failed += len(tup.values)
             if self.outbox.acking:
@@ -100,6 +112,9 @@ class BoltExecutor(UserExecutor):
         kept to a few bytecodes a tuple."""
         if batch is None:  # a marker: ``src`` sends no more to this copy (it may come
             self.handover.on_marker(src)  # before this worker itself learns of the move)
+            return
+        if type(batch) is int:  # checkpoint ``batch``'s barrier
+            self._on_barrier(src, batch)
             return
         decoded = self.decode(batch) if type(batch) is bytes else batch
         if decoded is None:
@@ -201,6 +216,42 @@ class BoltExecutor(UserExecutor):
         outbox.current = None
         self.acked += acked
         self.executed += len(values)
+
+    # -- checkpoints (worker.checkpoint) ------------------------------------------------------
+    def _take_aligning(self, src: int, batch: Any) -> None:
+        """While aligning: what comes after a barrier waits; markers never wait."""
+        if batch is not None and src in self.aligner.seen:
+            self.aligner.held.append((src, batch))
+            return
+        self._process_batch(src, batch)
+
+    def _on_barrier(self, src: int, cid: int) -> None:
+        aligned, released = self.aligner.on_barrier(src, cid, self.upstream)
+        self.take = self._take_aligning if self.aligner.aligning else self._process_batch
+        for item in released:
+            self.take(*item)
+        if aligned:
+            self._complete_checkpoint()
+
+    def _complete_checkpoint(self) -> None:
+        """Every input's barrier is in: snapshot, write, pass the barrier on, take what waited."""
+        cid = self.aligner.cid
+        self.checkpoint.take(cid)
+        self.outbox.send_barrier(cid)
+        held = self.aligner.release()
+        self.take = self._process_batch
+        for item in held:
+            self.take(*item)
+
+    def checkpoint_alignment(self) -> Any:
+        return self.aligner.export()
+
+    def adopt_alignment(self, data: Any) -> None:
+        self.aligner.adopt(data)
+        if self.aligner.aligning:
+            self.take = self._take_aligning
+            if self.upstream and self.upstream <= self.aligner.seen:
+                self._complete_checkpoint()
 
     def _process_general(self, classes: Mapping[str, type[Tuple]], values: Any, runs: Any, streams: Any) -> None:
         """Any batch: tuples on named streams, manual acking, unknown streams."""
@@ -393,9 +444,8 @@ class BoltExecutor(UserExecutor):
                 armed = deadline.at is not None
                 deadline.worked(began)
                 ctl_deadline.worked(began)  # acks
-                process = self._process_batch
                 try:
-                    process(src, batch)
+                    self.take(src, batch)  # (a barrier may switch ``take`` for what follows)
                     # Keep taking input while more waits, up to the deadline.
                     at = deadline.at
                     while clock() < at:  # type: ignore[operator]
@@ -403,7 +453,7 @@ class BoltExecutor(UserExecutor):
                             src, batch = get_nowait()
                         except queue.Empty:
                             break
-                        process(src, batch)
+                        self.take(src, batch)
                 except Exception as exc:  # a batch that decoded but is not what it claims: drop it
                     outbox.current = None
                     self.record_error("batch", exc)
@@ -435,7 +485,9 @@ class BoltExecutor(UserExecutor):
                 kind, _src, entries = self.ctl_q.get_nowait()
             except queue.Empty:
                 return
-            if not self.handover.on_control(kind, entries):
+            if kind == wire.COMMITTED:
+                self.committed(int(entries))
+            elif not self.handover.on_control(kind, entries):
                 log.warning("executor %s: unexpected control message %d ignored", self.executor_id, kind)
 
     def drop_input(self) -> int:
@@ -446,9 +498,11 @@ class BoltExecutor(UserExecutor):
                 _src, batch = self.data_q.get_nowait()
             except queue.Empty:
                 return dropped
-            decoded = self.decode(batch) if batch is not None else None
+            decoded = self.decode(batch) if batch is not None and type(batch) is not int else None
             if decoded is not None:
                 dropped += len(decoded[0])
+                if self.host.checkpoints is not None:
+                    self.taint("queued tuples dropped at the drain deadline")
 
     def teardown(self) -> None:
         try:

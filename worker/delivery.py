@@ -80,7 +80,8 @@ def bind_address(host: str) -> str:
 class Inbox:
     """An executor's receiving side. See the module docstring.
 
-    :ivar data: batches ``(src, batch)`` (``batch`` None is a marker), unbounded: flow control
+    :ivar data: batches ``(src, batch)`` (``batch`` None is a marker, an int a checkpoint's
+        barrier), unbounded: flow control
         is topology-wide backpressure at the spouts (worker/backpressure.py).
     :ivar control: ``(kind, src, entries)`` control messages, unbounded.
     :ivar in_size: tuples in the batch put last (written by the senders).
@@ -105,6 +106,10 @@ class Inbox:
     def put_marker(self, src: int) -> None:
         """``src`` sends no more to this copy (it switched to the executor's new place)."""
         self.data.put((src, None))
+
+    def put_barrier(self, src: int, cid: int) -> None:
+        """Checkpoint ``cid``'s barrier from ``src``, behind what ``src`` sent before it (an int item)."""
+        self.data.put((src, cid))
 
     def put_control(self, kind: int, src: int, entries: Any) -> None:
         self.control.put((kind, src, entries))
@@ -160,6 +165,17 @@ class Sockets:
         self.security.stop()
 
 
+class _Retired:
+    """A host as a retired courier sees it: no executor is local any more."""
+
+    def __init__(self, host: Host) -> None:
+        self.sockets = host.sockets
+        self.conf = host.conf
+
+    def inbox(self, task: int, wid: str | None = None) -> None:
+        return None
+
+
 class Courier:
     """One thread's deliveries: local queue puts, or its own sockets to other workers. See the
     module docstring.
@@ -172,6 +188,7 @@ class Courier:
     def __init__(self, host: Host, src: int, clock: Callable[[], float] = time.monotonic) -> None:
         self.host = host
         self.src = src  # the sending task in message headers (-1: the worker itself)
+        self.epoch = int(getattr(host, "epoch", 0))  # written in data headers: frames of an older one are dropped
         self.clock = clock
         self.routing: RoutingTable | None = None
         self.give_up_secs = float(host.conf.get("topology.message.timeout.secs") or 30)
@@ -191,7 +208,7 @@ class Courier:
             inbox.put_data(self.src, batch, n)
             return 0
         payload = wire.pack(batch)
-        self._send(wid, wire.data_header(dst, self.src, 0, n), payload, n)
+        self._send(wid, wire.data_header(dst, self.src, 0, n, self.epoch), payload, n)
         return len(payload)
 
     def marker(self, dst: int, wid: str) -> None:
@@ -200,7 +217,20 @@ class Courier:
         if inbox is not None:
             inbox.put_marker(self.src)
             return
-        self._send(wid, wire.marker_header(dst, self.src), b"", 0)
+        self._send(wid, wire.marker_header(dst, self.src, self.epoch), b"", 0)
+
+    def barrier(self, dst: int, wid: str, cid: int) -> None:
+        """Checkpoint ``cid``'s barrier to ``dst`` at ``wid``, behind what this sender sent it."""
+        inbox = self.host.inbox(dst, wid)
+        if inbox is not None:
+            inbox.put_barrier(self.src, cid)
+            return
+        self._send(wid, wire.barrier_header(dst, self.src, cid, self.epoch), b"", 0)
+
+    def retire(self) -> None:
+        """This sender belongs to a rolled-back epoch: whatever it still sends goes out over the
+        wire with its old epoch, which every receiver drops, never into a local queue."""
+        self.host = _Retired(self.host)  # type: ignore[assignment]
 
     def frame(self, wid: str, header: bytes, payload: bytes) -> bool:
         """Forward a received data frame as it is; False (dropped) if that worker takes nothing now."""
@@ -257,6 +287,9 @@ class Courier:
                 log.warning("task %d: %d tuples for worker %s dropped (%s); their spouts replay them", self.src,
                             dropped, wid, "it left the plan" if gone else f"it took nothing for {self.give_up_secs:.0f}s")
                 waiting.clear()
+                checkpoints = getattr(self.host, "checkpoints", None)
+                if checkpoints is not None:
+                    checkpoints.request_rollback(f"{dropped} tuples for {wid} dropped")
             if not waiting:
                 del self.backlog[wid]
                 self._since.pop(wid, None)

@@ -25,7 +25,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from nstorm.component import Context
+from nstorm.state.keyed import KeyedState, as_key
 from worker import wire
+from worker.checkpoint import Snapshotter
 from worker.delivery import Courier, Inbox
 from worker.host import Host
 from worker.migration import Handover
@@ -97,6 +99,7 @@ class Executor:
             self.broken()
             self.state = ExecutorState.STOPPED
             return
+        self.after_setup()
         try:
             self.loop()
         except Exception as exc:
@@ -110,6 +113,9 @@ class Executor:
 
     def setup(self) -> None:
         pass
+
+    def after_setup(self) -> None:
+        """After ``open``/``prepare``, before the loop (a rollback's restore)."""
 
     def broken(self) -> None:
         """After a failed ``open``/``prepare``: keep draining input until stopped."""
@@ -188,10 +194,59 @@ class UserExecutor(Executor):
         self.tick_secs = float(tick) if tick else None
         self.next_tick = time.monotonic() + (self.tick_secs or 0)
         self.handover = Handover(self, host, self.outbox.courier)
+        self.checkpoint = Snapshotter(self)
+        self.restore_from: int | None = None  # a copy made by a rollback: the checkpoint to install
 
     @property
     def courier(self) -> Courier:
         return self.outbox.courier
+
+    def init_state(self) -> None:
+        """``self.state`` and ``self.keyed_state`` before ``open``/``prepare`` (kept if restored)."""
+        instance = self.instance
+        if not isinstance(getattr(instance, "state", None), dict):
+            instance.state = {}
+        if not isinstance(getattr(instance, "keyed_state", None), KeyedState):
+            instance.keyed_state = KeyedState()
+
+    # -- checkpoints (worker.checkpoint) ------------------------------------------------------
+    def checkpoint_extra(self) -> dict[str, Any]:
+        """What else this kind's snapshot holds (a spout's tracked tuples)."""
+        return {}
+
+    def after_setup(self) -> None:
+        """A copy made by a rollback installs its checkpoint once ``open``/``prepare`` is done
+        (as a moved copy installs its handed-over state)."""
+        cid = self.restore_from
+        checkpoints = self.host.checkpoints
+        if cid is None or checkpoints is None:
+            return
+        try:
+            data = self.checkpoint.restore(cid, checkpoints.read, checkpoints.chain)
+        except Exception as exc:  # noqa: BLE001 - unreadable or damaged: the coordinator picks an older one
+            self.record_error("restore", exc)
+            self.taint(f"cannot restore checkpoint {cid}: {exc}")
+            return
+        self.restore_checkpoint_extra(data)
+
+    def restore_checkpoint_extra(self, data: Mapping[str, Any]) -> None:
+        pass
+
+    def committed(self, cid: int) -> None:
+        """Checkpoint ``cid`` is committed: the component's ``on_commit`` (executor thread)."""
+        if cid > self.checkpoint.last or self.checkpoint.written == 0:
+            return  # not one this copy took part in (it started after, or restored from a later one)
+        try:
+            self.instance.on_commit(cid)
+        except Exception as exc:
+            self.record_error("on_commit", exc)
+
+    def taint(self, reason: str) -> None:
+        """Data was lost here (durable state only): no checkpoint may commit without it, the
+        topology rolls back."""
+        checkpoints = self.host.checkpoints
+        if checkpoints is not None:
+            checkpoints.request_rollback(f"{self.executor_id}: {reason}")
 
     @property
     def traffic(self) -> Mapping[int, list[int]]:
@@ -217,8 +272,8 @@ class UserExecutor(Executor):
                 _src, batch = self.data_q.get(timeout=0.1)
             except queue.Empty:
                 continue
-            if batch is None or outbox.routing is None:
-                continue
+            if batch is None or type(batch) is int or outbox.routing is None:
+                continue  # a marker or a barrier
             decoded = self.decode(batch)
             runs = decoded[1] if decoded else None
             for anchor in runs[1::2] if runs else ():
@@ -244,7 +299,19 @@ class UserExecutor(Executor):
             self.record_error("hand_over", exc)
         counters = {"executed": self.executed, "emitted": self.outbox.emitted, "acked": self.acked,
                     "failed": self.failed, "errors": self.errors}
-        return {"state": payload, "error": error, "counters": counters, **self.snapshot_extra()}
+        keyed = getattr(self.instance, "keyed_state", None) or {}
+        try:
+            keyed_payload = wire.pack([[k, v] for k, v in keyed.items()])
+        except (TypeError, ValueError, OverflowError) as exc:
+            keyed_payload, error = wire.pack([]), f"keyed state of {self.executor_id} is not msgpack data: {exc}"
+            self.record_error("hand_over", exc)
+        moved = {"last": self.checkpoint.last, "aligning": self.checkpoint_alignment()}
+        return {"state": payload, "keyed": keyed_payload, "checkpoint": moved, "error": error, "counters": counters,
+                **self.snapshot_extra()}
+
+    def checkpoint_alignment(self) -> Any:
+        """A bolt's alignment in progress (it moves with the state)."""
+        return None
 
     def snapshot_extra(self) -> dict[str, Any]:
         return {}
@@ -257,6 +324,16 @@ class UserExecutor(Executor):
         except Exception as exc:  # noqa: BLE001 - a broken hand-over starts empty, loudly
             self.record_error("state", exc)
             self.instance.state = {}
+        keyed = KeyedState()
+        try:
+            keyed.load((as_key(k), v) for k, v in wire.unpack_state(entry.get("keyed") or wire.pack([])))
+        except Exception as exc:  # noqa: BLE001
+            self.record_error("keyed state", exc)
+        self.instance.keyed_state = keyed
+        moved = entry.get("checkpoint") or {}
+        self.checkpoint.last = max(self.checkpoint.last, int(moved.get("last") or 0))
+        self.checkpoint.need_full = True  # this copy's first entries for its key groups are full
+        self.adopt_alignment(moved.get("aligning"))
         self.restore_extra(entry)
         carried = entry.get("counters") or {}
         self.executed += int(carried.get("executed", 0))
@@ -266,6 +343,9 @@ class UserExecutor(Executor):
         self.errors += int(carried.get("errors", 0))
 
     def restore_extra(self, entry: Mapping[str, Any]) -> None:
+        pass
+
+    def adopt_alignment(self, data: Any) -> None:
         pass
 
     def drop_input(self) -> int:
@@ -281,4 +361,8 @@ class UserExecutor(Executor):
             data["undelivered"] = outbox.courier.undelivered
         if self.handover.awaiting:
             data["awaiting_state"] = True
+        cp = self.checkpoint
+        if cp.written or cp.last_error:
+            data["checkpoint"] = {"last": cp.last, "written": cp.written, "bytes": cp.last_bytes,
+                                  "error": cp.last_error}
         return data

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from worker.routing import Endpoint, RoutingTable
 
-__all__ = ["ExecutorStats", "Host", "Mailbox", "MigrationReports", "SocketFactory"]
+__all__ = ["Checkpoints", "ExecutorStats", "Host", "Mailbox", "MigrationReports", "SocketFactory"]
 
 
 class Mailbox(Protocol):
@@ -29,6 +29,8 @@ class Mailbox(Protocol):
     def put_data(self, src: int, batch: Any, n: int) -> None: ...
 
     def put_marker(self, src: int) -> None: ...
+
+    def put_barrier(self, src: int, cid: int) -> None: ...
 
     def put_control(self, kind: int, src: int, entries: Any) -> None: ...
 
@@ -53,6 +55,29 @@ class MigrationReports(Protocol):
     def handed_over(self, task: int, to: str, copy: Any) -> None: ...
 
 
+class Checkpoints(Protocol):
+    """Where executors write their part of a checkpoint (:class:`worker.checkpoint.WorkerCheckpoints`)."""
+
+    groups: int  # topology.max.parallelism: key groups
+    tainted: bool  # this worker lost data in the current epoch: its executors write no checkpoint
+
+    def write(self, cid: int, executor: str, blob: bytes, groups: Mapping[tuple[str, int], tuple[bool, bytes]]) -> int:
+        """Write one executor's part of ``cid``; the bytes written (StateError if it cannot)."""
+        ...
+
+    def read(self, cid: int, executor: str) -> bytes | None:
+        """An executor's snapshot in ``cid`` (StateError if the store cannot be read)."""
+        ...
+
+    def chain(self, component: str, group: int, upto: int) -> list[tuple[int, bool, bytes]]:
+        """A key group's entries a restore of ``upto`` applies."""
+        ...
+
+    def request_rollback(self, reason: str) -> None:
+        """State was lost here: ask the coordinator to roll the topology back (any thread)."""
+        ...
+
+
 @dataclass(frozen=True)
 class ExecutorStats:
     """One executor as metrics see it: cumulative ``[tuples, bytes]`` sent per destination task
@@ -74,6 +99,8 @@ class Host(Protocol):
     :ivar active: the topology is ACTIVE (spouts call ``next_tuple``).
     :ivar sockets: the worker's zmq socket factory.
     :ivar migrations: the worker's side of live migration (hand-overs done, completions).
+    :ivar epoch: rollbacks taken (data frames of an older epoch are dropped).
+    :ivar checkpoints: where executors write checkpoints; None with ``topology.state.provider=memory``.
     """
 
     worker_id: str
@@ -86,6 +113,8 @@ class Host(Protocol):
     active: bool
     sockets: SocketFactory
     migrations: MigrationReports
+    epoch: int
+    checkpoints: Checkpoints | None
 
     @property
     def throttled(self) -> bool:
@@ -107,4 +136,8 @@ class Host(Protocol):
 
     def stash(self, dst: int, channel: str, item: Any, extra: Any) -> None:
         """Keep a frame for a task that is not here (yet), until the next plan says where it is."""
+        ...
+
+    def hold_newer(self, frames: list[bytes]) -> None:
+        """Keep a data message of a newer epoch (its sender rolled back before this worker did)."""
         ...

@@ -196,6 +196,9 @@ class Handover:
 
     def _start_empty(self, why: str) -> None:
         log.warning("executor %s: %s; starting empty", self.executor.executor_id, why)
+        checkpoints = getattr(self.host, "checkpoints", None)
+        if checkpoints is not None:  # durable state: the topology rolls back to its last checkpoint
+            checkpoints.request_rollback(f"{self.executor.executor_id} got no state from its old place")
         self._set_state(HandoverState.RUNNING, "started empty")
         self._done(0.0, lost=True)
 

@@ -32,6 +32,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from nstorm.component import Batch
+from nstorm.state.keyed import owner_of
 from nstorm.topology import ALL, DIRECT, FIELDS, GLOBAL, LOCAL_OR_SHUFFLE
 from worker import wire
 from worker.batching import BatchPolicy, FlushDeadline
@@ -106,6 +107,8 @@ class Outbox:
         self.last_run: Buffer | None = None  # the buffer whose run was opened last (see BoltExecutor)
         self.auto_anchor = True
         self.streams = set(definition["components"][component]["outputs"])
+        self.key_groups = int(host.conf.get("topology.max.parallelism") or 128)
+        self.downstream: list[int] = []  # every task of every subscribing component (barriers go to all)
 
     # -- routing ------------------------------------------------------------------------
     def rebuild(self, routing: RoutingTable) -> None:
@@ -118,6 +121,9 @@ class Outbox:
         """
         mark_moves(self.routing, routing, self.buffers, self.flush_buffer, self.courier)
         self.routing = routing
+        self.downstream = sorted({t for name, comp in self.definition["components"].items()
+                                  if any(i["component"] == self.component for i in comp["inputs"])
+                                  for t in routing.component_tasks.get(name, ())})
         self.courier.routing = routing
         targets: dict[str, list[Target]] = {s: [] for s in self.streams}
         direct: dict[str, list[tuple[str, list[Buffer]]]] = {s: [] for s in self.streams}
@@ -136,6 +142,11 @@ class Outbox:
                 if grouping == FIELDS:
                     out_fields = self.definition["components"][self.component]["outputs"][stream]
                     idx = [out_fields.index(f) for f in inp["fields"]]
+                    if 1 < len(bufs) <= self.key_groups:
+                        # One entry per key group, pointing at its owner (nstorm.state.keyed): a key
+                        # is routed as ``bufs[hash(key) % groups]``, no dearer than ``% n``.
+                        n = len(bufs)
+                        bufs = [bufs[owner_of(g, n, self.key_groups)] for g in range(self.key_groups)]
                     target = Target(K_FIELD1, bufs, idx[0]) if len(idx) == 1 else Target(K_FIELDS, bufs, idx)
                 elif grouping == ALL:
                     target = Target(K_ALL, bufs)
@@ -453,6 +464,18 @@ class Outbox:
         traffic[0] += n
         dst = buf.dst
         traffic[1] += self.courier.batch(dst, self.routing.location[dst], (values, runs, streams), n)  # type: ignore[union-attr]
+
+    def send_barrier(self, cid: int) -> None:
+        """Checkpoint ``cid``'s barrier to every downstream task, each behind what its buffer held."""
+        self.deadline.flushed()
+        buffers = self.buffers
+        location = self.routing.location  # type: ignore[union-attr]
+        for dst in self.downstream:
+            buf = buffers.get(dst)
+            if buf:
+                self.flush_buffer(buf)
+            self.courier.barrier(dst, location[dst], cid)
+        self.flush_control()
 
     def _send_control(self, kind: int, dst: int, entries: Any) -> None:
         self.courier.control(dst, self.routing.location[dst], kind, entries)  # type: ignore[union-attr]

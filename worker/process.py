@@ -32,6 +32,8 @@ from nstorm.errors import AuthError, NStormError, UsageError
 from nstorm.loader import load_topology
 from nstorm.plan import LocalPlan, PlanError
 from nstorm.records import Heartbeat, MoveMode, TopologyStatus
+from nstorm.state.config import state_config
+from nstorm.state.record import CheckpointRecord
 from nstorm.ticker import passes
 from nstorm.topology import ACKER, is_acker
 from nstorm.zkschema import ZkPaths, connect, encode
@@ -45,6 +47,7 @@ from worker.fencing import Fence
 from worker.host import ExecutorStats
 from worker.metrics import MetricsCollector
 from worker.migration import MigrationDesk
+from worker.recovery import WorkerCheckpoints
 from worker.routing import RoutingTable
 from worker.spout import SpoutExecutor
 from worker.transport import WORKER_TASK, Transport
@@ -100,6 +103,13 @@ class Worker:
         self._zk = None
         self.fence: Fence | None = None
         self.fenced = False  # cut off from ZooKeeper long enough to have been replaced: spouts pause
+        self.epoch = 0  # rollbacks taken (worker.recovery): data frames of an older epoch are dropped
+        self.checkpoints: WorkerCheckpoints | None = None  # None: topology.state.provider=memory
+        self.local: LocalPlan | None = None  # the plan applied last
+        self.newer: list[list[bytes]] = []  # data frames of a newer epoch, until this worker rolls back
+        self.ordered = 0  # the last checkpoint passed on to the spouts
+        self.committed = 0  # the last commit passed on to the executors
+        self.applied_once = False
 
     @property
     def throttled(self) -> bool:
@@ -136,6 +146,11 @@ class Worker:
             self.stashed.setdefault(dst, []).append((time.monotonic(), (channel, item, extra)))
         self._wake.set()
 
+    def hold_newer(self, frames: list[bytes]) -> None:
+        with self.lock:
+            self.newer.append(frames)
+        self._wake.set()
+
     def _send_gone(self, wid: str, task: int, entries: Any) -> None:
         self.courier.routing = self.routing
         self.courier.control_frame(wid, wire.control_message(wire.GONE, task, WORKER_TASK, entries))
@@ -145,6 +160,9 @@ class Worker:
         self.definition = local.definition
         self.conf = dict(local.conf)
         self.acking = any(is_acker(t) for t in local.plan.tasks)
+        config = state_config(self.conf)
+        if config.durable and self.checkpoints is None:
+            self.checkpoints = WorkerCheckpoints(config, self.topology, self.submission, self.worker_id, self._wake.set)
         main = Path(local.code_dir) / local.main
         topology = load_topology(main, local.user_conf, module_name=f"nstorm_topology_{self.topology}")
         self.classes = topology.classes
@@ -176,6 +194,7 @@ class Worker:
         routing = RoutingTable.from_plan(plan)
         if self.worker_id not in routing.endpoints:
             return False
+        self.local = local
         if self.version and routing.restart.get(self.worker_id) == routing.version:
             # process mode: the supervisor restarts this worker; move nothing as threads.
             if not self.restart_pending:
@@ -193,11 +212,15 @@ class Worker:
                     continue
                 ex = self._make_executor(eid, task)
                 move = plan.moved.get(eid)
+                awaiting = False
                 if move and move.target == self.worker_id and isinstance(ex, UserExecutor):
                     if move.mode is MoveMode.THREAD and move.source != self.worker_id:
                         ex.handover.await_state(state_wait, move)
+                        awaiting = True
                     elif move.mode is not MoveMode.THREAD and move.record:
                         started.append(move.record)  # process/stop mode: started is done
+                if self.checkpoints is not None and isinstance(ex, UserExecutor) and not awaiting:
+                    self._start_from_checkpoint(ex)
                 for _, (channel, item, _extra) in self.stashed.pop(task, []):
                     ex.inbox.put(channel, item)
                 self.executors[task] = ex
@@ -213,14 +236,102 @@ class Worker:
             self.active = plan.status is TopologyStatus.ACTIVE
             self.routing = routing  # the atomic swap: every executor sees it on its next loop
             self.version = routing.version
+        self.applied_once = True
         for ex in created:
             ex.start()
+            if self.checkpoints is not None and self.ordered and isinstance(ex, SpoutExecutor):
+                ex.inbox.put_control(wire.CHECKPOINT, WORKER_TASK, self.ordered)  # taken unless done before
         for record in started:
             self.migrations.completed(record, 0.0, lost=False)
         if created or lost:
             log.info("plan v%d: started %s; %s moved away (draining)", self.version,
                      [e.executor_id for e in created], [routing.tasks[t] for t in lost])
         return True
+
+    # -- checkpoints and rollbacks (worker.recovery) ------------------------------------------
+    def _start_from_checkpoint(self, ex: UserExecutor) -> None:
+        """A user executor that comes without a hand-over: at this process's first plan it starts
+        from the current epoch's checkpoint (0: the empty start); on a later plan it has lost
+        its state (a process-mode move, or a worker lost with its node), so the topology rolls back."""
+        assert self.checkpoints is not None
+        if not self.applied_once:
+            orders = self.checkpoints.orders
+            ex.restore_from = orders.restore if orders is not None and orders.restore else None
+        else:
+            self.checkpoints.request_rollback(f"{ex.executor_id} started here without its state")
+
+    def _follow_orders(self) -> None:
+        """Carry out the coordinator's newest orders (main loop)."""
+        cp = self.checkpoints
+        orders = cp.orders if cp is not None else None
+        if orders is None:
+            return
+        if orders.epoch > self.epoch:
+            self._roll_back(orders)
+            return
+        users = [ex for ex in [*self.executors.values(), *self.draining.values()] if isinstance(ex, UserExecutor)]
+        if orders.pending > self.ordered:
+            self.ordered = orders.pending
+            for ex in users:
+                if isinstance(ex, SpoutExecutor):
+                    ex.inbox.put_control(wire.CHECKPOINT, WORKER_TASK, orders.pending)
+        if orders.committed > self.committed:
+            self.committed = orders.committed
+            for ex in users:
+                ex.inbox.put_control(wire.COMMITTED, WORKER_TASK, orders.committed)
+
+    def _roll_back(self, orders: CheckpointRecord) -> None:
+        """Undo everything since checkpoint ``orders.restore``: stop every executor, drop what is
+        queued and stashed, and start them again from that checkpoint in the new epoch."""
+        assert self.checkpoints is not None
+        began = time.monotonic()
+        log.warning("rolling back to checkpoint %d (epoch %d -> %d)", orders.restore, self.epoch, orders.epoch)
+        routing, local = self.routing, self.local
+        with self.lock:
+            old = [*self.executors.values(), *self.draining.values()]
+            self.executors, self.draining = {}, {}
+            self.stashed.clear()
+            self.epoch = orders.epoch  # from here on, older frames are dropped as they come
+            newer, self.newer = self.newer, []
+        for ex in old:
+            outbox = getattr(ex, "outbox", None)
+            if outbox is not None:
+                outbox.courier.retire()  # a thread slow to stop cannot reach the new executors
+            ex.stop()
+        for ex in old:
+            ex.join(timeout=2.0)
+            if not ex.stopped:
+                log.warning("executor %s did not stop within 2s of the rollback; its output is dropped",
+                            ex.executor_id)
+        self.checkpoints.rolled_back(orders.epoch)
+        self.ordered = orders.pending
+        self.committed = orders.committed
+        created: list[Executor] = []
+        if routing is not None and local is not None:
+            mine = {routing.tasks.index(e): e for e in routing.executors_of(self.worker_id)}
+            with self.lock:
+                for task, eid in mine.items():
+                    ex = self._make_executor(eid, task)
+                    if isinstance(ex, UserExecutor):
+                        ex.restore_from = orders.restore or None
+                        if ex.restore_from is None:
+                            ex.checkpoint.last = 0
+                    self.executors[task] = ex
+                    created.append(ex)
+                for task in list(self.stashed):  # frames of the new epoch that came meanwhile
+                    inbox = self.inbox(task)
+                    if inbox is not None:
+                        for _, (channel, item, _extra) in self.stashed.pop(task):
+                            inbox.put(channel, item)
+            for ex in created:
+                ex.start()
+            for eid, move in local.plan.moved.items():
+                if move.target == self.worker_id and move.record and eid in mine.values():
+                    self.migrations.completed(move.record, 0.0, lost=False)  # restored, not handed over
+        for frames in newer:
+            self.transport.replay(frames)  # type: ignore[union-attr]
+        log.warning("rolled back to checkpoint %d in %.3fs (epoch %d, %d executors restored)", orders.restore,
+                    time.monotonic() - began, orders.epoch, len(created))
 
     def _settle(self) -> None:
         """Reap finished draining copies; deliver, forward or answer stashed frames."""
@@ -256,12 +367,19 @@ class Worker:
         wid = routing.location[dst] if routing is not None else ""
         if not wid or wid == self.worker_id:
             log.warning("a frame for task %d dropped: it has no place", dst)
+            if self.checkpoints is not None and channel == DATA:
+                self.checkpoints.request_rollback(f"a frame for task {dst} had no place")
             return
         self.courier.routing = routing
         if channel == DATA:
             src, payload = item
             hops, count = extra
-            header = wire.marker_header(dst, src) if payload is None else wire.data_header(dst, src, hops + 1, count)
+            if payload is None:
+                header = wire.marker_header(dst, src, self.epoch)
+            elif type(payload) is int:
+                header = wire.barrier_header(dst, src, payload, self.epoch, hops + 1)
+            else:
+                header = wire.data_header(dst, src, hops + 1, count, self.epoch)
             sent = self.courier.frame(wid, header, payload or b"")
         else:
             sent = self.courier.control_frame(wid, extra)
@@ -269,6 +387,8 @@ class Worker:
             self.forwarded += 1
             return
         self.forward_dropped += 1  # its new place takes nothing now (dead?): the acker replays it
+        if self.checkpoints is not None and channel == DATA:
+            self.checkpoints.request_rollback(f"a frame for task {dst} could not be forwarded")
         if self.forward_dropped <= 10 or self.forward_dropped % 1000 == 0:
             log.warning("a frame for task %d not forwarded: %s takes nothing now; %d so far", dst, wid,
                         self.forward_dropped)
@@ -372,6 +492,8 @@ class Worker:
                                    self.backpressure.on_announcement)
         if self.zk_address:
             self._connect_zookeeper()  # AuthError (one line, exit 1) for credentials it refuses
+        if self.checkpoints is not None:
+            self._join_checkpoints()
         self.apply_plan(local)
         self.transport.start()
         self.backpressure.start()
@@ -382,6 +504,7 @@ class Worker:
         log.info("worker %s running topology %s (plan v%d, pid %d)", self.worker_id, self.topology, self.version, os.getpid())
         threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True).start()
         interval = float(self.conf["worker.sync.interval.ms"]) / 1000.0
+        left = False  # this worker left the plan (not stopped by a signal)
         for _ in passes(self._stop, self._wake, interval):
             try:
                 version = store.latest_version(self.topology)
@@ -397,13 +520,41 @@ class Worker:
                 got = self._read_plan(store)
                 if got is not None and not self.apply_plan(got):
                     log.info("worker %s is not in plan v%d: stopping", self.worker_id, got.plan.version)
+                    left = True
                     break
             if self.fence is not None:
                 self.fenced = self.fence.check(self._plan_is_current)
+            if self.checkpoints is not None:
+                self._follow_orders()
+                self.checkpoints.send_requests(self._zk, self.paths)
             self._settle()
             self.migrations.report(self._zk, self.paths.migrations(self.topology))
-        self.shutdown()
+        self.shutdown(left_plan=left)
         return 0
+
+    def _join_checkpoints(self) -> None:
+        """Before the first plan: the current epoch and its checkpoint, and whether this worker id
+        ran before (a restart has lost its executors' state: the topology rolls back)."""
+        cp = self.checkpoints
+        assert cp is not None
+        zk = self._zk
+        if zk is None:
+            cp.request_rollback("worker started without ZooKeeper")
+            return
+        try:
+            raw, _ = zk.get(self.paths.checkpoints(self.topology))
+        except Exception:  # noqa: BLE001 - no record yet (the coordinator makes it): the first start
+            raw = None
+        orders = CheckpointRecord.from_json(raw)
+        if orders is not None and orders.submission == self.submission:
+            cp.orders = orders
+            self.epoch = orders.epoch
+            cp.epoch = orders.epoch
+            self.ordered = orders.pending
+            self.committed = orders.committed
+        if cp.register_life(zk, self.paths):
+            cp.request_rollback(f"worker {self.worker_id} restarted")
+        cp.watch(zk, self.paths)
 
     def _connect_zookeeper(self) -> None:
         """Connect for heartbeats and completions; a worker also runs without ZooKeeper (it needs
@@ -452,7 +603,9 @@ class Worker:
         self._stop.set()
         self._wake.set()
 
-    def shutdown(self) -> None:
+    def shutdown(self, left_plan: bool = False) -> None:
+        """Stop everything; ``left_plan``: the plan no longer has this worker (a later worker of
+        this id is a new one, not a restart)."""
         self.state = "STOPPING"
         log.info("worker %s stopping", self.worker_id)
         everyone = list(self.executors.values()) + list(self.draining.values())
@@ -469,6 +622,10 @@ class Worker:
         self.courier.close()
         if self.sockets:
             self.sockets.stop()
+        if self.checkpoints is not None:
+            if left_plan and self._zk is not None:
+                self.checkpoints.forget_life(self._zk, self.paths)
+            self.checkpoints.close()
         if self._zk is not None:
             try:
                 self._zk.stop()

@@ -33,6 +33,7 @@ STAMPED = latency.STAMPED  # roots at or above carry their spout emit time (nsto
 _ROOT_TASK_BITS = wire.ROOT_TASK_BITS
 _STAMP_ACKER_CHOICES = 1 << 7  # a stamped root has 7 bits to pick its acker with
 _SPOUT_CALLS = 256  # next_tuple calls per spout loop iteration at most
+_HELD_WHILE_AWAITING = (wire.ACKED, wire.FAILED, wire.CHECKPOINT, wire.COMMITTED)
 
 
 class SpoutExecutor(UserExecutor):
@@ -69,8 +70,7 @@ class SpoutExecutor(UserExecutor):
         spout: Spout = self.instance
         spout.emit = self._emit  # type: ignore[method-assign]
         spout.emit_direct = self._emit_direct  # type: ignore[method-assign]
-        if not isinstance(getattr(spout, "state", None), dict):
-            spout.state = {}  # type: ignore[attr-defined]
+        self.init_state()
         spout.open(self.conf, self.context)
 
     def _emit(self, values: Any, stream: str = "default", msg_id: Any = None) -> None:
@@ -195,8 +195,9 @@ class SpoutExecutor(UserExecutor):
                     del buckets[old]
 
     def _control(self, kind: int, entries: Any) -> None:
-        if kind in (wire.ACKED, wire.FAILED) and self.handover.awaiting:
-            # Acks for tuples the old copy emitted: their msg ids come with the state.
+        if kind in _HELD_WHILE_AWAITING and self.handover.awaiting:
+            # Acks for tuples the old copy emitted: their msg ids come with the state; a
+            # checkpoint is taken of the state that comes.
             self.held_control.append((kind, entries))
             return
         self._apply_control(kind, entries)
@@ -218,6 +219,10 @@ class SpoutExecutor(UserExecutor):
         elif kind == wire.FAILED:
             for root in entries:
                 self._fail_root(root)
+        elif kind == wire.CHECKPOINT:
+            self._take_checkpoint(int(entries))
+        elif kind == wire.COMMITTED:
+            self.committed(int(entries))
         elif not self.handover.on_control(kind, entries):
             log.warning("executor %s: unexpected control message %d ignored", self.executor_id, kind)
 
@@ -230,12 +235,42 @@ class SpoutExecutor(UserExecutor):
         self._call(self.instance.fail, msg_id)
 
     def _fail_root(self, root: int) -> None:
-        """Every tuple of the root's group failed (one failed or timed out): replay them all."""
+        """Every tuple of the root's group failed (one failed or timed out): replay them all; with
+        durable state, roll the topology back instead (some of the tree took effect)."""
         ids = self.pending.pop(root, None)
         if ids is not None:
             self.pending_n -= len(ids)
+            if self.host.checkpoints is not None:
+                self.failed += len(ids)
+                self.taint("a tuple tree failed or timed out")
+                return
             for msg_id in ids:
                 self._fail(msg_id)
+
+    # -- checkpoints (worker.checkpoint) ------------------------------------------------------
+    def _take_checkpoint(self, cid: int) -> None:
+        """Snapshot ``self.state`` and the tracked trees, write them, send the barrier downstream."""
+        if cid <= self.checkpoint.last:
+            return  # taken by the old copy of this moved spout, or restored from a later one
+        self._close_group()
+        self.checkpoint.take(cid)
+        self.outbox.send_barrier(cid)
+
+    def checkpoint_extra(self) -> dict[str, Any]:
+        """The trees pending now: their tuples are all ahead of the barrier, so a restore of this
+        checkpoint finds their effects in it and acks them."""
+        return {"pending": [[root, ids] for root, ids in self.pending.items()]}
+
+    def restore_checkpoint_extra(self, data: Mapping[str, Any]) -> None:
+        """After ``open``: the trees pending at the checkpoint are complete; ``ack`` each tuple."""
+        spout: Spout = self.instance
+        n = 0
+        for _root, ids in data.get("pending") or ():
+            for msg_id in ids:
+                n += 1
+                self._call(spout.ack, msg_id)
+        self.acked += n
+        self._count_acks(n)
 
     def _expire(self, now: float) -> None:
         for root in self.timeouts.expire(now):

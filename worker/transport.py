@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 WORKER_TASK = -1  # control messages addressed to a worker, not to an executor
 _NOBLOCK = int(zmq.NOBLOCK)
 _RCVMORE = int(zmq.RCVMORE)
+_DATA_KINDS = (wire.DATA, wire.MARKER, wire.BARRIER)
 
 
 class Transport:
@@ -42,6 +43,7 @@ class Transport:
         self.host = host
         self.on_announcement = on_announcement
         self.dropped = 0  # frames rejected as malformed
+        self.stale = 0  # data frames from before a rollback, dropped
         self._stop = threading.Event()
         bind = bind_address(address)
         self.data_pull = sockets.receiver(f"tcp://{bind}:{port}", DATA_HWM)
@@ -59,6 +61,10 @@ class Transport:
         self._stop.set()
         for t in self._threads:
             t.join(timeout=2)
+
+    def replay(self, frames: list[bytes]) -> None:
+        """A data message held while this worker was behind its sender's epoch (main loop)."""
+        self._on_data(frames)
 
     def _drop(self, why: str) -> None:
         self.dropped += 1
@@ -103,15 +109,28 @@ class Transport:
             kind, dst, src = header[0], header[1], header[2]
             hops = header[3] if len(header) > 3 else 0
             count = header[4] if len(header) > 4 else 0
-            if kind not in (wire.DATA, wire.MARKER) or type(dst) is not int or type(src) is not int:
+            epoch = header[5] if len(header) > 5 else 0
+            if kind not in _DATA_KINDS or type(dst) is not int or type(src) is not int:
                 raise ValueError("bad header")
-            if type(hops) is not int or type(count) is not int:
+            if type(hops) is not int or type(count) is not int or type(epoch) is not int:
                 raise ValueError("bad header")
         except Exception as exc:  # noqa: BLE001 - any garbage is dropped, never raised
             self._drop(f"header: {type(exc).__name__}")
             return
-        payload = frames[1] if kind == wire.DATA else None
-        inbox = self.host.inbox(dst)
+        host = self.host
+        if epoch != host.epoch:
+            if epoch < host.epoch:
+                self.stale += 1  # sent before a rollback this worker has taken: its effects are undone
+            else:
+                host.hold_newer(frames)  # its sender rolled back first: kept until this worker has
+            return
+        if kind == wire.DATA:
+            payload: Any = frames[1]
+        elif kind == wire.BARRIER:
+            payload, count = count, 0  # a barrier's int item carries its checkpoint id
+        else:
+            payload = None
+        inbox = host.inbox(dst)
         if inbox is not None:
             inbox.put_data(src, payload, count)
             return

@@ -57,6 +57,10 @@ __all__ = [
     "FAIL",
     "FAILED",
     "GONE",
+    "BARRIER",
+    "CHECKPOINT",
+    "COMMITTED",
+    "barrier_header",
     "control_message",
     "data_header",
     "decode_batch",
@@ -76,6 +80,9 @@ STATE = 7  # entries: {"state": msgpack bytes, "sent_at", "from"}   old copy -> 
 MARKER = 8  # data-channel header kind: "src sends no more to this location of dst"
 READY = 9  # entries: {"worker": id}                      new copy -> old copy: "set up, send the state"
 GONE = 10  # entries: {"worker": id}                      old place -> new copy: "no copy here: nothing comes"
+BARRIER = 11  # data-channel header kind: checkpoint ``cid``'s barrier (worker.checkpoint)
+CHECKPOINT = 12  # entries: cid                           worker -> its spout executors: "take checkpoint cid"
+COMMITTED = 13  # entries: cid                            worker -> its user executors: "cid is committed"
 MAX_HOPS = 16  # a data frame forwarded more often than this is dropped (the acker replays it)
 
 MAX_FRAME_BYTES = 64 * 2**20  # larger frames are refused by the receiving socket
@@ -166,13 +173,19 @@ def decode_batch(batch: Any) -> tuple[Any, Any, Any]:
     return values, runs, streams
 
 
-def data_header(dst: int, src: int, hops: int = 0, count: int = 0) -> bytes:
-    """``[DATA, dst, src, hops, count]``: ``count`` tuples in the payload (for backpressure)."""
-    return pack((DATA, dst, src, hops, count))
+def data_header(dst: int, src: int, hops: int = 0, count: int = 0, epoch: int = 0) -> bytes:
+    """``[DATA, dst, src, hops, count, epoch]``: ``count`` tuples in the payload (for
+    backpressure); ``epoch``: the rollbacks the sender had taken (older frames are dropped)."""
+    return pack((DATA, dst, src, hops, count, epoch))
 
 
-def marker_header(dst: int, src: int) -> bytes:
-    return pack((MARKER, dst, src))
+def marker_header(dst: int, src: int, epoch: int = 0) -> bytes:
+    return pack((MARKER, dst, src, 0, 0, epoch))
+
+
+def barrier_header(dst: int, src: int, cid: int, epoch: int = 0, hops: int = 0) -> bytes:
+    """``[BARRIER, dst, src, hops, cid, epoch]``: checkpoint ``cid``'s barrier, behind what ``src`` sent."""
+    return pack((BARRIER, dst, src, hops, cid, epoch))
 
 
 def unpack_state(data: bytes) -> Any:

@@ -107,6 +107,13 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"  STALLED: no ack since {since} with {stalled['pending']} tuples pending; "
                        f"holding input: {', '.join(stalled['holding_input']) or '-'}; "
                        f"waiting for a state: {', '.join(stalled['waiting_for_state']) or '-'}")
+        cp = info.get("checkpoints") or {}
+        if cp.get("provider", "memory") != "memory":
+            last = cp.get("last_committed")
+            done = (f"last committed #{last['id']} at {time.strftime('%H:%M:%S', time.localtime(last['at']))} "
+                    f"({last['duration_ms']:.0f} ms, {last['bytes']} bytes)") if last else "none committed yet"
+            typer.echo(f"  checkpoints: {cp['provider']} every {cp['interval_ms']} ms; {done}; "
+                       f"restores={cp.get('restores', 0)}" + (f"; error: {cp['last_error']}" if cp.get("last_error") else ""))
 
     @app.command(rich_help_panel="Topologies")
     @cli_errors

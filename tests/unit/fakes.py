@@ -109,6 +109,9 @@ class FakeHost:
         self.gone: list[tuple[str, int, Any]] = []  # GONE answers the migration desk sent
         self.migrations = MigrationDesk(worker_id, lambda wid, task, entries: self.gone.append((wid, task, entries)))
         self.stashed: list[tuple[int, str, Any, Any]] = []
+        self.epoch = 0
+        self.newer: list[list[bytes]] = []
+        self.checkpoints: Any = None
         self.local_tasks = set(local_tasks) if local_tasks is not None else None
         self._inbox_class = _WireInbox if wire_format else Inbox
         self._inboxes: dict[int, Inbox] = {}
@@ -118,6 +121,9 @@ class FakeHost:
             return task in self.local_tasks
         routing = self.routing
         return routing is None or (task < len(routing.location) and routing.location[task] == self.worker_id)
+
+    def hold_newer(self, frames: list[bytes]) -> None:
+        self.newer.append(frames)
 
     def inbox(self, task: int, wid: str | None = None) -> Inbox | None:
         if (wid is not None and wid != self.worker_id) or not self._here(task):

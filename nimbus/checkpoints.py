@@ -1,0 +1,293 @@
+"""The checkpoint coordinator: one thread of the leading Nimbus.
+
+For every topology with ``topology.state.provider`` ``lmdb`` or ``redis`` it keeps the
+checkpoint record in ZooKeeper (:class:`~nstorm.state.record.CheckpointRecord`), which the
+workers watch for their orders. Each pass:
+
+1. **Rollback.** A worker that lost data asked for one (a request of the current epoch), or
+   Nimbus reassigned the executors of lost workers (:meth:`CheckpointCoordinator.roll_back`):
+   the epoch grows, ``restore`` is the last committed checkpoint that is whole in the store
+   (else the one before it, else the empty start), and the pending checkpoint is dropped.
+2. **Commit** (two phases: every executor wrote its part, then the record says committed,
+   and the workers call ``on_commit``): once every user executor of the plan wrote the pending
+   checkpoint. What the last two committed checkpoints need is kept, the rest pruned. A
+   checkpoint not whole after ``topology.state.checkpoint.timeout.secs`` is abandoned.
+3. **Order** the next checkpoint, ``topology.state.checkpoint.interval.ms`` after the last
+   was ordered, while the topology is active.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+from nstorm.clusterstate import ClusterState
+from nstorm.config import merge_conf
+from nstorm.errors import ConfigError
+from nstorm.records import TopologyStatus
+from nstorm.state.config import StateConfig, state_config
+from nstorm.state.record import CheckpointRecord
+from nstorm.state.store import StateError, StateStore, open_store, unpack_snapshot
+from nstorm.topology import is_acker
+from nstorm.zkschema import ZkPaths
+
+__all__ = ["CheckpointCoordinator", "drop_checkpoints"]
+
+log = logging.getLogger(__name__)
+
+PASS_SECS = 0.05  # how often the coordinator looks at its topologies
+
+
+class CheckpointCoordinator:
+    """See the module docstring."""
+
+    def __init__(self, zk: KazooClient, paths: ZkPaths, conf: Any = None) -> None:
+        self.zk = zk
+        self.paths = paths
+        self.conf = conf
+        self.cluster = ClusterState(zk, paths)
+        self._stores: dict[str, tuple[str, StateStore]] = {}  # name -> (submission, store)
+        self._rollbacks: dict[str, str] = {}  # name -> why Nimbus wants a rollback
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="checkpoints", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        for _sub, store in self._stores.values():
+            store.close()
+        self._stores.clear()
+
+    def drop(self, name: str, topo: dict[str, Any] | None) -> None:
+        """``name`` was killed: close its store here, then delete its checkpoints (any thread)."""
+        with self._lock:
+            held = self._stores.pop(name, None)
+        if held is not None:
+            held[1].close()
+        drop_checkpoints(topo, name)
+
+    def roll_back(self, name: str, reason: str) -> None:
+        """Nimbus lost executors of ``name`` (their workers are gone): roll it back (any thread)."""
+        with self._lock:
+            self._rollbacks[name] = reason
+
+    def _run(self) -> None:
+        while not self._stop.wait(PASS_SECS):
+            try:
+                names = self.cluster.names()
+            except Exception:  # noqa: BLE001 - ZooKeeper away: the next pass tries again
+                continue
+            for name in names:
+                try:
+                    self.step(name)
+                except Exception:
+                    log.exception("checkpoints of %s: pass failed", name)
+            for name in set(self._stores) - set(names):
+                self._stores.pop(name)[1].close()
+
+    # -- one pass over one topology --------------------------------------------------------
+    def _config(self, topo: dict[str, Any]) -> StateConfig | None:
+        conf = merge_conf(topo.get("definition", {}).get("conf"), topo.get("conf"))
+        try:
+            return state_config(conf)
+        except ConfigError:
+            return None
+
+    def _store(self, name: str, config: StateConfig, submission: str) -> StateStore:
+        with self._lock:
+            held = self._stores.get(name)
+            if held is not None and held[0] == submission:
+                return held[1]
+            if held is not None:
+                held[1].close()
+            store = open_store(config, name, submission)
+            self._stores[name] = (submission, store)
+            return store
+
+    def step(self, name: str) -> None:
+        """One pass over topology ``name`` (see the module docstring)."""
+        topo = self.cluster.topology(name)
+        if topo is None:
+            return
+        config = self._config(topo)
+        if config is None or not config.durable:
+            with self._lock:
+                self._rollbacks.pop(name, None)  # nothing to roll back: state lives in memory
+            return
+        plan, _ = self.cluster.plan(name)
+        submission = topo.get("submission")
+        if plan is None or plan.submission != submission or submission is None:
+            return
+        desired, _ = self.cluster.status(name)
+        if desired is TopologyStatus.KILLED:
+            return
+        path = self.paths.checkpoints(name)
+        try:
+            raw, stat = self.zk.get(path)
+            version = stat.version
+        except NoNodeError:
+            raw, version = None, -1
+        record = CheckpointRecord.from_json(raw)
+        if record is None or record.submission != submission:
+            record = CheckpointRecord(submission=submission, provider=config.provider, interval_ms=config.interval_ms,
+                                      pending_at=time.time())
+        before = record.to_json()
+        try:
+            store = self._store(name, config, submission)
+        except StateError as exc:
+            record.last_error = str(exc)
+            self._write(path, record, before, version)
+            return
+        executors = sorted(e for e in plan.executors if not is_acker(e))
+        reason = self._requested(name, record)
+        if reason is not None:
+            self._roll_back(name, record, store, executors, reason)
+        elif record.pending:
+            self._check_pending(name, record, store, executors, config)
+        if not record.pending and plan.status is TopologyStatus.ACTIVE and reason is None:
+            now = time.time()
+            if now - record.pending_at >= config.interval_ms / 1000.0:
+                record.pending = record.next_id
+                record.next_id += 1
+                record.pending_at = now
+        self._write(path, record, before, version)
+
+    def _requested(self, name: str, record: CheckpointRecord) -> str | None:
+        """Why ``name`` must roll back now (requests of older epochs are stale); None if it need not."""
+        with self._lock:
+            reason = self._rollbacks.pop(name, None)
+        base = self.paths.rollback_requests(name)
+        try:
+            children = sorted(self.zk.get_children(base))
+        except NoNodeError:
+            children = []
+        for child in children:
+            try:
+                raw, _ = self.zk.get(f"{base}/{child}")
+                self.zk.delete(f"{base}/{child}")
+                body = json.loads(raw.decode())
+            except (NoNodeError, ValueError, UnicodeDecodeError):
+                continue
+            if isinstance(body, dict) and int(body.get("epoch", -1)) >= record.epoch and reason is None:
+                reason = f"{body.get('worker')}: {body.get('reason')}"
+        return reason
+
+    def _whole(self, store: StateStore, cid: int, executors: list[str]) -> bool:
+        """True if every executor's snapshot of ``cid`` is in the store and decodes."""
+        try:
+            written = store.written(cid)
+            if not set(executors) <= set(written):
+                return False
+            for executor in executors:
+                blob = store.executor(cid, executor)
+                if blob is None:
+                    return False
+                unpack_snapshot(blob)
+        except (StateError, ValueError) as exc:
+            log.warning("checkpoint %d cannot be restored (%s): skipped", cid, exc)
+            return False
+        return True
+
+    def _roll_back(self, name: str, record: CheckpointRecord, store: StateStore, executors: list[str],
+                   reason: str) -> None:
+        restore = 0
+        for cid in (record.committed, record.previous):
+            if cid and self._whole(store, cid, executors):
+                restore = cid
+                break
+            if cid:
+                log.warning("topology %s: checkpoint %d is incomplete or damaged: skipped", name, cid)
+        record.epoch += 1
+        record.restore = restore
+        record.pending = 0
+        record.pending_at = time.time()
+        record.restores += 1
+        record.last_restore = {"id": restore, "at": time.time(), "epoch": record.epoch, "reason": reason}
+        log.warning("topology %s: rolling back to checkpoint %d (epoch %d): %s", name, restore, record.epoch, reason)
+
+    def _check_pending(self, name: str, record: CheckpointRecord, store: StateStore, executors: list[str],
+                       config: StateConfig) -> None:
+        cid = record.pending
+        store_error = None
+        try:
+            written = store.written(cid)
+        except StateError as exc:
+            store_error = str(exc)
+            written = {}
+        now = time.time()
+        if set(executors) <= set(written):
+            record.previous, record.committed = record.committed, cid
+            record.committed_at = now
+            record.duration_ms = (now - record.pending_at) * 1000.0
+            record.bytes = sum(written[e] for e in executors)
+            record.pending = 0
+            record.last_error = None
+            keep = record.previous or record.committed
+            try:
+                store.prune(keep)
+            except StateError as exc:
+                log.warning("topology %s: %s", name, exc)
+            return
+        if now - record.pending_at > config.timeout_secs:
+            missing = [e for e in executors if e not in written]
+            errors = store_error or self._executor_errors(name, missing)
+            record.last_error = (f"checkpoint {cid} abandoned after {config.timeout_secs:g}s: no snapshot from "
+                                 f"{', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}"
+                                 + (f" ({errors})" if errors else ""))
+            record.abandoned += 1
+            record.pending = 0
+            log.warning("topology %s: %s", name, record.last_error)
+        elif store_error and not record.last_error:
+            record.last_error = store_error
+
+    def _executor_errors(self, name: str, executors: list[str]) -> str:
+        """The checkpoint errors the workers' heartbeats report for ``executors``."""
+        found = []
+        try:
+            beats = self.cluster.heartbeats(name)
+        except Exception:  # noqa: BLE001
+            return ""
+        for beat in beats.values():
+            for eid, counters in beat.executors.items():
+                error = (counters.get("checkpoint") or {}).get("error") if isinstance(counters, dict) else None
+                if eid in executors and error:
+                    found.append(str(error))
+        return "; ".join(found[:3])
+
+    def _write(self, path: str, record: CheckpointRecord, before: bytes, version: int) -> None:
+        data = record.to_json()
+        if data == before and version >= 0:
+            return
+        try:
+            if version < 0:
+                self.zk.create(path, data, makepath=True)
+            else:
+                self.zk.set(path, data, version=version)
+        except (BadVersionError, NodeExistsError, NoNodeError):
+            pass  # changed meanwhile (a kill, another leader): the next pass reads it again
+
+
+def drop_checkpoints(topo: dict[str, Any] | None, name: str) -> None:
+    """Delete a killed topology's checkpoints from its store (its record goes with its ZooKeeper nodes)."""
+    if not topo or not topo.get("submission"):
+        return
+    conf = merge_conf(topo.get("definition", {}).get("conf"), topo.get("conf"))
+    try:
+        config = state_config(conf)
+        if not config.durable:
+            return
+        store = open_store(config, name, topo["submission"])
+        store.drop()
+        store.close()
+    except (ConfigError, StateError) as exc:
+        log.warning("topology %s: its checkpoints could not be deleted: %s", name, exc)

@@ -1,0 +1,73 @@
+"""The state settings of a topology, checked in one place (at submit, and by every reader)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nstorm.errors import ConfigError
+
+__all__ = ["PROVIDERS", "StateConfig", "state_config"]
+
+PROVIDERS = ("memory", "lmdb", "redis")
+
+
+@dataclass(frozen=True)
+class StateConfig:
+    """``topology.state.*`` of one topology.
+
+    :ivar provider: ``memory`` (no checkpoints), ``lmdb`` or ``redis``.
+    :ivar options: ``topology.state.provider.config`` (a JSON object): ``url`` for Redis,
+        ``map_size`` for LMDB.
+    :ivar directory: the LMDB environments' directory (``topology.state.dir``).
+    """
+
+    provider: str = "memory"
+    interval_ms: int = 1000
+    timeout_secs: float = 30.0
+    max_parallelism: int = 128
+    directory: Path | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def durable(self) -> bool:
+        return self.provider != "memory"
+
+
+def state_config(conf: Mapping[str, Any]) -> StateConfig:
+    """The state settings in ``conf``; :class:`ConfigError` (one line, exit 2) for a bad one."""
+    provider = conf.get("topology.state.provider") or "memory"
+    if provider not in PROVIDERS:
+        msg = f"topology.state.provider={provider!r}: expected one of {', '.join(PROVIDERS)}"
+        raise ConfigError(msg)
+    options = conf.get("topology.state.provider.config") or {}
+    if isinstance(options, str):
+        try:
+            options = json.loads(options)
+        except ValueError:
+            msg = f"topology.state.provider.config={options!r}: expected a JSON object"
+            raise ConfigError(msg) from None
+    if not isinstance(options, Mapping):
+        msg = f"topology.state.provider.config={options!r}: expected a JSON object"
+        raise ConfigError(msg)
+    if provider == "redis" and not isinstance(options.get("url", "redis://127.0.0.1:6379/0"), str):
+        msg = "topology.state.provider.config: url must be a string such as redis://host:6379/0"
+        raise ConfigError(msg)
+
+    def number(key: str, low: float) -> float:
+        value = conf.get(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < low:
+            msg = f"{key}={value!r}: expected a number >= {low:g}"
+            raise ConfigError(msg)
+        return float(value)
+
+    interval = number("topology.state.checkpoint.interval.ms", 10)
+    timeout = number("topology.state.checkpoint.timeout.secs", 0.1)
+    groups = number("topology.max.parallelism", 1)
+    directory = conf.get("topology.state.dir")
+    return StateConfig(provider=str(provider), interval_ms=int(interval), timeout_secs=timeout,
+                       max_parallelism=int(groups), directory=Path(directory) if directory else None,
+                       options=dict(options))

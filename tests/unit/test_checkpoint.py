@@ -1,0 +1,282 @@
+"""An executor's side of checkpoints, without a cluster: barrier alignment in a real bolt
+executor, keyed state's change tracking, incremental snapshots into a real LMDB store, and a
+restore that maps key groups to their owners whatever the layout was."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nstorm import Bolt, Spout, TopologyBuilder
+from nstorm.state.config import StateConfig
+from nstorm.state.keyed import KeyedState, key_group, owned_groups, owner_of
+from nstorm.state.lmdb_store import LMDBStateStore
+from nstorm.state.store import StateError, unpack_snapshot
+from worker import wire
+from worker.bolt import BoltExecutor
+from worker.checkpoint import BarrierAligner
+
+from fakes import FakeHost, plan_of
+
+
+class Numbers(Spout):
+    outputs = ("n",)
+
+
+class Sum(Bolt):
+    outputs = ("n",)
+
+    def process(self, tup: Any) -> None:
+        n = tup["n"]
+        self.keyed_state[n] = self.keyed_state.get(n, 0) + n
+        self.state["seen"] = self.state.get("seen", 0) + 1
+        self.emit((n,))
+
+
+class Sink(Bolt):
+    outputs = ()
+
+    def process(self, tup: Any) -> None:
+        pass
+
+
+def _definition(sums: int = 1) -> dict[str, Any]:
+    builder = TopologyBuilder("t")
+    builder.set_spout("numbers", Numbers, parallelism=2)
+    builder.set_bolt("sum", Sum, parallelism=sums).fields_grouping("numbers", ["n"])
+    builder.set_bolt("sink", Sink).shuffle_grouping("sum")
+    return builder.build(workers=1).definition
+
+
+class Checkpoints:
+    """A worker's checkpoints (worker.host.Checkpoints) over a real LMDB store."""
+
+    def __init__(self, path: Path) -> None:
+        self.store = LMDBStateStore(StateConfig(provider="lmdb", directory=path), "t-1")
+        self.groups = 128
+        self.tainted = False
+        self.requests: list[str] = []
+
+    def write(self, cid: int, executor: str, blob: bytes, groups: Any) -> int:
+        return self.store.write(cid, executor, blob, groups)
+
+    def read(self, cid: int, executor: str) -> bytes | None:
+        return self.store.executor(cid, executor)
+
+    def chain(self, component: str, group: int, upto: int) -> list[tuple[int, bool, bytes]]:
+        return self.store.group_chain(component, group, upto)
+
+    def request_rollback(self, reason: str) -> None:
+        self.tainted = True
+        self.requests.append(reason)
+
+
+PLACES = {"numbers:0": "n1:1", "numbers:1": "n1:1", "sum:0": "n1:1", "sink:0": "n1:1", "__acker:0": "n1:1"}
+
+
+@pytest.fixture
+def bolt(tmp_path: Path) -> Any:
+    host = FakeHost(plan_of(PLACES), acking=False)
+    host.checkpoints = Checkpoints(tmp_path)
+    ex = BoltExecutor(host, "sum:0", 2, Sum, _definition())  # type: ignore[arg-type]
+    ex.setup()
+    yield ex
+    host.checkpoints.store.close()
+
+
+def _batch(*ns: int) -> tuple[list[tuple[int]], None, None]:
+    return [(n,) for n in ns], None, None
+
+
+def _sink_items(ex: Any) -> list[Any]:
+    inbox = ex.host.inbox(3)
+    out = []
+    while not inbox.data.empty():
+        out.append(inbox.data.get())
+    return out
+
+
+def test_a_bolt_aligns_barriers_holds_what_comes_after_and_passes_the_barrier_on(bolt) -> None:
+    bolt.take(0, _batch(1, 2))
+    bolt.take(0, 1)  # numbers:0's barrier for checkpoint 1
+    bolt.take(0, _batch(100))  # after the barrier: held
+    bolt.take(1, _batch(3))  # numbers:1 has not sent its barrier: processed
+    assert dict(bolt.instance.keyed_state) == {1: 1, 2: 2, 3: 3}
+    assert bolt.checkpoint.written == 0
+    bolt.take(1, 1)  # aligned: snapshot, barrier on, then the held batch
+    assert bolt.checkpoint.written == 1
+    assert dict(bolt.instance.keyed_state) == {1: 1, 2: 2, 3: 3, 100: 100}
+    store = bolt.host.checkpoints.store
+    assert unpack_snapshot(store.executor(1, "sum:0"))["state"] == {"seen": 3}  # not the held tuple
+    # The sink got the three tuples processed before the barrier, then the barrier, then 100.
+    items = _sink_items(bolt)
+    kinds = ["barrier" if type(b) is int else [v[0] for v in b[0]] for _src, b in items]
+    assert kinds[-2:] == ["barrier", [100]] and sorted(n for k in kinds[:-2] for n in k) == [1, 2, 3]
+
+
+def test_a_newer_barrier_replaces_an_unfinished_alignment() -> None:
+    aligner = BarrierAligner()
+    assert aligner.on_barrier(0, 5, {0, 1}) == (False, [])
+    aligner.held.append((0, "after-5"))
+    aligned, released = aligner.on_barrier(1, 6, {0, 1})  # 5 was abandoned: 6 from another input
+    assert not aligned and released == [(0, "after-5")] and aligner.cid == 6
+    assert aligner.on_barrier(0, 5, {0, 1}) == (False, [])  # a stale barrier is ignored
+    assert aligner.on_barrier(0, 6, {0, 1})[0]
+
+
+def test_an_alignment_in_progress_moves_with_the_state() -> None:
+    aligner = BarrierAligner()
+    aligner.on_barrier(0, 3, {0, 1})
+    aligner.held.append((0, _batch(7)))
+    moved = wire.unpack(wire.pack(aligner.export()))
+    other = BarrierAligner()
+    other.adopt(moved)
+    assert other.cid == 3 and other.seen == {0}
+    assert wire.decode_batch(other.held[0][1])[0] == ((7,),)
+
+
+def test_keyed_state_notes_what_changed() -> None:
+    state = KeyedState()
+    state["a"] = 1
+    state.setdefault("b", 2)
+    state.update({"c": 3})
+    assert state.take_changes() == {"a", "b", "c"}
+    state["a"] = 5
+    del state["b"]
+    state.pop("zz", None)
+    assert state.take_changes() == {"a", "b"}
+    state.load([("x", 1)])
+    assert state.take_changes() == set()
+
+
+def test_checkpoints_write_only_changed_keys_and_restore_to_any_layout(tmp_path: Path) -> None:
+    host = FakeHost(plan_of(PLACES), acking=False)
+    host.checkpoints = Checkpoints(tmp_path)
+    ex = BoltExecutor(host, "sum:0", 2, Sum, _definition())  # type: ignore[arg-type]
+    ex.setup()
+    keyed = ex.instance.keyed_state
+    for k in range(10_000):
+        keyed[k] = k
+    assert ex.checkpoint.take(1)
+    full = ex.checkpoint.last_bytes
+    for k in range(100):  # 1% of the keys change
+        keyed[k] = -k
+    assert ex.checkpoint.take(2)
+    assert ex.checkpoint.last_bytes < full / 20
+    # The same state restored by two executors: each gets exactly its key groups' keys.
+    definition = _definition(sums=2)
+    places = {"numbers:0": "n1:1", "numbers:1": "n1:1", "sum:0": "n1:1", "sum:1": "n1:1", "sink:0": "n1:1",
+              "__acker:0": "n1:1"}
+    host2 = FakeHost(plan_of(places), acking=False)
+    host2.checkpoints = host.checkpoints
+    restored = {}
+    for index in range(2):
+        copy = BoltExecutor(host2, f"sum:{index}", 2 + index, Sum, definition)  # type: ignore[arg-type]
+        copy.setup()
+        copy.restore_checkpoint_extra(copy.checkpoint.restore(2, host.checkpoints.read, lambda c, g, u: host.checkpoints.chain("sum", g, u)))
+        restored[index] = dict(copy.instance.keyed_state)
+    assert restored[0].keys().isdisjoint(restored[1])
+    assert {**restored[0], **restored[1]} == {k: (-k if k < 100 else k) for k in range(10_000)}
+    for index, part in restored.items():
+        assert all(owner_of(key_group(k, 128), 2, 128) == index for k in part)
+    assert owned_groups(0, 2, 128) == list(range(0, 128, 2))
+    host.checkpoints.store.close()
+
+
+def test_state_that_is_not_msgpack_fails_its_checkpoint_naming_the_key(bolt) -> None:
+    bolt.instance.state["bad"] = object()
+    assert not bolt.checkpoint.take(1)
+    assert "self.state key 'bad'" in bolt.checkpoint.last_error
+    assert bolt.host.checkpoints.store.written(1) == {}
+
+
+def test_a_key_of_another_executors_group_fails_the_checkpoint_saying_why(tmp_path: Path) -> None:
+    places = {**PLACES, "sum:1": "n1:1"}
+    host = FakeHost(plan_of(places), acking=False)
+    host.checkpoints = Checkpoints(tmp_path)
+    ex = BoltExecutor(host, "sum:0", 2, Sum, _definition(sums=2))  # type: ignore[arg-type]
+    ex.setup()
+    ex.refresh_routing()
+    ex.instance.keyed_state[2] = 1  # group 2: sum:0's
+    assert ex.checkpoint.take(1)
+    ex.instance.keyed_state[3] = 1  # group 3 belongs to sum:1 (a bolt whose input is not keyed on it)
+    assert not ex.checkpoint.take(2)
+    assert "key 3 is in key group 3" in ex.checkpoint.last_error and "fields-grouped" in ex.checkpoint.last_error
+    assert not ex.checkpoint.take(3), "the full entries that follow a failure find it again"
+    del ex.instance.keyed_state[3]
+    assert ex.checkpoint.take(4)
+    host.checkpoints.store.close()
+
+
+def test_a_tainted_worker_writes_no_checkpoint_and_a_failed_tuple_taints(bolt) -> None:
+    bolt._fail(bolt._classes(0)["default"].__new__(bolt._classes(0)["default"]))
+    assert bolt.host.checkpoints.tainted and "failed" in bolt.host.checkpoints.requests[0]
+    assert not bolt.checkpoint.take(1)
+
+
+def test_an_unreachable_store_fails_the_checkpoint_and_the_next_entries_are_full(bolt) -> None:
+    def refuse(*_: Any) -> int:
+        raise StateError("Redis at redis://nowhere: ConnectionError")
+
+    bolt.instance.keyed_state[1] = 1
+    bolt.host.checkpoints.write = refuse
+    assert not bolt.checkpoint.take(1)
+    assert "ConnectionError" in bolt.checkpoint.last_error and bolt.checkpoint.need_full
+
+
+# -- the coordinator's decisions (nimbus/checkpoints.py), over a real LMDB store ----------------
+def _coordinator() -> Any:
+    from nimbus.checkpoints import CheckpointCoordinator
+    from nstorm.zkschema import ZkPaths
+
+    return CheckpointCoordinator(None, ZkPaths("/t"))  # type: ignore[arg-type]
+
+
+def test_a_checkpoint_commits_when_every_executor_wrote_it_and_old_ones_are_pruned(tmp_path: Path) -> None:
+    import time
+
+    from nstorm.state.record import CheckpointRecord
+
+    store = LMDBStateStore(StateConfig(provider="lmdb", directory=tmp_path), "t-1")
+    config = StateConfig(provider="lmdb", timeout_secs=30)
+    record = CheckpointRecord(submission="s", provider="lmdb")
+    coordinator = _coordinator()
+    for cid in (1, 2, 3):
+        record.pending, record.pending_at = cid, time.time()
+        store.write(cid, "a:0", wire.pack({"state": {"cid": cid}}), {})
+        coordinator._check_pending("t", record, store, ["a:0", "b:0"], config)
+        assert record.pending == cid and record.committed == cid - 1  # b:0 has not written it
+        store.write(cid, "b:0", wire.pack({"state": {}}), {})
+        coordinator._check_pending("t", record, store, ["a:0", "b:0"], config)
+        assert record.committed == cid and record.pending == 0 and record.bytes > 0
+    assert store.executor(1, "a:0") is None and store.executor(2, "a:0") is not None  # the last two kept
+    store.close()
+
+
+def test_an_unfinished_checkpoint_is_abandoned_at_its_timeout(tmp_path: Path) -> None:
+    import time
+
+    from nstorm.state.record import CheckpointRecord
+
+    store = LMDBStateStore(StateConfig(provider="lmdb", directory=tmp_path), "t-1")
+    record = CheckpointRecord(submission="s", provider="lmdb", pending=4, pending_at=time.time() - 5)
+    _coordinator()._check_pending("t", record, store, ["a:0"], StateConfig(provider="lmdb", timeout_secs=1))
+    assert record.pending == 0 and record.abandoned == 1 and "no snapshot from a:0" in record.last_error
+    store.close()
+
+
+def test_a_rollback_skips_a_damaged_checkpoint_for_the_one_before(tmp_path: Path) -> None:
+    from nstorm.state.record import CheckpointRecord
+
+    store = LMDBStateStore(StateConfig(provider="lmdb", directory=tmp_path), "t-1")
+    store.write(7, "a:0", wire.pack({"state": {}}), {})
+    store.write(8, "a:0", b"\xc1garbage", {})
+    record = CheckpointRecord(submission="s", provider="lmdb", committed=8, previous=7, pending=9)
+    _coordinator()._roll_back("t", record, store, ["a:0"], "a test")
+    assert (record.epoch, record.restore, record.pending, record.restores) == (1, 7, 0, 1)
+    record.committed, record.previous = 8, 0  # neither usable: the empty start
+    _coordinator()._roll_back("t", record, store, ["a:0"], "a test")
+    assert (record.epoch, record.restore) == (2, 0)
+    store.close()
