@@ -1,8 +1,11 @@
-"""docker-compose.yml is checked, not run (no Docker engine here): it parses, runs only nstorm
-commands that exist, and its ports agree with the defaults."""
+"""docker-compose.yml, checked here without containers: it parses, runs only nstorm commands that
+exist, its ports agree with the defaults, and its images can be replaced where no registry
+answers. ``scripts/compose-check`` (run by ``.ci/run``) runs it for real, with Docker or podman."""
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +18,16 @@ from supervisor.daemon import pick_slots
 
 ROOT = Path(__file__).parents[1]
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+CHECK = ROOT / "scripts" / "compose_check.py"
+
+
+def _compose_check() -> object:
+    spec = importlib.util.spec_from_file_location("compose_check", CHECK)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
 
 
 def _commands() -> list[list[str]]:
@@ -71,3 +84,31 @@ def test_ports_agree_with_the_defaults() -> None:
         data = [p for p, _ in pick_slots(slots, base, "x")]
         ctl = [c for _, c in pick_slots(slots, base, "x")]
         assert service["expose"] == [f"{data[0]}-{data[-1]}", f"{ctl[0]}-{ctl[-1]}"]
+
+
+def test_the_images_can_be_replaced() -> None:
+    """Docker users keep the official images; where no registry answers, compose-check builds on a
+    base made from Debian's packages and runs redis from the nstorm image (it has redis-server)."""
+    assert "ARG BASE=python:3.11-slim" in (ROOT / "Dockerfile").read_text()
+    build = COMPOSE["services"]["zookeeper"]["build"]
+    assert build["args"]["BASE"] == "${NSTORM_BASE_IMAGE:-python:3.11-slim}"
+    assert COMPOSE["services"]["redis"]["image"] == "${NSTORM_REDIS_IMAGE:-redis:7}"
+    assert "--protected-mode" in COMPOSE["services"]["redis"]["command"]  # Debian's redis-server, reached by name
+
+
+def test_compose_check_agrees_with_the_compose_file() -> None:
+    check = _compose_check()
+    services = COMPOSE["services"]
+    nodes = {name: s["command"][s["command"].index("--node-id") + 1] for name, s in services.items()
+             if s["command"][:2] == ["nstorm", "supervisor"]}
+    assert check.SUPERVISORS == nodes
+    assert check.KILLED in nodes and "nimbus" in services and "redis" in services
+    assert f"ARG BASE={check.OFFICIAL_BASE}" in (ROOT / "Dockerfile").read_text()
+
+
+def test_compose_check_skips_saying_why_without_a_container_engine(tmp_path: Path) -> None:
+    env = {**os.environ, "PATH": str(tmp_path), "NSTORM_COMPOSE": ""}
+    result = subprocess.run([sys.executable, str(CHECK)], capture_output=True, text=True, env=env, timeout=60)
+    assert result.returncode == 77, result.stdout + result.stderr
+    assert "SKIPPED: no container engine" in result.stdout
+    assert "apt-get install podman" in result.stdout

@@ -1,0 +1,98 @@
+"""What scripts/compose-check asks inside the compose cluster, run in the nimbus container:
+``docker compose exec -T nimbus python - COMMAND ... < scripts/compose_probe.py``.
+
+Commands (each prints one JSON document):
+
+- ``supervisors ZK``: the supervisors registered in ZooKeeper (node -> host, slots).
+- ``counts ZK TOPOLOGY SENTENCES``: word count's last committed checkpoint, read back from its
+  store (Redis in the compose cluster), against the input: each spout's position and what it
+  has in flight, and the words counted by every count executor against the words of the
+  sentences the spouts emit (``topologies/wordcount.py``: ``wordcount.sentences`` per spout,
+  seeds 42, 43, ...). After every sentence is emitted and acked, counted == expected means
+  nothing was lost and nothing counted twice, whatever was killed or moved on the way.
+- ``keys ZK TOPOLOGY``: how many keys the topology's checkpoints hold in Redis (0 after a kill).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import sys
+from typing import Any
+
+from nstorm.client import ClusterClient
+from nstorm.config import merge_conf
+from nstorm.state import open_store, state_config
+from nstorm.state.store import unpack_snapshot
+from topologies.sentences import sentences
+
+
+def supervisors(client: ClusterClient) -> dict[str, Any]:
+    return {node: {"host": info.get("host"), "slots": len(info.get("slots") or [])}
+            for node, info in client.cluster.supervisors().items()}
+
+
+def counts(client: ClusterClient, name: str, per_spout: int) -> dict[str, Any]:
+    topo = client.cluster.topology(name)
+    if topo is None:
+        return {"error": f"no topology {name}"}
+    last = client.checkpoints(name).get("last_committed")
+    if not last:
+        return {"checkpoint": None}
+    cid = int(last["id"])
+    definition = topo["definition"]
+    conf = merge_conf(definition.get("conf"), topo.get("conf"))
+    config = state_config(conf)
+    seed = int(conf.get("wordcount.seed", 42))
+    spouts: dict[str, Any] = {}
+    counted: collections.Counter[str] = collections.Counter()
+    expected: collections.Counter[str] = collections.Counter()
+    with open_store(config, name, topo.get("submission")) as store:
+        for component, spec in definition["components"].items():
+            for i in range(int(spec["parallelism"])):
+                executor = f"{component}:{i}"
+                blob = store.executor(cid, executor)
+                state = unpack_snapshot(blob)["state"] if blob is not None else {}
+                if spec["kind"] == "spout":
+                    spouts[executor] = {"sent": state.get("sent", 0), "in_flight": len(state.get("in_flight", {})),
+                                        "replay": len(state.get("replay", []))}
+                    for sentence in sentences(per_spout, seed=seed + i):
+                        expected.update(sentence.split())
+                elif component == "count":
+                    counted.update({word: int(n) for word, n in state.items()})
+    wrong = sorted(w for w in set(counted) | set(expected) if counted[w] != expected[w])
+    return {"checkpoint": cid, "spouts": spouts, "words_counted": sum(counted.values()),
+            "words_expected": sum(expected.values()), "wrong_words": len(wrong), "example": wrong[:5]}
+
+
+def keys(client: ClusterClient, name: str) -> dict[str, Any]:
+    import redis
+
+    topo = client.cluster.topology(name) or {}
+    conf = merge_conf((topo.get("definition") or {}).get("conf"), topo.get("conf"))
+    url = str((conf.get("topology.state.provider.config") or {}).get("url", "redis://redis:6379/0"))
+    r = redis.Redis.from_url(url)
+    try:
+        return {"keys": sum(1 for _ in r.scan_iter(match=f"nstorm:{name}-*", count=1000))}
+    finally:
+        r.close()
+
+
+def main(argv: list[str]) -> int:
+    command, zk, *rest = argv
+    with ClusterClient(zk, "/nstorm") as client:
+        if command == "supervisors":
+            result = supervisors(client)
+        elif command == "counts":
+            result = counts(client, rest[0], int(rest[1]))
+        elif command == "keys":
+            result = keys(client, rest[0])
+        else:
+            print(f"unknown command {command!r}", file=sys.stderr)
+            return 2
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
