@@ -446,9 +446,10 @@ class BoltExecutor(UserExecutor):
                 ctl_deadline.worked(began)  # acks
                 try:
                     self.take(src, batch)  # (a barrier may switch ``take`` for what follows)
-                    # Keep taking input while more waits, up to the deadline.
+                    # Keep taking input while more waits, up to the deadline (none if what was
+                    # taken flushed everything: a barrier does).
                     at = deadline.at
-                    while clock() < at:  # type: ignore[operator]
+                    while at is not None and clock() < at:
                         try:
                             src, batch = get_nowait()
                         except queue.Empty:

@@ -4,6 +4,8 @@ restore that maps key groups to their owners whatever the layout was."""
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -114,6 +116,33 @@ def test_a_bolt_aligns_barriers_holds_what_comes_after_and_passes_the_barrier_on
     items = _sink_items(bolt)
     kinds = ["barrier" if type(b) is int else [v[0] for v in b[0]] for _src, b in items]
     assert kinds[-2:] == ["barrier", [100]] and sorted(n for k in kinds[:-2] for n in k) == [1, 2, 3]
+
+
+def test_a_barrier_in_the_executor_loop_is_no_error(bolt) -> None:
+    """The aligning barrier, taken first in a loop iteration, flushes the outbox and clears the
+    flush deadline the loop then reads to keep taking input: that was a TypeError (float < None)
+    recorded at every checkpoint (``last_error`` in status)."""
+    thread = threading.Thread(target=bolt.loop, daemon=True)
+
+    def wait(what: Any) -> None:
+        deadline = time.monotonic() + 10
+        while not what() and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    for item in [(0, _batch(1)), (0, 1), (1, _batch(2))]:
+        bolt.data_q.put(item)
+    thread.start()
+    try:
+        wait(lambda: 2 in bolt.instance.keyed_state and bolt.data_q.empty())
+        bolt.data_q.put((1, 1))  # alone: the first item of an iteration
+        wait(lambda: bolt.checkpoint.written == 1)
+        bolt.data_q.put((0, _batch(3)))
+        wait(lambda: 3 in bolt.instance.keyed_state)
+    finally:
+        bolt.stop()
+        thread.join(5)
+    assert bolt.checkpoint.written == 1 and dict(bolt.instance.keyed_state) == {1: 1, 2: 2, 3: 3}
+    assert (bolt.errors, bolt.last_error) == (0, None)
 
 
 def test_a_newer_barrier_replaces_an_unfinished_alignment() -> None:
