@@ -73,7 +73,8 @@ def keys(client: ClusterClient, name: str) -> dict[str, Any]:
     url = str((conf.get("topology.state.provider.config") or {}).get("url", "redis://redis:6379/0"))
     r = redis.Redis.from_url(url)
     try:
-        return {"keys": sum(1 for _ in r.scan_iter(match=f"nstorm:{name}-*", count=1000))}
+        found = sorted(k.decode(errors="replace") for k in r.scan_iter(match=f"nstorm:{name}-*", count=1000))
+        return {"keys": len(found), "names": found[:10]}
     finally:
         r.close()
 
