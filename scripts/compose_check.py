@@ -59,6 +59,8 @@ TOPOLOGY = "wordcount"
 SENTENCES = 9000  # per spout executor; at RATE a second the input lasts 90 s, through the move and the kill
 RATE = 100
 REDIS_URL = "redis://redis:6379/0"
+UI_URL = "http://ui:8080"  # the ui service, from inside the cluster
+PUBLISHED = {"zookeeper": 2181, "ui": 8080}  # host ports docker-compose.yml publishes
 HEARTBEAT_FRESH = 10.0  # status --json: a worker is "alive" with a heartbeat this recent (nstorm.client)
 OFFICIAL_BASE = "python:3.11-slim"  # the Dockerfile's ARG BASE
 PULL_TIMEOUT = 60.0
@@ -261,6 +263,7 @@ class Check:
     base: str = ""
     services: list[str] = field(default_factory=list)
     before_move: dict[str, Any] = field(default_factory=dict)
+    moved: str = ""
 
     # images --------------------------------------------------------------------------------------
     def choose_base(self) -> None:
@@ -349,14 +352,17 @@ class Check:
     def up(self) -> None:
         engine = self.engine
         engine.compose_run("down", "-v", check=False, timeout=180)  # what a killed earlier run left
-        with socket.socket() as s:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                s.bind(("0.0.0.0", 2181))
-            except OSError as exc:
-                raise StepFailed(f"host port 2181 (zookeeper's, published) is taken: {exc}") from exc
-        engine.compose_run("up", "-d", timeout=300)
         services = engine.compose_run("config", "--services").stdout.split()
+        for service, port in PUBLISHED.items():
+            if service not in services:
+                continue
+            with socket.socket() as s:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    s.bind(("0.0.0.0", port))
+                except OSError as exc:
+                    raise StepFailed(f"host port {port} ({service}'s, published) is taken: {exc}") from exc
+        engine.compose_run("up", "-d", timeout=300)
         print(f"    services: {', '.join(services)}")
         self.services = services
 
@@ -438,20 +444,31 @@ class Check:
         record = next((m for m in reversed(now["migrations"]) if m["executor"] == executor), None)
         if record is None or record.get("mode") != "thread":
             raise StepFailed(f"no thread-mode migration of {executor} in status: {now['migrations']}")
+        self.moved = executor
         print(f"    {executor}: {source['id']} ({source['host']}) -> {target['id']} ({target['host']}), "
               f"live (mode {record['mode']}), worker pids unchanged: {after}")
 
     def ui(self) -> None:
-        """The ``ui`` service (issue 16) is not in docker-compose.yml yet.
+        """The ``ui`` service (issue 16): its REST API, asked from inside the cluster, shows the
+        workers on both supervisor containers and the move just made.
 
-        TODO(issue 16, branch ui): once docker-compose.yml has a ``ui`` service, check here that
-        its REST API answers from inside the cluster, e.g. from the nimbus container
-        ``GET http://ui:8080/api/v1/topology/wordcount`` lists the workers of both supervisors.
-        Its health check is already waited for by the health step (every service's is).
+        Written against branch ``ui``'s API (``/api/v1/topology/:id`` with ``workers[].supervisorId``,
+        ``/api/v1/topology/:id/migrations``); while docker-compose.yml has no ``ui`` service
+        (it is not on main yet) this step says so and checks nothing.
         """
-        if "ui" in self.services:
-            raise StepFailed("docker-compose.yml has a ui service now: write its check (scripts/compose_check.py, Check.ui)")
-        print("    no ui service in docker-compose.yml yet (issue 16): nothing to check")
+        if "ui" not in self.services:
+            print("    no ui service in docker-compose.yml yet (issue 16, branch ui): nothing to check")
+            return
+        engine = self.engine
+        moved = self.moved
+
+        def shown() -> dict[str, Any] | None:
+            r = engine.probe("ui", ZK, UI_URL, TOPOLOGY)
+            return r if r["supervisors"] == sorted(SUPERVISORS.values()) and moved in r["migrations"] else None
+
+        answer = wait_for("the ui's REST API to show both supervisors and the move", shown, timeout=60, interval=2)
+        print(f"    {UI_URL}/api/v1/topology/{TOPOLOGY}: workers on {', '.join(answer['supervisors'])}; "
+              f"migrations: {', '.join(answer['migrations'])}")
 
     def kill_supervisor(self) -> None:
         """SIGKILL one supervisor container: its workers die with it. Nimbus gives their executors

@@ -11,6 +11,8 @@ Commands (each prints one JSON document):
   seeds 42, 43, ...). After every sentence is emitted and acked, counted == expected means
   nothing was lost and nothing counted twice, whatever was killed or moved on the way.
 - ``keys ZK TOPOLOGY``: how many keys the topology's checkpoints hold in Redis (0 after a kill).
+- ``ui ZK URL TOPOLOGY``: the ui service's REST API (Storm's ``/api/v1`` shape, issue 16): the
+  supervisors of the topology's live workers and the executors of its migrations.
 """
 
 from __future__ import annotations
@@ -79,6 +81,19 @@ def keys(client: ClusterClient, name: str) -> dict[str, Any]:
         r.close()
 
 
+def ui(url: str, name: str) -> dict[str, Any]:
+    import urllib.request
+
+    def get(path: str) -> Any:
+        with urllib.request.urlopen(f"{url}{path}", timeout=10) as response:
+            return json.loads(response.read())
+
+    topology = get(f"/api/v1/topology/{name}")
+    migrations = get(f"/api/v1/topology/{name}/migrations")
+    return {"supervisors": sorted({w["supervisorId"] for w in topology["workers"] if w.get("alive")}),
+            "migrations": [m["executor"] for m in migrations["migrations"]]}
+
+
 def main(argv: list[str]) -> int:
     command, zk, *rest = argv
     with ClusterClient(zk, "/nstorm") as client:
@@ -88,6 +103,8 @@ def main(argv: list[str]) -> int:
             result = counts(client, rest[0], int(rest[1]))
         elif command == "keys":
             result = keys(client, rest[0])
+        elif command == "ui":
+            result = ui(rest[0], rest[1])
         else:
             print(f"unknown command {command!r}", file=sys.stderr)
             return 2
