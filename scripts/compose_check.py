@@ -508,7 +508,8 @@ class Check:
         st = wait_for("a rollback to the last checkpoint, a new checkpoint committed and new acks", going_on,
                       timeout=120, interval=2)
         cp = st["checkpoints"]
-        print(f"    back in {took:.0f} s; restores {cp['restores']} (last: {cp.get('last_restore')}), "
+        restore = cp.get("last_restore") or {}
+        print(f"    back in {took:.0f} s; rolled back to checkpoint #{restore.get('id')} ({restore.get('reason')}); "
               f"checkpoint #{cp['last_committed']['id']} committed since")
 
     def nothing_lost(self) -> None:
