@@ -479,12 +479,13 @@ class Check:
         st = engine.status()
         killed = [w["id"] for w in st["workers"] if w["node"] == node]
         restores = int(st["checkpoints"].get("restores") or 0)
+        engine.compose_run("kill", KILLED)
+        started = time.monotonic()
+        st = engine.status()  # read after the kill: checkpoints went on while the command started
         last = int(st["checkpoints"]["last_committed"]["id"])
         acked = int(st["spouts"]["acked"])
-        engine.compose_run("kill", KILLED)
         print(f"    killed {engine.container(KILLED)} (workers {', '.join(killed)}); "
               f"last committed checkpoint #{last}, restores {restores}")
-        started = time.monotonic()
 
         def recovered() -> dict[str, Any] | None:
             # "alive" is a heartbeat in the last 10 s: after that long, only a worker that runs is.
