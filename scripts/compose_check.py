@@ -343,10 +343,19 @@ class Check:
         if self.base.startswith("localhost/nstorm-base"):
             # No registry for redis:7 either: the nstorm image has redis-server (from the local base).
             engine.env["NSTORM_REDIS_IMAGE"] = "nstorm:latest"
+        before = self._image_id("nstorm:latest")
         engine.run.long([*engine.compose, "-p", PROJECT, "-f", str(COMPOSE_FILE), "build"], env=engine.env,
                         timeout=BUILD_TIMEOUT, what="compose build")
+        after = self._image_id("nstorm:latest")
         size = engine("image", "inspect", "nstorm:latest", "--format", "{{.Size}}").stdout.strip()
         print(f"    nstorm:latest built on {self.base} ({int(size) / 1e6:.0f} MB)")
+        if before and before != after:  # the image it replaced, untagged now: not kept run after run
+            if engine("rmi", before, check=False).returncode == 0:
+                print(f"    removed the nstorm:latest it replaced ({before[:12]})")
+
+    def _image_id(self, image: str) -> str:
+        result = self.engine("image", "inspect", image, "--format", "{{.Id}}", check=False)
+        return result.stdout.strip() if result.returncode == 0 else ""
 
     # the cluster ---------------------------------------------------------------------------------
     def up(self) -> None:
