@@ -138,10 +138,13 @@ class CheckpointCoordinator:
         except NoNodeError:
             raw, version = None, -1
         record = CheckpointRecord.from_json(raw)
-        if record is None or record.submission != submission:
+        fresh = record is None or record.submission != submission
+        if fresh:
             record = CheckpointRecord(submission=submission, provider=config.provider, interval_ms=config.interval_ms,
                                       pending_at=time.time())
-        before = record.to_json()
+        # A fresh record is written even where its node exists: a worker registering under it
+        # (``lives``, makepath) may have created the node, empty, before this first pass.
+        before = b"" if fresh else record.to_json()
         try:
             store = self._store(name, config, submission)
         except StateError as exc:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+import types
 from pathlib import Path
 from typing import Any
 
@@ -261,6 +262,52 @@ def _coordinator() -> Any:
     from nstorm.zkschema import ZkPaths
 
     return CheckpointCoordinator(None, ZkPaths("/t"))  # type: ignore[arg-type]
+
+
+class _RecordNode:
+    """The coordinator's ZooKeeper node, as a worker's makepath left it: there, and empty."""
+
+    def __init__(self) -> None:
+        self.data, self.version = b"", 0
+
+    def get(self, _path: str) -> tuple[bytes, Any]:
+        return self.data, types.SimpleNamespace(version=self.version)
+
+    def get_children(self, path: str) -> list[str]:
+        from kazoo.exceptions import NoNodeError
+
+        raise NoNodeError(path)
+
+    def set(self, _path: str, data: bytes, version: int) -> None:
+        assert version == self.version
+        self.data, self.version = data, version + 1
+
+
+def test_the_coordinator_writes_its_record_into_a_node_a_worker_created_first() -> None:
+    """Workers register under ``<checkpoints>/<name>/lives`` with makepath, which can create the
+    record's node, empty, before the coordinator's first pass. That pass took the empty node for
+    an unchanged record and wrote nothing, pass after pass: no checkpoint was ever ordered (seen in
+    the compose cluster: 3 runs of 12)."""
+    from nimbus.checkpoints import CheckpointCoordinator
+    from nstorm.records import TopologyStatus
+    from nstorm.state.record import CheckpointRecord
+    from nstorm.zkschema import ZkPaths
+
+    node = _RecordNode()
+    coordinator = CheckpointCoordinator(node, ZkPaths("/t"))  # type: ignore[arg-type]
+    conf = {"topology.state.provider": "redis", "topology.state.checkpoint.interval.ms": 1000}
+    topo = {"definition": {"conf": {}}, "conf": conf, "submission": "s1"}
+    plan = types.SimpleNamespace(submission="s1", executors={"a:0": "w1"}, status=TopologyStatus.ACTIVE)
+    coordinator.cluster = types.SimpleNamespace(  # type: ignore[assignment]
+        topology=lambda _n: topo, plan=lambda _n: (plan, None), status=lambda _n: (TopologyStatus.ACTIVE, 0.0))
+    coordinator.step("t")
+    record = CheckpointRecord.from_json(node.data)
+    assert record is not None and record.submission == "s1" and not record.pending  # written
+    record.pending_at -= 2.0  # an interval later
+    node.data = record.to_json()
+    coordinator.step("t")
+    record = CheckpointRecord.from_json(node.data)
+    assert record is not None and record.pending == 1  # and a checkpoint ordered
 
 
 def test_a_checkpoint_commits_when_every_executor_wrote_it_and_old_ones_are_pruned(tmp_path: Path) -> None:
