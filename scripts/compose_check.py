@@ -230,7 +230,16 @@ class Engine:
             raise StepFailed(f"the probe answered {out[-200:]!r}") from exc
 
     def status(self) -> dict[str, Any]:
-        return json.loads(self.nstorm("status", TOPOLOGY, "--json").stdout)
+        """``nstorm status --json``; a client that could not connect (a loaded machine: its
+        ZooKeeper connect timed out) is tried again, twice: a read, nothing repeated."""
+        for attempt in range(3):
+            try:
+                return json.loads(self.nstorm("status", TOPOLOGY, "--json").stdout)
+            except StepFailed as exc:
+                if attempt == 2 or "cannot connect to ZooKeeper" not in str(exc):
+                    raise
+                time.sleep(2)
+        raise AssertionError("unreachable")
 
 
 def find_engine(run: Runner) -> Engine:
