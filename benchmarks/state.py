@@ -82,35 +82,48 @@ def run_wordcount(conf: dict[str, Any], warmup: float, seconds: float, recover: 
 
 
 def _recover(client: Any) -> dict[str, Any]:
-    """SIGKILL the worker of ``count:0``; seconds until the topology has rolled back and the count
-    bolts process again, and the sentences emitted before the kill that are processed again."""
+    """SIGKILL the worker of ``count:0``; seconds until the topology has rolled back and until the
+    count bolts process again (every worker up, their counters rising after the last rollback),
+    and the sentences emitted before the kill that the restored checkpoint had not seen (they are
+    processed again)."""
     status = client.status("wordcount")
     worker = next(w for w in status["workers"] if "count:0" in w["executors"])
-    emitted = int(status["components"]["sentences"]["emitted"])
     restores = status["checkpoints"]["restores"]
+    emitted = _spout_sent(client)
     killed_at = time.time()
     os.kill(worker["pid"], signal.SIGKILL)
     deadline = time.monotonic() + 60
-    restored_at = None
-    restore_id = 0
+    restored_at, restore_id, reprocessed = None, 0, None
+    last_executed = None
     while time.monotonic() < deadline:
         st = client.status("wordcount")
         cp = st["checkpoints"]
-        if restored_at is None and cp["restores"] > restores and cp["last_restore"]:
-            restored_at = cp["last_restore"]["at"]
-            restore_id = cp["last_restore"]["id"]
-            base = int(st["components"]["count"]["executed"])
-        elif restored_at is not None and int(st["components"]["count"]["executed"]) > base \
-                and all(w["pid"] for w in st["workers"]):
-            resumed = time.time()
-            break
+        if cp["restores"] > restores and cp["last_restore"]:
+            if restored_at is None or cp["last_restore"]["at"] > restored_at:
+                restored_at, restore_id = cp["last_restore"]["at"], cp["last_restore"]["id"]
+                sent = _sent_in_checkpoint(client, restore_id)  # read at once: later commits prune it
+                reprocessed = max(0, emitted - sent) if sent is not None else None
+                last_executed = None
+            executed = int(st["components"]["count"]["executed"])
+            up = all(w["pid"] for w in st["workers"]) and all(b > restored_at for b in _beats(client))
+            if up and last_executed is not None and executed > last_executed:
+                return {"recovered": True, "rollback_after_kill_secs": round(restored_at - killed_at, 3),
+                        "processing_again_after_kill_secs": round(time.time() - killed_at, 3),
+                        "restored_checkpoint": restore_id, "rollbacks": cp["restores"] - restores,
+                        "sentences_reprocessed": reprocessed}
+            last_executed = executed if up else None
         time.sleep(0.05)
-    else:
-        return {"recovered": False}
-    sent_at_restore = _sent_in_checkpoint(client, restore_id)
-    return {"recovered": True, "rollback_after_kill_secs": round(restored_at - killed_at, 3),
-            "processing_again_after_kill_secs": round(resumed - killed_at, 3), "restored_checkpoint": restore_id,
-            "sentences_reprocessed": max(0, emitted - sent_at_restore) if sent_at_restore is not None else None}
+    return {"recovered": False}
+
+
+def _beats(client: Any) -> list[float]:
+    """The time of each worker's last heartbeat."""
+    return [b.time for b in client.heartbeats("wordcount").values()]
+
+
+def _spout_sent(client: Any) -> int:
+    """Sentences the spouts have emitted (their counters)."""
+    return int(client.status("wordcount")["components"]["sentences"]["emitted"])
 
 
 def _sent_in_checkpoint(client: Any, cid: int) -> int | None:

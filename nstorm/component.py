@@ -17,7 +17,7 @@ should return at once (the executor backs off by itself).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -228,7 +228,7 @@ class Context:
     :ivar executor_id: ``"component:index"``.
     :ivar topology: the topology's name.
     :ivar worker_id: ``"node:port"`` of the hosting worker.
-    :ivar parallelism: executors per component name.
+    :ivar parallelism: executors per component name, now (a live rescale updates it).
     """
 
     component: str
@@ -237,6 +237,13 @@ class Context:
     topology: str
     worker_id: str = ""
     parallelism: Mapping[str, int] = field(default_factory=dict)
+    owner: Callable[[Any], bool] | None = field(default=None, repr=False, compare=False)
+
+    def owns(self, key: Any) -> bool:
+        """True if this executor holds ``key``'s key group now: fields grouping sends it the
+        tuples of that key, and its ``keyed_state`` keeps them. A partitioned spout emits only for
+        the partitions it owns (during a live rescale, a group on its way here is not owned yet)."""
+        return self.owner(key) if self.owner is not None else True
 
 
 class Component:
@@ -276,6 +283,13 @@ class Component:
     def on_checkpoint(self, checkpoint_id: int) -> None:
         """Called in the executor thread just before its snapshot for ``checkpoint_id`` is taken
         (a provider other than ``memory``): flush what must be in it (Storm's ``preCommit``)."""
+
+    def on_key_groups(self, assigned: list[int], released: list[int]) -> None:
+        """Called in the executor thread when a live rescale changed the key groups this executor
+        owns (``topology.max.parallelism`` groups; ``context.owns(key)`` tells a key's): the
+        ``keyed_state`` of ``assigned`` groups has arrived, that of ``released`` ones has left.
+        ``self.state`` (executor-wide) is never split: it stays with its executor, and is dropped
+        with an executor a rescale removes."""
 
     def on_commit(self, checkpoint_id: int) -> None:
         """Called in the executor thread once ``checkpoint_id`` is committed (every executor wrote

@@ -73,6 +73,8 @@ DEFAULTS: dict[str, Any] = {
     "otd.queue.high": 16,  # a backlog (queued batches never worked off in a period) this deep: high-load
     "otd.queue.growth.high": 2.0,  # ... and so does a backlog growing this fast (batches/s)
     "otd.queue.growth.low": 0.25,  # a low-load worker's backlog grows no faster than this
+    "otd.autoscale": False,  # Case 2 scales the overloaded component out, and idle components in (live)
+    "otd.autoscale.cooldown.secs": 30,  # between two of its rescales; and how long a component stays idle first
     "otd.spark.eager": False,  # start Nimbus's SparkSession when it leads, not at the first OTD topology
     "otd.spark.master": "local[2]",
 }

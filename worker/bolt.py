@@ -17,16 +17,19 @@ from typing import Any
 
 from nstorm import latency
 from nstorm.component import TICK_STREAM, Batch, Bolt, Tuple, TupleMeta, delivered_tuple_class
+from nstorm.topology import FIELDS
 from worker import wire
 from worker.checkpoint import BarrierAligner
 from worker.executor import UserExecutor
 from worker.host import Host
+from worker.rescale import KeyGroupShift, split_batch
 from worker.runs import BatchLedger, InputRun
 
 __all__ = ["BoltExecutor"]
 
 log = logging.getLogger(__name__)
 STAMPED = latency.STAMPED  # roots at or above carry their spout emit time (nstorm.latency)
+_ShiftMark = wire.ShiftMark
 
 
 class BoltExecutor(UserExecutor):
@@ -48,7 +51,14 @@ class BoltExecutor(UserExecutor):
         self.arrival = latency.Recorder()  # spout emit -> processed here, of the stamped tuples
         self.aligner = BarrierAligner()
         self.upstream: set[int] = set()  # every task of every input component (barriers come from all)
-        self.take = self._process_batch  # what the loop hands a batch to (_take_aligning while aligning)
+        self.take = self._process_batch  # what the loop hands a batch to (_take_aligning, _take_shifting)
+        # (source, stream) -> the key's field positions, for inputs grouped by fields: what a
+        # rescale's key groups are computed from (the same hash the upstream routes with).
+        self.key_of: dict[str, dict[str, list[int]]] = {}
+        for inp in self.spec["inputs"]:
+            if inp["grouping"] == FIELDS:
+                out = self.definition["components"][inp["component"]]["outputs"][inp["stream"]]
+                self.key_of.setdefault(inp["component"], {})[inp["stream"]] = [out.index(f) for f in inp["fields"]]
 
     def setup(self) -> None:
         bolt: Bolt = self.instance
@@ -115,6 +125,9 @@ class BoltExecutor(UserExecutor):
             return
         if type(batch) is int:  # checkpoint ``batch``'s barrier
             self._on_barrier(src, batch)
+            return
+        if type(batch) is _ShiftMark:  # ``src`` routes by a rescale's new layout from here on
+            self.on_shift_mark(src, batch.version)
             return
         decoded = self.decode(batch) if type(batch) is bytes else batch
         if decoded is None:
@@ -226,6 +239,8 @@ class BoltExecutor(UserExecutor):
         self._process_batch(src, batch)
 
     def _on_barrier(self, src: int, cid: int) -> None:
+        if self.shift is not None:
+            return  # no checkpoint is taken while a rescale changes the layout: this one is abandoned
         aligned, released = self.aligner.on_barrier(src, cid, self.upstream)
         self.take = self._take_aligning if self.aligner.aligning else self._process_batch
         for item in released:
@@ -245,6 +260,98 @@ class BoltExecutor(UserExecutor):
 
     def checkpoint_alignment(self) -> Any:
         return self.aligner.export()
+
+    # -- live rescaling (worker.rescale) --------------------------------------------------------
+    def upstream_tasks(self) -> set[int]:
+        routing = self.routing
+        if routing is None:
+            return set()
+        sources = {i["component"] for i in self.spec["inputs"]}
+        return {t for c in sources for t in routing.component_tasks.get(c, ())}
+
+    def shift_started(self) -> None:
+        """A rescale step: an alignment in progress ends (its checkpoint is abandoned: none is taken
+        while the layout changes), and tuples of key groups on their way here are held."""
+        if self.aligner.aligning:
+            held = self.aligner.release()
+            self.take = self._process_batch
+            for item in held:
+                self._process_batch(*item)
+        self.take = self._take_shifting
+
+    def _split_for_shift(self, src: int, values: Any, runs: Any, streams: Any,
+                         shift: KeyGroupShift) -> tuple[Any, Any, Any]:
+        """``(go, hold, fail)`` batches of one input batch: tuples of groups on their way here are
+        held, of groups given away before every marker came failed, the rest go on."""
+        keys = self.key_of.get(self.routing.task_component[src])  # type: ignore[union-attr]
+        if keys is None:
+            return (values, runs, streams), None, None
+        groups = self.key_groups
+        awaiting, forced = shift.awaiting, shift.forced if shift.forced_pending else ()
+        kind = []
+        for i, v in enumerate(values):
+            idx = keys.get(streams.get(i, "default") if streams else "default")
+            if idx is None:
+                kind.append(0)
+                continue
+            g = hash(v[idx[0]] if len(idx) == 1 else tuple([v[j] for j in idx])) % groups
+            kind.append(1 if g in awaiting else 2 if g in forced else 0)
+        if not any(kind):
+            return (values, runs, streams), None, None
+        go, rest = split_batch(values, runs, streams, [k != 0 for k in kind])
+        if rest is None:
+            return go, None, None
+        rest_kind = [k for k in kind if k]
+        held, failed = split_batch(*rest, [k == 2 for k in rest_kind])
+        return go, held, failed
+
+    def _take_shifting(self, src: int, batch: Any) -> None:
+        shift = self.shift
+        if shift is None or batch is None or type(batch) is int or type(batch) is wire.ShiftMark:
+            self._process_batch(src, batch)
+            return
+        decoded = self.decode(batch) if type(batch) is bytes else batch
+        if decoded is None:
+            return
+        go, held, failed = self._split_for_shift(src, *decoded, shift)
+        if go is not None:
+            self._process_batch(src, go)
+        if held is not None:
+            shift.note_held(time.monotonic())
+            self.shift_held.append((src, held))
+        if failed is not None:
+            self.failed += len(failed[0])
+            if self.outbox.acking and failed[1] is not None:
+                for a in failed[1][1::2]:
+                    self.outbox.fail_anchors(a)
+            self.taint("tuples of key groups given away came after the rescale's deadline")
+
+    def groups_arrived(self, groups: list[int]) -> None:
+        """Take the held tuples whose groups are here now, in order; keep the others held."""
+        held, self.shift_held = self.shift_held, []
+        shift = self.shift
+        for src, batch in held:
+            if shift is not None and shift.awaiting:
+                go, again, _ = self._split_for_shift(src, *batch, shift)
+                if again is not None:
+                    self.shift_held.append((src, again))
+                if go is not None:
+                    self._process_batch(src, go)
+            else:
+                self._process_batch(src, batch)
+        if held:
+            self.outbox.deadline.worked(time.monotonic())  # what they emitted leaves by the deadline
+            self.outbox.ctl_deadline.worked(time.monotonic())
+
+    def try_release(self, now: float) -> None:
+        shift = self.shift
+        if shift is not None and not shift.released and shift.may_release(now, True):
+            self.give_groups()
+
+    def shift_finished_check(self) -> None:
+        super().shift_finished_check()
+        if self.shift is None and self.take == self._take_shifting:
+            self.take = self._process_batch
 
     def adopt_alignment(self, data: Any) -> None:
         self.aligner.adopt(data)
@@ -423,6 +530,10 @@ class BoltExecutor(UserExecutor):
             if handover.draining and handover.drained(input_empty=empty()):
                 handover.hand_over()
                 break
+            if self.shift is not None:
+                self.shift_step()
+            if self.retired:
+                break
             if courier.backlog and not courier.drain():
                 # A peer takes nothing now (dead, restarting, cut off): new input would only pile
                 # up behind it, so take none until it does (or its messages are dropped).
@@ -431,7 +542,7 @@ class BoltExecutor(UserExecutor):
                     outbox.flush()
                 continue
             now = clock()
-            wait = 0.01 if handover.draining else 0.1
+            wait = 0.01 if handover.draining or self.shift is not None else 0.1
             if tick:
                 wait = min(wait, max(0.0, self.next_tick - now))
             wait = ctl_deadline.wait(now, deadline.wait(now, wait))
@@ -487,6 +598,8 @@ class BoltExecutor(UserExecutor):
                 return
             if kind == wire.COMMITTED:
                 self.committed(int(entries))
+            elif kind == wire.GROUPS:
+                self.on_groups(_src, entries)
             elif not self.handover.on_control(kind, entries):
                 log.warning("executor %s: unexpected control message %d ignored", self.executor_id, kind)
 
@@ -498,7 +611,8 @@ class BoltExecutor(UserExecutor):
                 _src, batch = self.data_q.get_nowait()
             except queue.Empty:
                 return dropped
-            decoded = self.decode(batch) if batch is not None and type(batch) is not int else None
+            decoded = self.decode(batch) if batch is not None and type(batch) is not int \
+                and type(batch) is not wire.ShiftMark else None
             if decoded is not None:
                 dropped += len(decoded[0])
                 if self.host.checkpoints is not None:

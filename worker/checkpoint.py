@@ -66,11 +66,17 @@ class Snapshotter:
 
     # -- writing -------------------------------------------------------------------------
     def _owned(self) -> tuple[list[int], int]:
+        """The key groups this executor owns in its routing table's layout (by its position among
+        the component's executors, nstorm.state.keyed)."""
         ex = self.executor
         groups = ex.host.checkpoints.groups
         routing = ex.routing
-        n = len(routing.component_tasks.get(ex.component, ())) if routing is not None else 1
-        return owned_groups(ex.index, max(1, n), groups), groups
+        if routing is None:
+            return [], groups
+        tasks = routing.component_tasks.get(ex.component, ())
+        if ex.task not in tasks:
+            return [], groups  # removed by a rescale: it owns nothing any more
+        return owned_groups(tasks.index(ex.task), len(tasks), groups), groups
 
     def _group_entries(self, keyed: KeyedState) -> dict[int, tuple[bool, bytes]]:
         owned, groups = self._owned()
@@ -109,6 +115,8 @@ class Snapshotter:
         checkpoints = ex.host.checkpoints
         if checkpoints is None or cid <= self.last:
             return False
+        if ex.routing is not None and ex.routing.rescales:
+            return False  # a rescale changes who owns which key group: no checkpoint until it is done
         self.last = cid
         instance = ex.instance
         try:

@@ -111,6 +111,10 @@ class Inbox:
         """Checkpoint ``cid``'s barrier from ``src``, behind what ``src`` sent before it (an int item)."""
         self.data.put((src, cid))
 
+    def put_shift_mark(self, src: int, version: int) -> None:
+        """``src`` routes by the layout of rescale ``version`` from here on (worker.rescale)."""
+        self.data.put((src, wire.ShiftMark(version)))
+
     def put_control(self, kind: int, src: int, entries: Any) -> None:
         self.control.put((kind, src, entries))
 
@@ -226,6 +230,14 @@ class Courier:
             inbox.put_barrier(self.src, cid)
             return
         self._send(wid, wire.barrier_header(dst, self.src, cid, self.epoch), b"", 0)
+
+    def shift_mark(self, dst: int, wid: str, version: int) -> None:
+        """Rescale ``version``'s marker to ``dst`` at ``wid``, behind what this sender sent it."""
+        inbox = self.host.inbox(dst, wid)
+        if inbox is not None:
+            inbox.put_shift_mark(self.src, version)
+            return
+        self._send(wid, wire.shift_mark_header(dst, self.src, version, self.epoch), b"", 0)
 
     def retire(self) -> None:
         """This sender belongs to a rolled-back epoch: whatever it still sends goes out over the

@@ -45,6 +45,7 @@ from worker.emitters import (
 )
 from worker.host import Host
 from worker.migration import mark_moves
+from worker.rescale import mark_shifts
 from worker.routing import RoutingTable
 from worker.runs import (
     K_ALL,
@@ -109,6 +110,9 @@ class Outbox:
         self.streams = set(definition["components"][component]["outputs"])
         self.key_groups = int(host.conf.get("topology.max.parallelism") or 128)
         self.downstream: list[int] = []  # every task of every subscribing component (barriers go to all)
+        self.subscribers = sorted(name for name, comp in definition["components"].items()
+                                  if any(i["component"] == component for i in comp["inputs"]))
+        self.shift_seen: dict[str, int] = {}  # subscriber -> the newest rescale step marked (worker.rescale)
 
     # -- routing ------------------------------------------------------------------------
     def rebuild(self, routing: RoutingTable) -> None:
@@ -120,10 +124,11 @@ class Outbox:
         then hands its state over. Tuples emitted from now on go to the new place.
         """
         mark_moves(self.routing, routing, self.buffers, self.flush_buffer, self.courier)
+        if routing.rescales:
+            mark_shifts(self.routing, routing, self.subscribers, self.shift_seen, self.buffers, self.flush_buffer,
+                        self.courier)
         self.routing = routing
-        self.downstream = sorted({t for name, comp in self.definition["components"].items()
-                                  if any(i["component"] == self.component for i in comp["inputs"])
-                                  for t in routing.component_tasks.get(name, ())})
+        self.downstream = sorted({t for name in self.subscribers for t in routing.component_tasks.get(name, ())})
         self.courier.routing = routing
         targets: dict[str, list[Target]] = {s: [] for s in self.streams}
         direct: dict[str, list[tuple[str, list[Buffer]]]] = {s: [] for s in self.streams}

@@ -130,7 +130,8 @@ class Worker:
 
     def executor_stats(self) -> list[ExecutorStats]:
         everyone = list(self.executors.values()) + list(self.draining.values())
-        return [ExecutorStats(ex.executor_id, ex.task, ex.traffic, ex.data_q.qsize()) for ex in everyone]
+        return [ExecutorStats(ex.executor_id, ex.task, ex.traffic, ex.data_q.qsize(), ex.thread.native_id)
+                for ex in everyone]
 
     def stash(self, dst: int, channel: str, item: Any, extra: Any) -> None:
         """Keep a frame for a task this worker does not host, until the next plan says where it is.
@@ -203,7 +204,9 @@ class Worker:
             return True
         state_wait = float(self.conf["worker.state.wait.ms"]) / 1000.0
         drain = float(self.conf["worker.lazy.kill.ms"]) / 1000.0
-        mine = {routing.tasks.index(e): e for e in routing.executors_of(self.worker_id)}
+        mine = {routing.tasks.index(e): e for e in plan.executors_of(self.worker_id)}
+        # Executors a rescale adds take their key groups from the old owners (worker.rescale).
+        rescaled = {e for step in plan.rescales.values() for e in step.new if e not in step.old}
         created: list[Executor] = []
         started: list[str] = []
         with self.lock:
@@ -212,7 +215,7 @@ class Worker:
                     continue
                 ex = self._make_executor(eid, task)
                 move = plan.moved.get(eid)
-                awaiting = False
+                awaiting = eid in rescaled
                 if move and move.target == self.worker_id and isinstance(ex, UserExecutor):
                     if move.mode is MoveMode.THREAD and move.source != self.worker_id:
                         ex.handover.await_state(state_wait, move)
@@ -230,6 +233,9 @@ class Worker:
                 ex = self.executors.pop(task)
                 if not isinstance(ex, UserExecutor):
                     ex.stop()
+                    continue
+                if plan.retiring.get(ex.executor_id) == self.worker_id:
+                    self.draining[task] = ex  # removed by a rescale: it gives its key groups away, then ends
                     continue
                 ex.handover.begin_drain(self._upstream_tasks(routing, ex.component), drain)
                 self.draining[task] = ex
@@ -308,14 +314,12 @@ class Worker:
         self.committed = orders.committed
         created: list[Executor] = []
         if routing is not None and local is not None:
-            mine = {routing.tasks.index(e): e for e in routing.executors_of(self.worker_id)}
+            mine = {routing.tasks.index(e): e for e in local.plan.executors_of(self.worker_id)}
             with self.lock:
                 for task, eid in mine.items():
                     ex = self._make_executor(eid, task)
                     if isinstance(ex, UserExecutor):
-                        ex.restore_from = orders.restore or None
-                        if ex.restore_from is None:
-                            ex.checkpoint.last = 0
+                        ex.restore_from = orders.restore  # 0: the empty start
                     self.executors[task] = ex
                     created.append(ex)
                 for task in list(self.stashed):  # frames of the new epoch that came meanwhile
@@ -378,6 +382,10 @@ class Worker:
                 header = wire.marker_header(dst, src, self.epoch)
             elif type(payload) is int:
                 header = wire.barrier_header(dst, src, payload, self.epoch, hops + 1)
+                payload = None
+            elif type(payload) is wire.ShiftMark:
+                header = wire.shift_mark_header(dst, src, payload.version, self.epoch, hops + 1)
+                payload = None
             else:
                 header = wire.data_header(dst, src, hops + 1, count, self.epoch)
             sent = self.courier.frame(wid, header, payload or b"")
@@ -423,6 +431,10 @@ class Worker:
         executors = {ex.executor_id: ex.counters() for ex in list(self.executors.values())}
         for ex in list(self.draining.values()):
             executors.setdefault(ex.executor_id, ex.counters())
+        if self.metrics is not None:
+            for eid, cpu in self.metrics.executor_cpu.items():
+                if eid in executors:
+                    executors[eid]["cpu"] = round(cpu, 4)  # cores, over the last metrics interval
         load = self.metrics.last_load if self.metrics else {"cpu": 0.0, "queue": 0}
         return Heartbeat(
             worker_id=self.worker_id, submission=self.submission, pid=os.getpid(), time=time.time(),

@@ -223,6 +223,8 @@ class SpoutExecutor(UserExecutor):
             self._take_checkpoint(int(entries))
         elif kind == wire.COMMITTED:
             self.committed(int(entries))
+        elif kind == wire.GROUPS:
+            self.on_groups(-1, entries)
         elif not self.handover.on_control(kind, entries):
             log.warning("executor %s: unexpected control message %d ignored", self.executor_id, kind)
 
@@ -247,11 +249,28 @@ class SpoutExecutor(UserExecutor):
             for msg_id in ids:
                 self._fail(msg_id)
 
+    # -- live rescaling (worker.rescale) --------------------------------------------------------
+    def try_release(self, now: float) -> None:
+        """Give key groups away once the trees open when the step came are acked or failed (their
+        ``ack``/``fail`` may still change those groups' state): ``next_tuple`` waits meanwhile."""
+        shift = self.shift
+        if shift is None or shift.released:
+            return
+        self._close_group()
+        ready, overdue = shift.spout_may_release(now, self.pending, self.timeout)
+        if not ready:
+            return
+        for root in overdue:
+            self._fail_root(root)
+        self.give_groups()
+
     # -- checkpoints (worker.checkpoint) ------------------------------------------------------
     def _take_checkpoint(self, cid: int) -> None:
         """Snapshot ``self.state`` and the tracked trees, write them, send the barrier downstream."""
         if cid <= self.checkpoint.last:
             return  # taken by the old copy of this moved spout, or restored from a later one
+        if self.routing is not None and self.routing.rescales:
+            return  # a rescale changes the layout: no checkpoint until it is done (the coordinator waits)
         self._close_group()
         self.checkpoint.take(cid)
         self.outbox.send_barrier(cid)
@@ -312,6 +331,11 @@ class SpoutExecutor(UserExecutor):
                     self._close_group()
                 handover.hand_over()
                 break
+            shift = self.shift
+            if shift is not None:
+                self.shift_step()
+                if self.retired:
+                    break
             active = self.host.active
             if active != self.active:
                 self.active = active
@@ -321,7 +345,8 @@ class SpoutExecutor(UserExecutor):
             # Whatever holds the spout back (inactive, backpressure or a fence, the pending cap, a
             # peer that takes nothing), acks, fails and timeouts above go on on every pass.
             blocked = (not active or self.host.throttled or (self.max_pending and self.pending_n >= self.max_pending)
-                       or (courier.backlog and not courier.drain()))
+                       or (courier.backlog and not courier.drain())
+                       or (self.shift is not None and not self.shift.released))  # giving key groups away
             if not blocked:
                 for _ in range(calls):
                     last = self.emit_calls

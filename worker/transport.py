@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 WORKER_TASK = -1  # control messages addressed to a worker, not to an executor
 _NOBLOCK = int(zmq.NOBLOCK)
 _RCVMORE = int(zmq.RCVMORE)
-_DATA_KINDS = (wire.DATA, wire.MARKER, wire.BARRIER)
+_DATA_KINDS = (wire.DATA, wire.MARKER, wire.BARRIER, wire.SHIFT_MARK)
 
 
 class Transport:
@@ -128,6 +128,8 @@ class Transport:
             payload: Any = frames[1]
         elif kind == wire.BARRIER:
             payload, count = count, 0  # a barrier's int item carries its checkpoint id
+        elif kind == wire.SHIFT_MARK:
+            payload, count = wire.ShiftMark(count), 0  # a rescale's marker carries its version
         else:
             payload = None
         inbox = host.inbox(dst)

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["KeyedState", "key_group", "owned_groups", "owner_of"]
+__all__ = ["KeyedState", "key_group", "owned_groups", "owner_of", "read_keyed"]
 
 _MISSING = object()
 
@@ -123,3 +123,15 @@ def apply_entries(target: KeyedState, entries: Iterable[tuple[bool, Mapping[Any,
                 dict.__setitem__(target, key, pair[1])
             else:
                 dict.pop(target, key, None)
+
+
+def read_keyed(store: Any, component: str, checkpoint: int, groups: int) -> dict[Any, Any]:
+    """A component's whole ``keyed_state`` in ``checkpoint`` of ``store`` (a
+    :class:`~nstorm.state.store.StateStore`), all of its key groups merged: for tools and checks."""
+    import msgpack
+
+    out = KeyedState()
+    for g in range(groups):
+        chain = store.group_chain(component, g, checkpoint)
+        apply_entries(out, [(full, msgpack.unpackb(data, raw=False, strict_map_key=False)) for _c, full, data in chain])
+    return dict(out)

@@ -273,10 +273,14 @@ def test_a_rollback_skips_a_damaged_checkpoint_for_the_one_before(tmp_path: Path
     store = LMDBStateStore(StateConfig(provider="lmdb", directory=tmp_path), "t-1")
     store.write(7, "a:0", wire.pack({"state": {}}), {})
     store.write(8, "a:0", b"\xc1garbage", {})
-    record = CheckpointRecord(submission="s", provider="lmdb", committed=8, previous=7, pending=9)
-    _coordinator()._roll_back("t", record, store, ["a:0"], "a test")
+    record = CheckpointRecord(submission="s", provider="lmdb", committed=8, previous=7, pending=9,
+                              committed_executors=1, previous_executors=1)
+    _coordinator()._roll_back("t", record, store, "a test")
     assert (record.epoch, record.restore, record.pending, record.restores) == (1, 7, 0, 1)
     record.committed, record.previous = 8, 0  # neither usable: the empty start
-    _coordinator()._roll_back("t", record, store, ["a:0"], "a test")
+    _coordinator()._roll_back("t", record, store, "a test")
     assert (record.epoch, record.restore) == (2, 0)
+    record.committed, record.committed_executors = 7, 2  # committed by two executors, one snapshot left
+    _coordinator()._roll_back("t", record, store, "a test")
+    assert (record.epoch, record.restore) == (3, 0)
     store.close()
