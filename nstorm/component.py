@@ -260,8 +260,9 @@ class Component:
     :ivar keyed_state: a dict from the key a bolt's input is fields-grouped on (one field's
         value, or a tuple of the values of several) to a value, stored per key group
         (``topology.max.parallelism``), so that it follows its keys; checkpoints write only
-        the keys set or deleted since the last one. Assign a changed value again
-        (``self.keyed_state[k] = v``): a change in place is not seen (or call ``touch(k)``).
+        the keys set or deleted since the last one, found by comparing it with a copy kept from
+        the last checkpoint. Assign a changed value again (``self.keyed_state[k] = v``): a
+        change in place is not seen (or, with a durable provider, call ``touch(k)``).
     """
 
     outputs: ClassVar[Sequence[str] | Mapping[str, Sequence[str]]] = ()

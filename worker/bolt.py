@@ -558,8 +558,8 @@ class BoltExecutor(UserExecutor):
                 try:
                     self.take(src, batch)  # (a barrier may switch ``take`` for what follows)
                     # Keep taking input while more waits, up to the deadline.
-                    at = deadline.at
-                    while clock() < at:  # type: ignore[operator]
+                    at = deadline.at  # None if what was taken sent everything (a checkpoint's barrier)
+                    while at is not None and clock() < at:
                         try:
                             src, batch = get_nowait()
                         except queue.Empty:

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from nstorm.state.keyed import KeyedState, apply_entries, key_group, owned_groups
+from nstorm.state.keyed import KeyedState, apply_entries, changed_keys, key_group, owned_groups
 from nstorm.state.store import StateError, unpack_snapshot
 from worker import wire
 
@@ -58,6 +58,7 @@ class Snapshotter:
         self.executor = executor
         self.last = 0  # the last checkpoint this executor wrote (or was restored from)
         self.need_full = True  # every owned group's next entry is full (after a start or restore)
+        self.previous: dict[Any, Any] = {}  # keyed_state as the last checkpoint wrote it (a shallow copy)
         self.full_bytes: dict[int, int] = {}  # key group -> size of its last full entry
         self.delta_bytes: dict[int, int] = {}  # key group -> deltas written since
         self.written = 0  # checkpoints written
@@ -81,7 +82,7 @@ class Snapshotter:
     def _group_entries(self, keyed: KeyedState) -> dict[int, tuple[bool, bytes]]:
         owned, groups = self._owned()
         mine = set(owned)
-        changed = keyed.take_changes()
+        changed = set() if self.need_full else changed_keys(keyed, self.previous, keyed.touched)
         by_group: dict[int, list[list[Any]]] = {}
         for key in changed:
             g = key_group(key, groups)
@@ -159,15 +160,16 @@ class Snapshotter:
         except StateError as exc:
             self.last_error = str(exc)
             ex.record_error("checkpoint", exc)
-            if isinstance(keyed, KeyedState):
-                self.need_full = True  # what changed is not written: the next entries are full
-            return False
+            return False  # what changed is still found next time: compared with the same copy
         for (_c, g), (full, data) in groups.items():
             if full:
                 self.full_bytes[g] = len(data)
                 self.delta_bytes[g] = 0
             else:
                 self.delta_bytes[g] = self.delta_bytes.get(g, 0) + len(data)
+        if isinstance(keyed, KeyedState):
+            self.previous = dict(keyed)  # what the next checkpoint compares with
+            keyed.touched.clear()
         self.need_full = False
         self.written += 1
         self.last_bytes = size
@@ -190,10 +192,10 @@ class Snapshotter:
         instance = ex.instance
         self.last = cid
         self.need_full = True
+        self.previous = {}
         if cid <= 0:
             instance.state = {}
             instance.keyed_state = KeyedState()
-            instance.keyed_state.take_changes()
             return {}
         blob = read(cid, ex.executor_id)
         data = unpack_snapshot(blob) if blob is not None else {"state": {}}
@@ -210,7 +212,6 @@ class Snapshotter:
                     msg = f"damaged key group {ex.component}:{g}: {exc}"
                     raise ValueError(msg) from None
             apply_entries(keyed, decoded)
-        keyed.take_changes()
         instance.keyed_state = keyed
         return data
 

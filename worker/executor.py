@@ -200,8 +200,7 @@ class UserExecutor(Executor):
         self.restore_from: int | None = None  # a copy made by a rollback: the checkpoint to install
         self.restored: Mapping[str, Any] | None = None  # ... installed before open, its extras after
         self.key_groups = int(host.conf.get("topology.max.parallelism") or 128)
-        # keyed_state notes its changed keys only where checkpoints write them (a dict's own
-        # __setitem__ costs a tenth of an override's, on a bolt that sets a key per tuple).
+        # keyed_state can be told of in-place changes (touch) where checkpoints write it.
         self.keyed_type: type[dict[Any, Any]] = KeyedState if host.checkpoints is not None else dict
         self.shift: KeyGroupShift | None = None  # the rescale step this executor is in (worker.rescale)
         self.shift_version = 0  # the newest step seen (or settled by a restore)
@@ -365,9 +364,6 @@ class UserExecutor(Executor):
                                       "sent_at": time.time()})
             for key, _value in pairs:
                 dict.pop(keyed, key, None)
-        if isinstance(keyed, KeyedState):
-            lost = set(shift.lost) if not shift.retiring else set(range(self.key_groups))
-            keyed.changed = {k for k in keyed.changed if key_group(k, self.key_groups) not in lost}
         shift.released_now()
         self.call_hook("on_key_groups", [], sorted(shift.lost))
         log.info("executor %s: rescale v%d: gave %d key groups", self.executor_id, shift.version, len(shift.lost))
