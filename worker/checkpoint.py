@@ -23,13 +23,22 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from nstorm.state.keyed import KeyedState, apply_entries, changed_keys, key_group, owned_groups
+from nstorm.state.keyed import (
+    KeyedState,
+    TrackedKeyedState,
+    apply_entries,
+    changed_keys,
+    key_group,
+    owned_groups,
+)
 from nstorm.state.store import StateError, unpack_snapshot
 from worker import wire
 
 __all__ = ["BarrierAligner", "Snapshotter"]
 
 log = logging.getLogger(__name__)
+
+_TRACK_FROM_KEYS = 10_000  # below this a pass over the state costs too little to be worth avoiding
 
 
 def _bad_key(state: Mapping[Any, Any]) -> str:
@@ -59,6 +68,7 @@ class Snapshotter:
         self.last = 0  # the last checkpoint this executor wrote (or was restored from)
         self.need_full = True  # every owned group's next entry is full (after a start or restore)
         self.previous: dict[Any, Any] = {}  # keyed_state as the last checkpoint wrote it (a shallow copy)
+        self.executed_at = 0  # the executor's tuples processed at the last checkpoint
         self.full_bytes: dict[int, int] = {}  # key group -> size of its last full entry
         self.delta_bytes: dict[int, int] = {}  # key group -> deltas written since
         self.written = 0  # checkpoints written
@@ -82,7 +92,12 @@ class Snapshotter:
     def _group_entries(self, keyed: KeyedState) -> dict[int, tuple[bool, bytes]]:
         owned, groups = self._owned()
         mine = set(owned)
-        changed = set() if self.need_full else changed_keys(keyed, self.previous, keyed.touched)
+        if self.need_full:
+            changed: set[Any] = set()
+        elif type(keyed) is TrackedKeyedState:
+            changed = set(keyed.touched)
+        else:
+            changed = changed_keys(keyed, self.previous, keyed.touched)
         by_group: dict[int, list[list[Any]]] = {}
         for key in changed:
             g = key_group(key, groups)
@@ -168,13 +183,26 @@ class Snapshotter:
             else:
                 self.delta_bytes[g] = self.delta_bytes.get(g, 0) + len(data)
         if isinstance(keyed, KeyedState):
-            self.previous = dict(keyed)  # what the next checkpoint compares with
             keyed.touched.clear()
+            self._choose_tracking(keyed)
         self.need_full = False
         self.written += 1
         self.last_bytes = size
         self.last_error = None
         return True
+
+    def _choose_tracking(self, keyed: KeyedState) -> None:
+        """How the next checkpoint finds what changed: a bolt that processed fewer tuples since the
+        last checkpoint than its state has keys notes each assignment (TrackedKeyedState); else it
+        is compared with a copy taken now (nstorm.state.keyed). The same object either way."""
+        executed = self.executor.executed
+        processed, self.executed_at = executed - self.executed_at, executed
+        if len(keyed) >= _TRACK_FROM_KEYS and processed < len(keyed):
+            keyed.__class__ = TrackedKeyedState
+            self.previous = {}
+        else:
+            keyed.__class__ = KeyedState
+            self.previous = dict(keyed)  # what the next checkpoint compares with
 
     def _refuse(self, cid: int, where: str, exc: Exception) -> None:
         ex = self.executor

@@ -11,9 +11,11 @@ finds a group's keys wherever its owner runs now, whatever the layout was when t
 was taken.
 
 A checkpoint writes only the keys set or deleted since the last one (a delta per group),
-found by comparing the mapping with the shallow copy it kept then (:func:`changed_keys`): a
-pass over the state per checkpoint instead of a Python call per assignment. A value changed
-in place (``state[k].append(x)``) is not seen: assign it again (``state[k] = v``) or call
+found one of two ways, whichever costs the bolt less: by comparing the mapping with the shallow
+copy kept from the last checkpoint (:func:`changed_keys`, a pass over the state per checkpoint
+and nothing per assignment), or by noting each assignment (:class:`TrackedKeyedState`, a Python
+call per assignment and nothing per checkpoint). A value changed in place
+(``state[k].append(x)``) is seen by neither: assign it again (``state[k] = v``) or call
 :meth:`KeyedState.touch`.
 """
 
@@ -22,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["KeyedState", "changed_keys", "key_group", "owned_groups", "owner_of", "read_keyed"]
+__all__ = ["KeyedState", "TrackedKeyedState", "changed_keys", "key_group", "owned_groups", "owner_of", "read_keyed"]
 
 _MISSING = object()
 
@@ -61,6 +63,52 @@ class KeyedState(dict):  # type: ignore[type-arg]
     def touch(self, key: Any) -> None:
         """``key``'s value changed in place: write it with the next checkpoint."""
         self.touched.add(key)
+
+
+class TrackedKeyedState(KeyedState):
+    """The same mapping while it notes every key set or deleted in ``touched`` (a Python call per
+    assignment instead of a pass over the state per checkpoint). A checkpoint switches a
+    ``keyed_state`` between the two classes (the same object: its class is assigned, so code that
+    holds it keeps working) by which costs less: this one when the bolt sets fewer keys between
+    two checkpoints than its state has (a large state that changes little), the plain one when it
+    sets more (word count's counts: a few thousand words set a million times a second)."""
+
+    __slots__ = ()
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        dict.__setitem__(self, key, value)
+        self.touched.add(key)
+
+    def __delitem__(self, key: Any) -> None:
+        dict.__delitem__(self, key)
+        self.touched.add(key)
+
+    def pop(self, key: Any, *default: Any) -> Any:
+        self.touched.add(key)
+        return dict.pop(self, key, *default)
+
+    def popitem(self) -> tuple[Any, Any]:
+        key, value = dict.popitem(self)
+        self.touched.add(key)
+        return key, value
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        if key not in self:
+            self.touched.add(key)
+        return dict.setdefault(self, key, default)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
+        other = dict(*args, **kwargs)
+        dict.update(self, other)
+        self.touched.update(other)
+
+    def clear(self) -> None:
+        self.touched.update(self)
+        dict.clear(self)
+
+    def __ior__(self, other: Any) -> TrackedKeyedState:  # type: ignore[override]
+        self.update(other)
+        return self
 
 
 def changed_keys(current: Mapping[Any, Any], previous: Mapping[Any, Any], touched: Iterable[Any] = ()) -> set[Any]:

@@ -153,6 +153,38 @@ def test_changed_keys_are_found_against_the_last_checkpoints_copy() -> None:
     assert changed_keys(state, previous, state.touched) == {"a", "b", "c", "d", "e"}
 
 
+def test_a_large_state_that_changes_little_switches_to_noting_assignments_and_back(bolt) -> None:
+    from nstorm.state.keyed import KeyedState, TrackedKeyedState
+
+    keyed = bolt.instance.keyed_state
+    for k in range(20_000):
+        keyed[k] = k + 1000
+    assert bolt.checkpoint.take(1)
+    assert type(bolt.instance.keyed_state) is TrackedKeyedState, "no tuple processed: assignments are noted"
+    assert bolt.instance.keyed_state is keyed, "the same object: code holding it keeps working"
+    for k in range(100):
+        keyed[k] = -k - 1000
+    del keyed[500]
+    assert keyed.touched == set(range(100)) | {500}
+    assert bolt.checkpoint.take(2)
+    bolt.executed += 50_000  # many tuples since: a pass over the state costs less than noting each
+    assert bolt.checkpoint.take(3)
+    assert type(keyed) is KeyedState
+    keyed[7] = 7
+    assert bolt.checkpoint.take(4)
+    store = bolt.host.checkpoints.store
+    restored: dict[int, int] = {}
+    for g in range(128):
+        from nstorm.state.keyed import apply_entries
+
+        apply_entries(restored, [(f, wire.unpack_state(d)) for _c, f, d in store.group_chain("sum", g, 4)])
+    expected = {k: k + 1000 for k in range(20_000)}
+    expected.update({k: -k - 1000 for k in range(100)})
+    del expected[500]
+    expected[7] = 7
+    assert restored == expected
+
+
 def test_checkpoints_write_only_changed_keys_and_restore_to_any_layout(tmp_path: Path) -> None:
     host = FakeHost(plan_of(PLACES), acking=False)
     host.checkpoints = Checkpoints(tmp_path)
