@@ -36,8 +36,9 @@ def _counts(client: Any, name: str) -> list[str]:
 
 def test_count_scaled_live_4_8_2_5_keeps_every_count_exact(client, tmp_path: Path) -> None:
     per_spout = 3000
+    # A long message timeout: a tuple failed here must be the rescale's doing, not a loaded machine's.
     client.submit(EXACT, name="rescalewc", conf={"test.output.dir": str(tmp_path), "test.sentences": per_spout,
-                                                 "test.rate": 200})
+                                                 "test.rate": 200, "topology.message.timeout.secs": 90})
     try:
         client.wait_running("rescalewc", 60)
         wait_until(lambda: _acked(tmp_path) > 200, 60, what="the first acks")
