@@ -78,18 +78,38 @@ def _timeline(records: list[dict[str, Any]], t0: float, end: float) -> list[int]
     return seconds
 
 
-def _stalls(records: list[dict[str, Any]], at: float, affected: set[int], window: float = 10.0) -> dict[str, float]:
-    """The longest stall among the affected and the unaffected key groups of a step at ``at``."""
-    before: dict[int, list[float]] = {}
+def _stalls(records: list[dict[str, Any]], at: float, affected: set[int], window: float = 10.0,
+            until: float | None = None) -> dict[str, Any]:
+    """The longest stall among the affected and the unaffected key groups of a step at ``at``.
+
+    A group's stall is the larger of two excesses over its usual (the median in the ``window``
+    before the step): of its largest delay (a held tuple is processed late) and of its longest
+    time without a tuple processed (a stopped topology processes nothing), in the ``window``
+    after the step (or until ``until``, the step's end, when later)."""
+    end = max(at + window, until or 0.0)
+    delays_before: dict[int, list[float]] = {}
+    seen: dict[int, list[float]] = {}
     after: dict[int, float] = {}
     for r in records:
+        t = r["t"]
+        if not at - window <= t < end:
+            continue
         for g, delay in r["groups"].items():
             g = int(g)
-            if at - window <= r["t"] < at:
-                before.setdefault(g, []).append(delay)
-            elif at <= r["t"] < at + window:
+            seen.setdefault(g, []).append(t)
+            if t < at:
+                delays_before.setdefault(g, []).append(delay)
+            else:
                 after[g] = max(after.get(g, 0.0), delay)
-    stall = {g: max(0.0, d - statistics.median(before.get(g) or [0.0])) for g, d in after.items()}
+    stall: dict[int, float] = {}
+    for g in set(seen) | affected:
+        times = sorted(seen.get(g, []))
+        gaps_before = [b - a for a, b in zip(times, times[1:], strict=False) if b < at]
+        points = [t for t in times if t < at][-1:] + [t for t in times if t >= at] + [end]
+        gap_after = max((b - a for a, b in zip(points, points[1:], strict=False)), default=0.0)
+        usual_gap = statistics.median(gaps_before) if gaps_before else 0.0
+        usual_delay = statistics.median(delays_before.get(g) or [0.0])
+        stall[g] = max(0.0, gap_after - usual_gap, after.get(g, 0.0) - usual_delay)
     hit = [s for g, s in stall.items() if g in affected]
     other = [s for g, s in stall.items() if g not in affected]
     return {"affected": round(max(hit, default=0.0), 4), "unaffected": round(max(other, default=0.0), 4),
@@ -116,9 +136,11 @@ def run_mode(mode: str, args: argparse.Namespace, console: Console) -> dict[str,
         if mode == "restore":
             conf.update({"topology.state.provider": "lmdb", "topology.state.checkpoint.interval.ms": 1000})
         if mode == "autoscale":
+            # Two work executors, then three times the load at 30 s (the cool-down keeps OTD from
+            # scaling the idle start in; scaling out waits only for a window of the new layout).
             conf.update({"keyed.bolts": 2, "keyed.schedule": [[0, args.rate], [30, 3 * args.rate]],
                          "topology.scheduler": "otd", "otd.autoscale": True, "otd.period.secs": 5,
-                         "otd.window.secs": 10, "otd.autoscale.cooldown.secs": 15})
+                         "otd.window.secs": 10, "otd.autoscale.cooldown.secs": 600})
         cluster = LocalCluster(supervisors=2, slots=4, conf={"supervisor.worker.cpu.limit": args.cap})
         try:
             cluster.start()
@@ -167,7 +189,7 @@ def run_mode(mode: str, args: argparse.Namespace, console: Console) -> dict[str,
             cluster.stop()
         records = _read_buckets(out)
         for step in steps:
-            step["stall"] = _stalls(records, step["at"], set(step.pop("moved")))
+            step["stall"] = _stalls(records, step["at"], set(step.pop("moved")), until=step["at"] + step["took"])
             step["at"] = round(step["at"] - t0, 1)
         seconds = _timeline(records, t0, end)
         offered = 2 * args.rate * (end - t0)

@@ -74,7 +74,7 @@ DEFAULTS: dict[str, Any] = {
     "otd.queue.growth.high": 2.0,  # ... and so does a backlog growing this fast (batches/s)
     "otd.queue.growth.low": 0.25,  # a low-load worker's backlog grows no faster than this
     "otd.autoscale": False,  # Case 2 scales the overloaded component out, and idle components in (live)
-    "otd.autoscale.cooldown.secs": 30,  # between two of its rescales; and how long a component stays idle first
+    "otd.autoscale.cooldown.secs": 30,  # idle this long before a scale-in, and from any step to a scale-in
     "otd.spark.eager": False,  # start Nimbus's SparkSession when it leads, not at the first OTD topology
     "otd.spark.master": "local[2]",
 }

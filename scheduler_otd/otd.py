@@ -51,8 +51,9 @@ paper's Case 2 can only warn): in Case 2 the bolt component whose executors on t
 workers use the most CPU gets one executor more, live, in a new worker from a free slot if
 there is one; and a bolt component whose executors would all stay below ``otd.cpu.low`` with
 one executor fewer (its CPU spread over ``n - 1``), round after round for
-``otd.autoscale.cooldown.secs``, gets one fewer. One step a round at most, and none within the
-cool-down of the last; executor CPU is each executor thread's (the workers measure it).
+``otd.autoscale.cooldown.secs``, gets one fewer. One step a round at most: out again once a
+whole window (``otd.window.secs``) has passed since the last step, in only after the cool-down;
+executor CPU is each executor thread's (the workers measure it).
 """
 
 from __future__ import annotations

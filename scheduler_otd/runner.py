@@ -189,9 +189,9 @@ class OtdRunner:
                    capacity: dict[str, float]) -> ScaleStep | None:
         """Case 2 scales the overloaded component out; an idle one is scaled in (scheduler_otd.otd)."""
         now = time.monotonic()
-        cooldown = float(conf.get("otd.autoscale.cooldown.secs", 30))
-        if now - self._scaled_at.get(name, -1e9) < cooldown:
-            return None
+        since = now - self._scaled_at.get(name, -1e9)
+        if since < float(conf.get("otd.window.secs", 10)):
+            return None  # the window still shows the layout before the last step
         topo = self.cluster.topology(name) or {}
         bolts = {c for c, spec in (topo.get("definition") or {}).get("components", {}).items() if spec["kind"] == "bolt"}
         executor_cpu: dict[str, float] = {}
@@ -207,6 +207,9 @@ class OtdRunner:
                          self._low_since.setdefault(name, {}), now)
         if step is None:
             return None
+        scaling_in = step.parallelism < sum(1 for e in placement if e.rpartition(":")[0] == step.component)
+        if scaling_in and since < float(conf.get("otd.autoscale.cooldown.secs", 30)):
+            return None  # out as soon as the load asks for it, in only after the cool-down
         self._scaled_at[name] = now
         log.info("OTD %s: autoscale %s to %d executors%s: %s", name, step.component, step.parallelism,
                  f" on {step.workers} workers" if step.workers else "", step.why)
