@@ -253,6 +253,8 @@ class Component:
         ``{stream: fields}`` for named streams.
     :ivar tick_secs: deliver a tick tuple every this many seconds (None: no ticks).
     :ivar config: component-level configuration merged over the topology's.
+    :ivar context: the executor's :class:`Context` (the one ``open``/``prepare`` gets): where it
+        runs, ``parallelism`` now, ``owns(key)``.
     :ivar state: a dict that belongs to this executor: it moves with it when it migrates to
         another worker, and with ``topology.state.provider`` ``lmdb`` or ``redis`` it is
         checkpointed and restored after a failure (exactly once). Keep it to plain data

@@ -19,6 +19,7 @@ from _exactwc import counts_of, expected_counts, wait_finished
 from conftest import TOPOLOGIES, read_outputs, run_cli, wait_until
 
 EXACT = TOPOLOGIES / "exact_wordcount.py"
+PARTITIONED = TOPOLOGIES / "partitioned.py"
 DURABLE_SUM = TOPOLOGIES / "durable_sum.py"
 
 
@@ -127,3 +128,38 @@ def test_sums_rescaled_live_with_durable_state_then_a_worker_killed_stay_exact(c
     finally:
         client.kill("rescalesum")
         client.wait_removed("rescalesum", 30)
+
+
+def test_a_partitioned_spout_scaled_live_2_3_1_hands_its_partitions_over(client, tmp_path: Path) -> None:
+    """Each partition's position moves with its key group: every record comes out exactly once
+    (no failure, so no replay), whichever spout executor read it."""
+    partitions, records = 16, 600
+    client.submit(PARTITIONED, name="rescalespout", conf={
+        "test.output.dir": str(tmp_path), "test.partitions": partitions, "test.records": records, "test.rate": 800,
+        "topology.message.timeout.secs": 90})
+    try:
+        client.wait_running("rescalespout", 60)
+
+        def seen() -> dict[str, int]:
+            total: dict[str, int] = {}
+            for name, data in read_outputs(tmp_path).items():
+                if name.startswith("record-"):
+                    for key, n in data.items():
+                        total[key] = total.get(key, 0) + n
+            return total
+
+        pids = _pids(client, "rescalespout")
+        for n in (3, 1):
+            before = len(seen())
+            wait_until(lambda before=before: len(seen()) > before + 500, 60, what="records before the rescale")
+            result = client.rebalance("rescalespout", parallelism={"offsets": n})
+            client.wait_migrations("rescalespout", result["records"], timeout=60)
+            assert client.status("rescalespout")["components"]["offsets"]["parallelism"] == n
+        wanted = {f"{p}:{o}" for p in range(partitions) for o in range(records)}
+        wait_until(lambda: wanted <= set(seen()), 120, interval=0.3, what="every record of every partition")
+        assert client.status("rescalespout")["spouts"]["failed"] == 0
+        assert set(seen().values()) == {1}, "a record read twice"
+        assert _pids(client, "rescalespout") == pids, "no worker restarted"
+    finally:
+        client.kill("rescalespout")
+        client.wait_removed("rescalespout", 30)

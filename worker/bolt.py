@@ -52,6 +52,7 @@ class BoltExecutor(UserExecutor):
         self.aligner = BarrierAligner()
         self.upstream: set[int] = set()  # every task of every input component (barriers come from all)
         self.take = self._process_batch  # what the loop hands a batch to (_take_aligning, _take_shifting)
+        self.unplaced: list[tuple[int, Any]] = []  # batches from tasks the routing table does not know yet
         # (source, stream) -> the key's field positions, for inputs grouped by fields: what a
         # rescale's key groups are computed from (the same hash the upstream routes with).
         self.key_of: dict[str, dict[str, list[int]]] = {}
@@ -75,6 +76,10 @@ class BoltExecutor(UserExecutor):
         if self.routing is not routing and self.routing is not None:
             sources = {i["component"] for i in self.spec["inputs"]}
             self.upstream = {t for c in sources for t in self.routing.component_tasks.get(c, ())}
+            if self.unplaced:
+                unplaced, self.unplaced = self.unplaced, []
+                for src, batch in unplaced:  # in order: the senders they came from are known now, or still not
+                    self.take(src, batch)
 
     def bind_emit(self) -> None:
         outbox = self.outbox
@@ -103,12 +108,15 @@ class BoltExecutor(UserExecutor):
         if self.outbox.acking:
             self.outbox.fail_tuple(tup)
 
-    def _classes(self, src: int) -> dict[str, type[Tuple]]:
-        """Per-stream tuple classes of one upstream executor (metadata as class attributes), built once."""
+    def _classes(self, src: int) -> dict[str, type[Tuple]] | None:
+        """Per-stream tuple classes of one upstream executor (metadata as class attributes), built
+        once; None for a task this executor's routing table does not know yet (a rescale added it)."""
         classes = self.tuple_classes.get(src)
         if classes is None:
             routing = self.routing
-            source, index = routing.task_component[src], routing.task_index[src]
+            if src >= len(routing.task_component):  # type: ignore[union-attr]
+                return None
+            source, index = routing.task_component[src], routing.task_index[src]  # type: ignore[union-attr]
             anchored = self.outbox.acking
             classes = {
                 stream: delivered_tuple_class(TupleMeta(source, index, stream, self.fields[(source, stream)]), anchored)
@@ -132,10 +140,13 @@ class BoltExecutor(UserExecutor):
         decoded = self.decode(batch) if type(batch) is bytes else batch
         if decoded is None:
             return
+        classes = self._classes(src)
+        if classes is None:  # from an executor a rescale added, before this one's plan names it
+            self.unplaced.append((src, decoded))
+            return
         values, runs, streams = decoded
         inbox = self.inbox
         inbox.batch_avg += (len(values) - inbox.batch_avg) * 0.125
-        classes = self._classes(src)
         if self.batched:
             self._process_as_batches(classes, values, runs, streams)
             return
@@ -283,7 +294,8 @@ class BoltExecutor(UserExecutor):
                          shift: KeyGroupShift) -> tuple[Any, Any, Any]:
         """``(go, hold, fail)`` batches of one input batch: tuples of groups on their way here are
         held, of groups given away before every marker came failed, the rest go on."""
-        keys = self.key_of.get(self.routing.task_component[src])  # type: ignore[union-attr]
+        routing = self.routing
+        keys = self.key_of.get(routing.task_component[src]) if src < len(routing.task_component) else None  # type: ignore[union-attr]
         if keys is None:
             return (values, runs, streams), None, None
         groups = self.key_groups

@@ -200,8 +200,6 @@ class UserExecutor(Executor):
         self.restore_from: int | None = None  # a copy made by a rollback: the checkpoint to install
         self.restored: Mapping[str, Any] | None = None  # ... installed before open, its extras after
         self.key_groups = int(host.conf.get("topology.max.parallelism") or 128)
-        # keyed_state can be told of in-place changes (touch) where checkpoints write it.
-        self.keyed_type: type[dict[Any, Any]] = KeyedState if host.checkpoints is not None else dict
         self.shift: KeyGroupShift | None = None  # the rescale step this executor is in (worker.rescale)
         self.shift_version = 0  # the newest step seen (or settled by a restore)
         self.early_marks: dict[int, set[int]] = {}  # version -> upstream tasks whose SHIFT_MARK came first
@@ -220,10 +218,11 @@ class UserExecutor(Executor):
         rollback (or a restarted worker) installs its checkpoint here, so that ``open`` sees the
         restored state (as Flink's ``initializeState`` comes before ``open``)."""
         instance = self.instance
+        instance.context = self.context  # also given to open/prepare; a rescale changes what it says
         if not isinstance(getattr(instance, "state", None), dict):
             instance.state = {}
-        if type(getattr(instance, "keyed_state", None)) is not self.keyed_type:
-            instance.keyed_state = self.keyed_type()
+        if not isinstance(getattr(instance, "keyed_state", None), KeyedState):
+            instance.keyed_state = self.new_keyed()
         cid = self.restore_from
         checkpoints = self.host.checkpoints
         if cid is None or checkpoints is None:
@@ -234,6 +233,14 @@ class UserExecutor(Executor):
         except Exception as exc:  # noqa: BLE001 - unreadable or damaged: the coordinator picks an older one
             self.record_error("restore", exc)
             self.taint(f"cannot restore checkpoint {cid}: {exc}")
+
+    def new_keyed(self) -> KeyedState:
+        """An empty ``keyed_state``: a dict (its own C methods) with ``touch``, which only notes
+        keys where checkpoints are written."""
+        keyed = KeyedState()
+        if self.host.checkpoints is None:
+            keyed.touched = None
+        return keyed
 
     # -- checkpoints (worker.checkpoint) ------------------------------------------------------
     def checkpoint_extra(self) -> dict[str, Any]:
@@ -327,8 +334,11 @@ class UserExecutor(Executor):
             return
         self.shift_version = step.version
         conf = self.host.conf
+        wait = float(conf["worker.state.wait.ms"]) / 1000.0
+        if self.kind == "spout":  # an old owner waits for its open trees first, a message timeout at most
+            wait += float(self.conf["topology.message.timeout.secs"])
         shift = KeyGroupShift(step, self.task, self.key_groups, self.upstream_tasks(), time.monotonic(),
-                              float(conf["worker.lazy.kill.ms"]) / 1000.0, float(conf["worker.state.wait.ms"]) / 1000.0)
+                              float(conf["worker.lazy.kill.ms"]) / 1000.0, wait)
         shift.marks |= self.early_marks.pop(step.version, set())
         self.early_marks = {v: m for v, m in self.early_marks.items() if v > step.version}
         self.shift = shift
@@ -524,7 +534,7 @@ class UserExecutor(Executor):
         except Exception as exc:  # noqa: BLE001 - a broken hand-over starts empty, loudly
             self.record_error("state", exc)
             self.instance.state = {}
-        keyed = self.keyed_type()
+        keyed = self.new_keyed()
         try:
             for k, v in wire.unpack_state(entry.get("keyed") or wire.pack([])):
                 dict.__setitem__(keyed, as_key(k), v)

@@ -56,6 +56,8 @@ __all__ = ["Worker"]
 
 log = logging.getLogger(__name__)
 
+_UNKNOWN_TASK_PATIENCE_SECS = 30.0  # frames for a task id no plan here has named yet wait this long
+
 
 class Worker:
     """One worker process, and the :class:`~worker.host.Host` of its parts. See the module docstring."""
@@ -349,6 +351,7 @@ class Worker:
             return
         now = time.monotonic()
         patience = 2 * float(self.conf["worker.sync.interval.ms"]) / 1000.0 + 0.05
+        known = len(self.routing.location) if self.routing is not None else 0
         with self.lock:
             for dst in list(self.stashed):
                 inbox = self.inbox(dst)
@@ -357,6 +360,11 @@ class Worker:
                     for _, (channel, item, _extra) in items:
                         inbox.put(channel, item)
                     del self.stashed[dst]
+                elif dst >= known and items and now - items[0][0] <= _UNKNOWN_TASK_PATIENCE_SECS:
+                    continue  # a task a rescale adds: the plan that makes it is on its way here
+                elif dst >= known:
+                    del self.stashed[dst]
+                    log.warning("%d frames for task %d dropped: no plan made it", len(items), dst)
                 elif items and now - items[0][0] > patience:
                     del self.stashed[dst]
                     for _, (channel, item, extra) in items:

@@ -90,6 +90,7 @@ COMMITTED = 13  # entries: cid                            worker -> its user exe
 SHIFT_MARK = 14  # data-channel header kind: src routes a rescaled component by its new layout (worker.rescale)
 GROUPS = 15  # entries: {"version", "groups", "entries"}  old owner -> new owner: key groups handed over
 MAX_HOPS = 16  # a data frame forwarded more often than this is dropped (the acker replays it)
+MAX_TASKS = 1 << 16  # task ids fit the low 16 bits of a root (nstorm.topology.MAX_TASKS)
 
 MAX_FRAME_BYTES = 64 * 2**20  # larger frames are refused by the receiving socket
 

@@ -58,11 +58,14 @@ class KeyedState(dict):  # type: ignore[type-arg]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.touched: set[Any] = set()
+        self.touched: set[Any] | None = set()
 
     def touch(self, key: Any) -> None:
-        """``key``'s value changed in place: write it with the next checkpoint."""
-        self.touched.add(key)
+        """``key``'s value changed in place: write it with the next checkpoint (nothing to do
+        without checkpoints: ``touched`` is None then)."""
+        touched = self.touched
+        if touched is not None:
+            touched.add(key)
 
 
 class TrackedKeyedState(KeyedState):
