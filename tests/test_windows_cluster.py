@@ -55,8 +55,8 @@ def _check(client: Any, name: str, out: Path, seed: int) -> None:
     twice = sorted(k for k, v in got["windows"].items() if v[1] != 1)[:5]
     assert not twice, f"windows fired more than once: {twice}"
     assert got["late"] == stragglers
-    window = client.status(name)["components"]["totals"]["window"]
-    assert window["late_tuples"] >= stragglers and window["fired"] >= len(want)
+    window = wait_until(lambda: (w := client.status(name)["components"]["totals"]["window"])["late_tuples"]
+                        >= stragglers and w["fired"] >= len(want) and w, 30, what="the windows' counters in status")
     assert window["watermark"] is not None and window["error"] is None and window["malformed"] == 0
 
 

@@ -80,6 +80,8 @@ class WindowedBoltExecutor(BoltExecutor):
         self.warned_at = -math.inf
         self.tick_secs = MAX_TIMER_SECS  # the loop's tick is this executor's timer (see _schedule)
         self.next_tick = time.monotonic() + MAX_TIMER_SECS
+        # Incremental windows that never keep a tuple hand add_to_window the Tuple itself.
+        self.tuple_items = self.incremental and not (type(bolt).window.is_count and self.event_time)  # type: ignore[union-attr]
         self._acc_item: Any = None
         self._acc_tuple: Tuple | None = None
 
@@ -123,10 +125,10 @@ class WindowedBoltExecutor(BoltExecutor):
         now = time.time()
         if runs is None or not acking:
             runs = (len(values), None)
-        acks = outbox.acks
         stamp = self.arrival.add_stamp
         largest = -math.inf
         take = self._take
+        default = self._extractor(src, "default") if streams is None else None
         i = 0
         for k in range(0, len(runs), 2):
             n, a = runs[k], runs[k + 1]
@@ -137,7 +139,11 @@ class WindowedBoltExecutor(BoltExecutor):
                 stamp(a[0])
             ok = True
             for j in range(i, i + n):
-                ts = take(src, streams.get(j, "default") if streams else "default", values[j], now, roots, a)
+                if streams is None:
+                    ts = take(default, src, "default", values[j], now, roots, a)
+                else:
+                    stream = streams.get(j, "default")
+                    ts = take(self._extractor(src, stream), src, stream, values[j], now, roots, a)
                 if ts is None:
                     ok = False
                 elif ts > largest:
@@ -145,6 +151,7 @@ class WindowedBoltExecutor(BoltExecutor):
             i += n
             if a and ok:
                 x = own._ackval  # type: ignore[union-attr]
+                acks = outbox.acks  # (a firing's emits may have flushed the last one)
                 for q in range(0, len(a), 2):
                     r = a[q]
                     acks[r] = acks.get(r, 0) ^ a[q + 1] ^ x
@@ -154,10 +161,10 @@ class WindowedBoltExecutor(BoltExecutor):
         self.marks.observe(src, largest if largest > -math.inf else None, now)
         self._advance(now)
 
-    def _take(self, src: int, stream: str, v: Any, now: float, roots: Any, anchors: Any) -> float | None:
+    def _take(self, ext: tuple[type[Tuple], int, list[int]] | None, src: int, stream: str, v: Any, now: float,
+              roots: Any, anchors: Any) -> float | None:
         """One tuple into the engine: its timestamp; None if it was failed (malformed, refused), or
         -inf if it was dropped (a durable provider) or has none."""
-        ext = self._extractor(src, stream)
         try:
             if ext is None:
                 raise KeyError(stream)
@@ -182,7 +189,14 @@ class WindowedBoltExecutor(BoltExecutor):
         except (IndexError, KeyError, TypeError, ValueError, OverflowError):
             self._malformed(src, stream, v, anchors)
             return None if not self.durable else -math.inf
-        item = [v, src, stream if stream != "default" else None]
+        if self.tuple_items:  # an accumulator's tuple, never kept: the Tuple itself
+            item: Any = Tuple.__new__(ext[0])
+            item.values = v
+            if self.outbox.acking:  # (without acking, the class holds them)
+                item.anchors = None
+                item._ackval = 0
+        else:
+            item = [v, src, stream if stream != "default" else None]
         result = self.engine.add(key, ts, item, roots)
         if result == ADDED:
             self.acked += 1
@@ -333,8 +347,9 @@ class WindowedBoltExecutor(BoltExecutor):
             return Tuple(values, "", int(src), stream or "default")
         tup = Tuple.__new__(cls)
         tup.values = values
-        tup.anchors = None
-        tup._ackval = 0
+        if self.outbox.acking:  # (without acking, the class holds them)
+            tup.anchors = None
+            tup._ackval = 0
         return tup
 
     # -- accumulators (incremental) ------------------------------------------------------------
@@ -346,11 +361,13 @@ class WindowedBoltExecutor(BoltExecutor):
             return None
 
     def _add_acc(self, acc: Any, item: Any) -> Any:
-        if item is not self._acc_item:  # a tuple in several windows is built once
-            self._acc_item = item
-            self._acc_tuple = self._tuple(item)
+        if type(item) is list:  # kept as msgpack data (count windows in event time wait for the watermark)
+            if item is not self._acc_item:  # a tuple in several windows is built once
+                self._acc_item = item
+                self._acc_tuple = self._tuple(item)
+            item = self._acc_tuple
         try:
-            return self.instance.add_to_window(acc, self._acc_tuple)
+            return self.instance.add_to_window(acc, item)
         except Exception as exc:
             self.record_error("add_to_window", exc)
             return acc
@@ -370,6 +387,7 @@ class WindowedBoltExecutor(BoltExecutor):
     def _load(self, data: Mapping[str, Any]) -> None:
         self.engine.load(data["engine"])
         self.marks.load(data.get("marks") or {})
+        self.marks.restart(time.time())
         self.malformed = int(data.get("malformed") or 0)
         self.refused = int(data.get("refused") or 0)
         if self.routing is not None:

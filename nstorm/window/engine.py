@@ -461,6 +461,8 @@ class WindowEngine:
                 continue
             if kind == PURGE:
                 self._purge(key, ks, k)
+                if ks.empty():
+                    del self.keys[key]
                 continue
             w = ks.wins.get(k)
             if w is None or w.tie != tie:
@@ -554,11 +556,10 @@ class WindowEngine:
         else:
             self._release(ks.holds.pop(k, None))
             if self.keep and ks.entries:
-                at = w.end + max(self.lateness, self.slide)  # kept for the next window's ``expired``
-                if at <= self.watermark:
-                    self._purge(key, ks, k)
-                else:
-                    heapq.heappush(self.timers, (at, PURGE, self._new_tie(), key, k))
+                # Kept for the next window's ``expired``: a timer, so that it runs after the FIRE
+                # of that window even when both are due in this very advance.
+                at = max(w.end + self.lateness, (k + 1) * self.slide + self.length)  # the next one's end
+                heapq.heappush(self.timers, (at, PURGE, self._new_tie(), key, k))
         if ks.empty():
             del self.keys[key]
 
@@ -574,8 +575,6 @@ class WindowEngine:
         if n:
             del entries[:n]
             self.tuples -= n
-        if ks.empty():
-            del self.keys[key]
 
     def _fire_count(self, key: Any, ks: _Key, c: int) -> None:
         count, slide = self.length, self.slide
@@ -668,7 +667,8 @@ class WindowEngine:
                         break
                     if hi not in seen:
                         seen.add(hi)
-                        at = hi * self.slide + self.length + max(self.lateness, self.slide)
+                        at = max(hi * self.slide + self.length + self.lateness,
+                                 (hi + 1) * self.slide + self.length)
                         heapq.heappush(self.timers, (at, PURGE, self._new_tie(), key, hi))
         self.pending = []
         for ts, seq, raw_key, item, hold in data.get("pending") or ():

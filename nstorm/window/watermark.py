@@ -67,6 +67,12 @@ class Watermarks:
         times = [seen + self.idle for _m, seen in self.tasks.values() if now - seen < self.idle]
         return min(times) if times else None
 
+    def restart(self, now: float) -> None:
+        """Every task counts as sending from ``now`` (a restored or moved copy: input stood still
+        meanwhile, and a task must not pass for idle, and let the watermark past its tuples, for it)."""
+        for mark in self.tasks.values():
+            mark[1] = now
+
     def export(self) -> dict[str, Any]:
         return {"value": self.value, "tasks": [[t, m, seen] for t, (m, seen) in self.tasks.items()]}
 

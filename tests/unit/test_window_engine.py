@@ -264,15 +264,19 @@ def test_a_task_that_never_sent_holds_the_watermark_back_until_it_is_idle() -> N
     assert marks.current(6.0) == 100.0  # never back
 
 
-def test_max_tuples_refuses_more_and_lateness_counts() -> None:
+def test_max_tuples_refuses_more_and_late_tuples_are_counted() -> None:
     fired: list[Firing] = []
     engine = WindowEngine(Window.tumbling(10.0), fired.append, max_tuples=2)
     assert engine.add("k", 1.0, "a") == ADDED
     assert engine.add("k", 2.0, "b") == ADDED
     assert engine.add("k", 3.0, "c") == FULL
     engine.advance(10.0)
-    assert [f.items for f in fired] == [["a", "b"]] and engine.tuples == 0
+    assert [f.items for f in fired] == [["a", "b"]]
+    assert engine.tuples == 2, "kept until the next window has shown them as expired"
     assert engine.add("k", 4.0, "d") == LATE and engine.late == 1
-    assert engine.add("k", 12.0, "e") == ADDED
+    assert engine.add("k", 12.0, "e") == FULL, "tuples kept for the next window's expired count too"
+    engine.advance(20.0)
+    assert engine.tuples == 0 and engine.open_count() == 0
+    assert engine.add("k", 21.0, "f") == ADDED
     gap = WindowEngine(Window.sliding(length=1.0, slide=2.0), fired.append)
     assert gap.add("k", 1.5, "x") == UNWINDOWED

@@ -47,7 +47,9 @@ def _definition(cls: type = Totals) -> dict[str, Any]:
     builder = TopologyBuilder("t")
     builder.set_spout("readings", Readings)
     builder.set_bolt("totals", cls).fields_grouping("readings", ["sensor"])
-    builder.set_bolt("sink", Sink).shuffle_grouping("totals").shuffle_grouping("totals", stream="late")
+    sink = builder.set_bolt("sink", Sink).shuffle_grouping("totals")
+    if getattr(cls, "late_stream", None):
+        sink.shuffle_grouping("totals", stream="late")
     return builder.build().definition
 
 
@@ -262,3 +264,45 @@ def test_the_message_timeout_must_outlast_a_time_window_with_the_memory_provider
     check_submit(definition, {"topology.message.timeout.secs": 36})
     check_submit(definition, {"topology.message.timeout.secs": 30, "topology.state.provider": "lmdb"})
     check_submit(definition, {"topology.message.timeout.secs": 30, "topology.acker.executors": 0})
+
+
+class _Clock:
+    """Stands in for the ``time`` module in worker.windowed: a wall clock the test moves."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def time(self) -> float:
+        return self.now
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def test_processing_time_windows_fire_on_the_clock_and_the_timer_is_set_for_their_end(monkeypatch) -> None:
+    import worker.windowed
+
+    class Counts(WindowedBolt):
+        outputs = ("sensor", "n")
+        window = Window.tumbling(1.0)
+        key_fields = ("sensor",)
+
+        def process_window(self, window: Any) -> None:
+            self.emit((window.key, len(window.tuples)))
+
+    clock = _Clock(100.2)
+    monkeypatch.setattr(worker.windowed, "time", clock)
+    host = FakeHost(plan_of(PLACES), acking=False)
+    ex = _executor(host, Counts)
+    ex.take(READINGS, ([("a", 1, 0.0), ("a", 2, 0.0)], None, None))
+    assert ex.next_tick == pytest.approx(101.0), "the timer is the window's end"
+    clock.now = 100.6
+    ex.take(READINGS, ([("b", 1, 0.0)], None, None))
+    _send(ex)
+    assert host.take(SINK) == []
+    clock.now = 101.05
+    ex._tick()
+    _send(ex)
+    got = sorted(tuple(v) for _s, (values, _r, _st) in host.take(SINK) for v in values)
+    assert got == [("a", 2), ("b", 1)]
+    assert ex.counters()["window"]["watermark"] == 101.05
