@@ -68,7 +68,7 @@ class WindowedBoltExecutor(BoltExecutor):
             type(bolt).window, self._fire, event_time=self.event_time,  # type: ignore[arg-type]
             lateness=float(spec.get("allowed_lateness_secs") or 0.0), keep_tuples=not self.incremental,
             hold_acks=self.hold, max_tuples=int(conf.get("topology.window.max.tuples") or 0),
-            init=self._init_acc, add=self._add_acc, merge=self._merge_acc)
+            init=self._init_acc, add=None, merge=self._merge_acc)
         self.marks = Watermarks(float(spec.get("lag_secs") or 0.0), float(conf.get("topology.watermark.idle.secs") or 5.0))
         outputs = self.definition["components"][self.component]["outputs"]
         self.out_ts = {s: f.index(self.ts_field) for s, f in outputs.items()
@@ -82,6 +82,7 @@ class WindowedBoltExecutor(BoltExecutor):
         self.next_tick = time.monotonic() + MAX_TIMER_SECS
         # Incremental windows that never keep a tuple hand add_to_window the Tuple itself.
         self.tuple_items = self.incremental and not (type(bolt).window.is_count and self.event_time)  # type: ignore[union-attr]
+        self.engine.add_to = self._add_tuple if self.tuple_items else self._add_acc
         self._acc_item: Any = None
         self._acc_tuple: Tuple | None = None
 
@@ -368,6 +369,13 @@ class WindowedBoltExecutor(BoltExecutor):
             item = self._acc_tuple
         try:
             return self.instance.add_to_window(acc, item)
+        except Exception as exc:
+            self.record_error("add_to_window", exc)
+            return acc
+
+    def _add_tuple(self, acc: Any, tup: Tuple) -> Any:
+        try:
+            return self.instance.add_to_window(acc, tup)
         except Exception as exc:
             self.record_error("add_to_window", exc)
             return acc

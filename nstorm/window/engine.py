@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterable
 from operator import itemgetter
 from typing import Any
 
-from nstorm.window.spec import COUNT, SESSION, Window, count_windows, last_time_window, time_windows
+from nstorm.window.spec import COUNT, SESSION, Window, count_windows, last_time_window
 
 __all__ = ["ADDED", "FULL", "LATE", "UNWINDOWED", "Firing", "WindowEngine"]
 
@@ -207,6 +207,8 @@ class WindowEngine:
         self.fired = 0
         self.late = 0
         self.to_ack: dict[int, int] = {}  # root -> XOR to send to the acker now (drained by the caller)
+        # time windows: how many windows below the last one may hold a timestamp (plus one)
+        self.span = int(math.ceil(window.length / window.slide)) + 1 if window.kind not in (COUNT, SESSION) else 0
 
     # -- acks ------------------------------------------------------------------------------
     def _hold(self, bucket: dict[int, int], roots: Iterable[int]) -> None:
@@ -276,37 +278,51 @@ class WindowEngine:
         return self.tie
 
     def _add_time(self, key: Any, ts: float, item: Any, roots: Iterable[int] | None) -> int:
-        length, slide, closes = self.length, self.slide, self.lateness
-        wm = self.watermark
-        ks_range = time_windows(ts, length, slide)
-        if not ks_range:
+        length, slide, wm = self.length, self.slide, self.watermark
+        # The windows k with k * slide <= ts < k * slide + length (spec.time_windows, inlined:
+        # this runs once per tuple).
+        hi = int(ts // slide)
+        if hi * slide > ts:
+            hi -= 1
+        elif (hi + 1) * slide <= ts:
+            hi += 1
+        lo = hi - self.span
+        while lo <= hi and lo * slide + length <= ts:
+            lo += 1
+        if lo > hi:
             return UNWINDOWED
-        open_ks = [k for k in ks_range if k * slide + length + closes > wm]
-        if not open_ks:
-            self.late += 1
-            return LATE
-        if self.keep and self._full():
+        if lo * slide + length + self.lateness <= wm:  # the first has closed: maybe all have
+            while lo <= hi and lo * slide + length + self.lateness <= wm:
+                lo += 1
+            if lo > hi:
+                self.late += 1
+                return LATE
+        if self.keep and self.max_tuples and self.tuples >= self.max_tuples:
             return FULL
-        ks = self._key(key)
+        ks = self.keys.get(key)
+        if ks is None:
+            ks = self.keys[key] = _Key()
         wins = ks.wins
         seq = self.seq
         self.seq = seq + 1
-        for k in open_ks:
+        keep = self.keep
+        add = self.add_to
+        for k in range(lo, hi + 1):
             w = wins.get(k)
             if w is None:
                 start = k * slide
                 w = wins[k] = _Win(start, start + length, self._new_tie())
                 self.open_windows += 1
-                if not self.keep:
+                if not keep:
                     w.acc = self.init() if self.init else None
                 if w.end > wm:
                     heapq.heappush(self.timers, (w.end, FIRE, w.tie, key, k))
-            if not self.keep:
-                w.acc = self.add_to(w.acc, item) if self.add_to else w.acc
+            if not keep and add is not None:
+                w.acc = add(w.acc, item)
             if w.end <= wm and not w.dirty:
                 w.dirty = True
                 self.dirty.append((key, k))
-        if self.keep:
+        if keep:
             entries = ks.entries
             entry = [ts, seq, item]
             if not entries or entries[-1][0] <= ts:
@@ -314,8 +330,7 @@ class WindowEngine:
             else:
                 bisect.insort_right(entries, entry, key=_ts)
             self.tuples += 1
-        if self.hold and roots:
-            hi = ks_range[-1]
+        if roots and self.hold:
             bucket = ks.holds.get(hi)
             if bucket is None:
                 bucket = ks.holds[hi] = {}
