@@ -209,6 +209,8 @@ class WindowEngine:
         self.to_ack: dict[int, int] = {}  # root -> XOR to send to the acker now (drained by the caller)
         # time windows: how many windows below the last one may hold a timestamp (plus one)
         self.span = int(math.ceil(window.length / window.slide)) + 1 if window.kind not in (COUNT, SESSION) else 0
+        if event_time:  # no clock to clamp to: straight to the kind's method (once per tuple)
+            self.add = {COUNT: self._add_count, SESSION: self._add_session}.get(self.kind, self._add_time)  # type: ignore[method-assign]
 
     # -- acks ------------------------------------------------------------------------------
     def _hold(self, bucket: dict[int, int], roots: Iterable[int]) -> None:
@@ -277,7 +279,7 @@ class WindowEngine:
         self.tie += 1
         return self.tie
 
-    def _add_time(self, key: Any, ts: float, item: Any, roots: Iterable[int] | None) -> int:
+    def _add_time(self, key: Any, ts: float, item: Any, roots: Iterable[int] | None = None) -> int:
         length, slide, wm = self.length, self.slide, self.watermark
         # The windows k with k * slide <= ts < k * slide + length (spec.time_windows, inlined:
         # this runs once per tuple).
@@ -286,12 +288,15 @@ class WindowEngine:
             hi -= 1
         elif (hi + 1) * slide <= ts:
             hi += 1
-        lo = hi - self.span
+        lo = int((ts - length) // slide)  # one below the first, give or take a rounding
         while lo <= hi and lo * slide + length <= ts:
             lo += 1
+        while lo > hi - self.span and (lo - 1) * slide + length > ts:
+            lo -= 1
         if lo > hi:
             return UNWINDOWED
-        if lo * slide + length + self.lateness <= wm:  # the first has closed: maybe all have
+        due = lo * slide + length <= wm  # the first window's end is behind the watermark
+        if due and lo * slide + length + self.lateness <= wm:  # the first has closed: maybe all have
             while lo <= hi and lo * slide + length + self.lateness <= wm:
                 lo += 1
             if lo > hi:
@@ -319,7 +324,7 @@ class WindowEngine:
                     heapq.heappush(self.timers, (w.end, FIRE, w.tie, key, k))
             if not keep and add is not None:
                 w.acc = add(w.acc, item)
-            if w.end <= wm and not w.dirty:
+            if due and w.end <= wm and not w.dirty:
                 w.dirty = True
                 self.dirty.append((key, k))
         if keep:
@@ -337,7 +342,7 @@ class WindowEngine:
             self._hold(bucket, roots)
         return ADDED
 
-    def _add_session(self, key: Any, ts: float, item: Any, roots: Iterable[int] | None) -> int:
+    def _add_session(self, key: Any, ts: float, item: Any, roots: Iterable[int] | None = None) -> int:
         gap, wm = self.length, self.watermark
         end = ts + gap
         ks = self.keys.get(key)
@@ -396,7 +401,7 @@ class WindowEngine:
             self._hold(w.holds, roots)  # type: ignore[arg-type]
         return ADDED
 
-    def _add_count(self, key: Any, ts: float, item: Any, roots: Iterable[int] | None) -> int:
+    def _add_count(self, key: Any, ts: float, item: Any, roots: Iterable[int] | None = None) -> int:
         if not self.event_time:
             if self.keep and self._full():
                 return FULL
