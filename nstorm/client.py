@@ -29,6 +29,8 @@ from nstorm.rescale import validate_rescale
 from nstorm.stall import find_stall
 from nstorm.state.config import state_config
 from nstorm.state.record import CheckpointRecord
+from nstorm.window.checks import check_submit as check_windows
+from nstorm.window.status import merge_window_status
 from nstorm.zkauth import without_secrets
 from nstorm.zkschema import (
     ACTIVE,
@@ -104,6 +106,7 @@ class ClusterClient:
                 raise ConfigError(msg)
             definition["workers"] = workers
         state = state_config(merge_conf(definition.get("conf"), conf))  # ConfigError: exit 2, one line
+        check_windows(definition, merge_conf(definition.get("conf"), conf))
         if state.durable:
             for cname, comp in definition["components"].items():
                 if comp["kind"] != "spout" and int(comp["parallelism"]) > state.max_parallelism:
@@ -357,6 +360,8 @@ class ClusterClient:
                         merged[key] = max(int(merged.get(key) or 0), int(c.get(key) or 0))
                     for key in ("queue", "pending", "replayed"):
                         merged[key] = int(merged.get(key) or 0) + int(c.get(key) or 0)
+                    if c.get("window") and (c["window"].get("fired") or 0) >= ((merged.get("window") or {}).get("fired") or 0):
+                        merged["window"] = c["window"]  # the copy that carries the windows on
                     counters[eid] = merged
                 else:
                     counters[eid] = c
@@ -369,6 +374,7 @@ class ClusterClient:
             agg = {"parallelism": len(eids), "emitted": 0, "batches": 0, "executed": 0, "acked": 0,
                    "failed": 0, "queue": 0, "errors": 0, "last_error": None}
             recent = []  # each executor's latency over its last samples
+            windows: list[dict[str, Any]] = []  # a windowed bolt's executors' windows
             for eid in eids:
                 c = counters.get(eid, {})
                 for key in ("emitted", "batches", "executed", "acked", "failed", "queue", "errors"):
@@ -378,6 +384,8 @@ class ClusterClient:
                     recent.append(lat)
                 if c.get("last_error"):
                     agg["last_error"] = c["last_error"]
+                if c.get("window"):
+                    windows.append(c["window"])
                 if comp["kind"] == "spout":
                     spouts["pending"] += int(c.get("pending") or 0)
                     spouts["acked"] += int(c.get("acked") or 0)
@@ -387,6 +395,8 @@ class ClusterClient:
                 agg["latency_ms"] = {"p50": statistics.median(x["p50"] for x in recent),
                                      "p99": max(x["p99"] for x in recent),
                                      "kind": "complete" if comp["kind"] == "spout" else "emit-to-process"}
+            if comp.get("window"):
+                agg["window"] = merge_window_status(windows)
             components[cname] = agg
         otd, _ = self.cluster.read(self.paths.otd(name))
         return {

@@ -48,6 +48,9 @@ DEFAULTS: dict[str, Any] = {
     "topology.state.checkpoint.interval.ms": 1000,
     "topology.state.checkpoint.timeout.secs": 30,  # a checkpoint not committed by then is abandoned
     "topology.max.parallelism": 128,  # key groups of keyed state (and of fields grouping)
+    # windows (README "Windows")
+    "topology.window.max.tuples": 100000,  # tuples a windowed bolt executor keeps at most; more are failed
+    "topology.watermark.idle.secs": 5.0,  # an upstream task silent this long stops holding the watermark back
     # daemons
     "supervisor.slots.port.base": 6700,  # 0 = pick free ports
     "supervisor.sync.interval.ms": 1000,  # TS: periodic ZooKeeper -> LMDB sync (a watch acts at once)

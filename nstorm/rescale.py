@@ -86,6 +86,10 @@ def validate_rescale(plan: Plan, definition: Mapping[str, Any], changes: Mapping
             known = ", ".join(sorted(components))
             msg = f"unknown component {name!r} (the topology has {known})"
             raise RebalanceError(msg)
+        if components[name].get("window"):
+            msg = (f"component {name!r} is a windowed bolt: its open windows are not split by key group yet, "
+                   "so its parallelism does not change")
+            raise RebalanceError(msg)
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             msg = f"--parallelism {name}={n!r}: expected an integer >= 1"
             raise RebalanceError(msg)

@@ -155,7 +155,7 @@ class Snapshotter:
             try:
                 blob = wire.pack({"cid": cid, "state": state, **extra})
             except (TypeError, ValueError, OverflowError) as exc:
-                self._refuse(cid, "a tracked tuple's message id", exc)
+                self._refuse(cid, getattr(ex, "extra_what", "a tracked tuple's message id"), exc)
                 return False
         groups: dict[tuple[str, int], tuple[bool, bytes]] = {}
         if isinstance(keyed, KeyedState):

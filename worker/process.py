@@ -51,6 +51,7 @@ from worker.recovery import WorkerCheckpoints
 from worker.routing import RoutingTable
 from worker.spout import SpoutExecutor
 from worker.transport import WORKER_TASK, Transport
+from worker.windowed import WindowedBoltExecutor
 
 __all__ = ["Worker"]
 
@@ -178,6 +179,8 @@ class Worker:
         cls = self.classes[comp]
         if spec["kind"] == "spout":
             return SpoutExecutor(self, eid, task, cls, self.definition)
+        if spec.get("window"):
+            return WindowedBoltExecutor(self, eid, task, cls, self.definition)
         return BoltExecutor(self, eid, task, cls, self.definition)
 
     def _upstream_tasks(self, routing: RoutingTable, component: str) -> set[int]:

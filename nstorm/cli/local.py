@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from nstorm.cli.common import ConfOption, cli_errors, err_console
+from nstorm.window.status import describe_windows
 
 
 class _Mover:
@@ -90,7 +91,9 @@ class _Rates:
         """The table, then the workers and the last moves as lines of their own: a table's caption
         wraps at the table's width, these take the terminal's."""
         workers = "workers: " + ", ".join(f"{w['id']} (pid {w['pid']})" for w in status["workers"])
-        return Group(self.table(status, elapsed), Text(workers), *(Text(line) for line in self.moves[-6:]))
+        windows = [Text(f"{name} windows: {describe_windows(c['window'])}")
+                   for name, c in status["components"].items() if c.get("window")]
+        return Group(self.table(status, elapsed), Text(workers), *windows, *(Text(line) for line in self.moves[-6:]))
 
 
 def _raise_interrupt(*_: Any) -> None:

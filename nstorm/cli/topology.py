@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from nstorm.cli.common import ConfOption, ZkOption, ZkRootOption, cli_errors, print_json
+from nstorm.window.status import describe_windows
 
 JsonOption = Annotated[bool, typer.Option("--json", help="print JSON")]
 
@@ -99,6 +100,9 @@ def register(app: typer.Typer) -> None:
                 + (f" {lat['kind']} latency p50={lat['p50']:.1f}ms p99={lat['p99']:.1f}ms" if lat else "")
                 + (f" last_error={c['last_error']}" if c["last_error"] else "")
             )
+        for cname, c in info["components"].items():
+            if c.get("window"):
+                typer.echo(f"  {cname} windows: {describe_windows(c['window'])}")
         s = info["spouts"]
         typer.echo(f"  spouts: pending={s['pending']} acked={s['acked']} failed={s['failed']} replayed={s['replayed']}")
         stalled = info.get("stalled")

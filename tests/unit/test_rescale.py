@@ -118,6 +118,12 @@ def test_bad_requests_are_refused_naming_the_problem(changes: dict[str, int], wo
         validate_rescale(_plan(4), DEFINITION, changes, 128, 2, workers)
 
 
+def test_a_windowed_bolt_is_not_rescaled() -> None:
+    windowed = {"components": {"split": {"kind": "bolt"}, "count": {"kind": "bolt", "window": {"kind": "tumbling"}}}}
+    with pytest.raises(RebalanceError, match="windowed bolt"):
+        validate_rescale(_plan(4), windowed, {"count": 8}, 128, 0, None)
+
+
 def test_one_rescale_at_a_time_and_none_during_moves() -> None:
     busy = rescale_plan(_plan(4), {"count": 8}, [], True, {})
     with pytest.raises(RebalanceError, match="in progress"):
