@@ -17,9 +17,11 @@ should return at once (the executor backs off by itself).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
+
+from nstorm.usermetrics import Counter, UserMetrics
 
 __all__ = ["Batch", "Bolt", "Component", "Context", "Spout", "TICK_STREAM", "Tuple", "TupleMeta"]
 
@@ -229,6 +231,7 @@ class Context:
     :ivar topology: the topology's name.
     :ivar worker_id: ``"node:port"`` of the hosting worker.
     :ivar parallelism: executors per component name.
+    :ivar metrics: this executor's user metrics (see :meth:`register_counter`, :meth:`register_gauge`).
     """
 
     component: str
@@ -237,6 +240,20 @@ class Context:
     topology: str
     worker_id: str = ""
     parallelism: Mapping[str, int] = field(default_factory=dict)
+    metrics: UserMetrics = field(default_factory=UserMetrics, repr=False, compare=False)
+
+    def register_counter(self, name: str) -> Counter:
+        """A counter reported with this executor (Storm's ``registerCounter``): ``.inc(n=1)``.
+
+        Its value reaches ``nstorm status --json`` and the UI's ``/metrics``; it moves with the
+        executor in a live migration.
+        """
+        return self.metrics.register_counter(name)
+
+    def register_gauge(self, name: str, fn: Callable[[], Any]) -> None:
+        """A gauge (Storm's ``registerGauge``): ``fn()`` is read at each report, from the worker's
+        heartbeat thread, so it should only read (``lambda: len(self.cache)``)."""
+        self.metrics.register_gauge(name, fn)
 
 
 class Component:
