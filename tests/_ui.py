@@ -71,15 +71,19 @@ class Http:
 class UiProcess:
     """``python -m ui`` on a free port against ``zk_address``/``root``."""
 
-    def __init__(self, zk_address: str, root: str, auth: str | None = None, conf: list[str] | None = None) -> None:
+    def __init__(self, zk_address: str, root: str, auth: str | None = None, conf: list[str] | None = None,
+                 zk_auth: str | None = None) -> None:
         from nstorm.net import free_port
 
         self.port = free_port("127.0.0.1")
         self.url = f"http://127.0.0.1:{self.port}/"
         env = {**os.environ}
         env.pop("NSTORM_UI_AUTH", None)
+        env.pop("NSTORM_ZK_AUTH", None)
         if auth:
             env["NSTORM_UI_AUTH"] = auth
+        if zk_auth:
+            env["NSTORM_ZK_AUTH"] = zk_auth
         args = [sys.executable, "-m", "ui", "--zk", zk_address, "--root", root, "--port", str(self.port)]
         for option in conf or []:
             args += ["-c", option]

@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from kazoo.exceptions import NoAuthError
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
@@ -89,7 +90,9 @@ async def _handle(request: Request, exc: Exception) -> Response:
         log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
         return error_response(500, f"internal error ({type(exc).__name__}); see the UI's log")
     message = str(exc) or type(exc).__name__
-    if status == 503 and not isinstance(exc, (Unreachable, ClusterError)):
+    if isinstance(exc, NoAuthError):
+        message = "ZooKeeper denied access: give the UI the cluster's credentials (NSTORM_ZK_AUTH)"
+    elif status == 503 and not isinstance(exc, (Unreachable, ClusterError)):
         message = f"cluster unreachable: ZooKeeper did not answer ({type(exc).__name__})"
     return error_response(status, message)
 

@@ -418,6 +418,8 @@ def migrations_document(view: TopologyView) -> dict[str, Any]:
     rows = []
     for r in view.migrations:
         data = r.to_json()
+        data.setdefault("stall_secs", None)
+        data.setdefault("state_lost", None)
         data["id"] = r.id
         data["state"] = r.state.value
         rows.append(data)

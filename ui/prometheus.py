@@ -198,14 +198,15 @@ def _executors(f: _Families, view: TopologyView) -> None:
             f.gauge("nstorm_executor_execute_latency_seconds", "Busy time per executed tuple over the stats window",
                     _EXECUTOR).add_metric(key, float(c["execute_ms"]) / 1000.0)
         metrics = c.get("metrics") or {}
+        # A name is one family: the first kind seen wins (a gauge of a counter's name is left out).
         for mname, value in (metrics.get("counters") or {}).items():
-            if user_kinds.setdefault(mname, "counter") == "counter":
-                f.counter(f"nstorm_user_{_name(mname)}", f"User counter {mname!r} (context.register_counter)",
-                          _EXECUTOR).add_metric(key, float(value))
+            family = f"nstorm_user_{_name(mname)}"
+            if user_kinds.setdefault(family, "counter") == "counter":
+                f.counter(family, "User counter (context.register_counter)", _EXECUTOR).add_metric(key, float(value))
         for mname, value in (metrics.get("gauges") or {}).items():
-            if user_kinds.setdefault(mname, "gauge") == "gauge":
-                f.gauge(f"nstorm_user_{_name(mname)}", f"User gauge {mname!r} (context.register_gauge)",
-                        _EXECUTOR).add_metric(key, float(value))
+            family = f"nstorm_user_{_name(mname)}"
+            if user_kinds.setdefault(family, "gauge") == "gauge":
+                f.gauge(family, "User gauge (context.register_gauge)", _EXECUTOR).add_metric(key, float(value))
 
 
 def _workers(f: _Families, view: TopologyView, now: float) -> None:

@@ -179,3 +179,6 @@ class ClusterSource:
         for key, (at, _) in list(self._cache.items()):
             if now - at > 60:
                 self._cache.pop(key, None)
+        with self._lock:
+            for key in [k for k in self._building if k not in self._cache]:
+                del self._building[key]  # a builder holding it keeps its reference

@@ -66,8 +66,10 @@ def register(app: typer.Typer) -> None:
     @app.command(rich_help_panel="Daemons")
     @cli_errors
     def ui(
-        host: Annotated[str, typer.Option(help="address to listen on (0.0.0.0: every interface)")] = "127.0.0.1",
-        port: Annotated[int, typer.Option(min=0, max=65535, help="port (0: a free one)")] = 8080,
+        host: Annotated[str | None, typer.Option(
+            help="address to listen on (0.0.0.0: every interface) [default: nstorm.ui.host, 127.0.0.1]")] = None,
+        port: Annotated[int | None, typer.Option(
+            min=0, max=65535, help="port (0: a free one) [default: nstorm.ui.port, 8080]")] = None,
         ping: Annotated[bool, typer.Option("--ping", help="only check that a UI answers on --host/--port (exit 0 or 1)")] = False,
         zk: ZkOption = None,
         zk_root: ZkRootOption = "/nstorm",
@@ -78,6 +80,10 @@ def register(app: typer.Typer) -> None:
         (or NSTORM_UI_AUTH) turns on HTTP basic auth."""
         from nstorm.config import check_security_conf, merge_conf, parse_conf_options
 
+        overrides = parse_conf_options(conf or [])
+        settings = merge_conf(overrides)
+        host = host or str(settings["nstorm.ui.host"])
+        port = int(settings["nstorm.ui.port"]) if port is None else port
         if ping:
             from ui.server import ping as probe
 
@@ -87,7 +93,6 @@ def register(app: typer.Typer) -> None:
         from nstorm.zkschema import resolve_zk_address
         from ui.server import serve
 
-        overrides = parse_conf_options(conf or [])
         check_security_conf(overrides)  # malformed credentials: exit 2 before anything starts
         address = resolve_zk_address(zk)
         setup_daemon_logging("ui", "ui")
@@ -95,5 +100,5 @@ def register(app: typer.Typer) -> None:
         def announce(url: str) -> None:
             typer.echo(f"nstorm UI on {url} (ZooKeeper {address}{zk_root}); log {logs_dir() / 'ui.log'}", err=True)
 
-        raise typer.Exit(serve(address, zk_root, host, port, merge_conf(overrides), announce))
+        raise typer.Exit(serve(address, zk_root, host, port, settings, announce))
 

@@ -396,7 +396,7 @@
     const cell = Math.max(1, Math.floor(600 / n));
     const size = cell * n;
     canvas.width = canvas.height = size;
-    canvas.style.width = canvas.style.height = Math.max(size, 240) + "px";
+    canvas.style.width = canvas.style.height = Math.min(Math.max(size, 240), 720) + "px";
     const ctx = canvas.getContext("2d");
     ctx.fillStyle = "#fff";
     ctx.fillRect(0, 0, size, size);
