@@ -34,6 +34,8 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 
 from nstorm.client import ClusterClient
+from nstorm.clusterstate import CURRENT, ClusterState
+from nstorm.records import Heartbeat, MigrationRecord
 from nstorm.zkauth import ZkCredentials
 from nstorm.zkschema import ZkPaths
 
@@ -97,6 +99,28 @@ class Snapshot:
         return self._zk.exists(path, watch=watch)
 
 
+class SnapshotState(ClusterState):
+    """:class:`~nstorm.clusterstate.ClusterState` over a :class:`Snapshot` that also keeps the
+    records it parsed: ``status()`` and the UI's documents ask for the same heartbeats and
+    migration records, which are then decoded once per request, not twice."""
+
+    def __init__(self, zk: Any, paths: ZkPaths) -> None:
+        super().__init__(zk, paths)
+        self._beats: dict[tuple[str, Any], dict[str, Heartbeat]] = {}
+        self._moves: dict[str, list[MigrationRecord]] = {}
+
+    def heartbeats(self, name: str, submission: Any = CURRENT) -> dict[str, Heartbeat]:
+        key = (name, "current" if submission is CURRENT else submission)
+        if key not in self._beats:
+            self._beats[key] = super().heartbeats(name, submission)
+        return self._beats[key]
+
+    def migrations(self, name: str) -> list[MigrationRecord]:
+        if name not in self._moves:
+            self._moves[name] = super().migrations(name)
+        return self._moves[name]
+
+
 class ClusterSource:
     """The UI's connection to one cluster (see the module docstring).
 
@@ -147,7 +171,9 @@ class ClusterSource:
     def client(self) -> ClusterClient:
         """A :class:`~nstorm.client.ClusterClient` reading through a fresh :class:`Snapshot`."""
         self.check()
-        return ClusterClient.over(Snapshot(self.zk), self.paths.root)
+        client = ClusterClient.over(Snapshot(self.zk), self.paths.root)
+        client.cluster = SnapshotState(client.zk, client.paths)
+        return client
 
     def cached(self, key: Any, build: Callable[[], T], ttl: float = TTL_SECS) -> T:
         """``build()``'s result, shared by every request for ``key`` within ``ttl`` seconds; one
