@@ -84,7 +84,7 @@
     }
     const columns = [];
     for (const n of nodes) (columns[level.get(n.id)] ||= []).push(n);
-    const W = 160, H = 54, GX = 90, GY = 26, PAD = 10;
+    const W = 160, H = 54, GX = 130, GY = 26, PAD = 10;
     const pos = new Map();
     const height = Math.max(...columns.map((c) => c.length)) * (H + GY);
     columns.forEach((col, i) => {
@@ -109,7 +109,9 @@
       if (r === undefined && outgoing.get(e.from) === 1 && rows.get(e.from)) r = rows.get(e.from).emittedRate;
       out.append(svg("g", { class: "edge", "data-edge": e.from + ">" + e.to },
         svg("path", { d: `M ${x1} ${y1} C ${mx} ${y1}, ${mx} ${y2}, ${x2 - 2} ${y2}`, "marker-end": "url(#arrow)" }),
-        svg("text", { x: mx, y: (y1 + y2) / 2 - 6, "text-anchor": "middle" }, `${rate(r)} · ${e.grouping}`)));
+        svg("text", { x: mx, y: (y1 + y2) / 2 - 6, "text-anchor": "middle", "font-weight": 600 }, rate(r)),
+        svg("text", { x: mx, y: (y1 + y2) / 2 + 14, "text-anchor": "middle", fill: "#667085" },
+          e.grouping + (e.stream !== "default" ? ` (${e.stream})` : ""))));
     }
     for (const n of nodes) {
       const p = pos.get(n.id), row = rows.get(n.id) || {};
@@ -393,13 +395,30 @@
       .sort((a, b) => (a.node !== b.node ? (a.node < b.node ? -1 : 1) : a.worker !== b.worker ? (a.worker < b.worker ? -1 : 1) : byExecutor(a.id, b.id)));
     const index = new Map(order.map((e, i) => [e.id, i]));
     const n = Math.max(1, order.length);
-    const cell = Math.max(1, Math.floor(600 / n));
-    const size = cell * n;
+    const cell = Math.max(1, Math.min(24, Math.floor(600 / n)));
+    const m = cell >= 10 ? 80 : 0; // room for the executors' names when the cells are big enough
+    const size = m + cell * n;
     canvas.width = canvas.height = size;
     canvas.style.width = canvas.style.height = Math.min(Math.max(size, 240), 720) + "px";
     const ctx = canvas.getContext("2d");
     ctx.fillStyle = "#fff";
     ctx.fillRect(0, 0, size, size);
+    if (m) {
+      ctx.fillStyle = "#344054";
+      ctx.font = `${Math.min(11, cell - 2)}px system-ui, sans-serif`;
+      ctx.textBaseline = "middle";
+      order.forEach((e, i) => {
+        ctx.textAlign = "right";
+        ctx.fillText(e.id, m - 4, m + i * cell + cell / 2);
+        ctx.save();
+        ctx.translate(m + i * cell + cell / 2, m - 4);
+        ctx.rotate(-Math.PI / 2);
+        ctx.textAlign = "left";
+        ctx.fillText(e.id, 0, 0);
+        ctx.restore();
+      });
+    }
+    ctx.translate(m, m);
     let max = 0;
     for (const e of t.edges) max = Math.max(max, e.tuples);
     const logMax = Math.log10(max + 1) || 1;
@@ -413,7 +432,7 @@
       cells.set(i * n + j, e);
     }
     ctx.strokeStyle = "#d93f3f";
-    ctx.lineWidth = Math.max(1, cell / 4);
+    ctx.lineWidth = Math.max(1, Math.min(2, cell / 4));
     let start = 0;
     for (let k = 1; k <= order.length; k++) {
       if (k === order.length || order[k].node !== order[start].node) {
@@ -421,7 +440,7 @@
         start = k;
       }
     }
-    state.heat = { order, cells, cell, n };
+    state.heat = { order, cells, cell, n, m };
     tip.textContent = `${num(t.total_tuples)} tuples in ${t.window_secs} s · inter-node ratio ${(100 * t.inter_node_ratio).toFixed(1)}%`;
   }
 
@@ -432,7 +451,8 @@
       if (!h) return;
       const r = canvas.getBoundingClientRect();
       const scale = canvas.width / r.width;
-      const j = Math.floor((ev.clientX - r.left) * scale / h.cell), i = Math.floor((ev.clientY - r.top) * scale / h.cell);
+      const j = Math.floor(((ev.clientX - r.left) * scale - h.m) / h.cell);
+      const i = Math.floor(((ev.clientY - r.top) * scale - h.m) / h.cell);
       if (i < 0 || j < 0 || i >= h.n || j >= h.n || !h.order[i] || !h.order[j]) return;
       const e = h.cells.get(i * h.n + j);
       document.getElementById("traffic-tip").textContent = `${h.order[i].id} (${h.order[i].worker}) → ${h.order[j].id} (${h.order[j].worker}): ` +
