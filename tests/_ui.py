@@ -72,7 +72,8 @@ class UiProcess:
     """``python -m ui`` on a free port against ``zk_address``/``root``."""
 
     def __init__(self, zk_address: str, root: str, auth: str | None = None, conf: list[str] | None = None,
-                 zk_auth: str | None = None) -> None:
+                 zk_auth: str | None = None, connected: bool = True) -> None:
+        """Start it and wait until it answers (and, with ``connected``, until it reached ZooKeeper)."""
         from nstorm.net import free_port
 
         self.port = free_port("127.0.0.1")
@@ -92,8 +93,9 @@ class UiProcess:
         self.out = open(home / "logs" / f"ui-{self.port}.out", "ab")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(args, stdout=self.out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
         self.http = Http(self.url, tuple(auth.split(":", 1)) if auth else None)  # type: ignore[arg-type]
+        self.connected = connected
         try:
-            wait_until(self._answers, 30, what=f"the UI on {self.url}")
+            wait_until(self._answers, 30, what=f"the UI on {self.url}" + (" connected to ZooKeeper" if connected else ""))
         except BaseException:
             self.stop()
             raise
@@ -102,9 +104,10 @@ class UiProcess:
         if self.proc.poll() is not None:
             raise AssertionError(f"the UI exited with {self.proc.returncode}")
         try:
-            return self.http.get("/healthz").status == 200
+            reply = self.http.get("/healthz")
         except OSError:
             return False
+        return reply.status == 200 and (not self.connected or reply.json["zookeeper"] == "connected")
 
     def stop(self) -> None:
         if self.proc.poll() is None:

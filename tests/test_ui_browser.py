@@ -127,7 +127,7 @@ def test_cluster_page_lists_supervisors_and_topologies(browser: Any, ui: UiProce
 def test_an_unreachable_cluster_says_so(browser: Any) -> None:
     from nstorm.net import free_port
 
-    lonely = UiProcess(f"127.0.0.1:{free_port('127.0.0.1')}", "/nowhere")  # nothing listens there
+    lonely = UiProcess(f"127.0.0.1:{free_port('127.0.0.1')}", "/nowhere", connected=False)  # nothing listens there
     page = browser.new_page()
     try:
         page.goto(lonely.url + "topology/anything")
