@@ -71,6 +71,17 @@ class ClusterClient:
             self.close()
             raise
 
+    @classmethod
+    def over(cls, zk: Any, root: str = "/nstorm") -> ClusterClient:
+        """A client over a connection the caller owns (the UI's, which reconnects by itself and
+        may be down for a while): it neither connects nor checks the tree; don't :meth:`close` it."""
+        client = cls.__new__(cls)
+        client.address = ""
+        client.paths = ZkPaths(root)
+        client.zk = zk
+        client.cluster = ClusterState(zk, client.paths)
+        return client
+
     def close(self) -> None:
         self.zk.stop()
         self.zk.close()
@@ -375,10 +386,19 @@ class ClusterClient:
                    "failed": 0, "queue": 0, "errors": 0, "last_error": None}
             recent = []  # each executor's latency over its last samples
             windows: list[dict[str, Any]] = []  # a windowed bolt's executors' windows
+            capacity: list[float] = []
+            user: dict[str, Any] = {"counters": {}, "gauges": {}}
             for eid in eids:
                 c = counters.get(eid, {})
                 for key in ("emitted", "batches", "executed", "acked", "failed", "queue", "errors"):
                     agg[key] += int(c.get(key) or 0)
+                if c.get("capacity") is not None:
+                    capacity.append(float(c["capacity"]))
+                metrics = c.get("metrics") or {}
+                for mname, value in (metrics.get("counters") or {}).items():
+                    user["counters"][mname] = user["counters"].get(mname, 0) + value
+                for mname, value in (metrics.get("gauges") or {}).items():
+                    user["gauges"].setdefault(mname, {})[eid] = value
                 lat = c.get("latency_ms" if comp["kind"] == "spout" else "arrival_ms")
                 if lat:
                     recent.append(lat)
@@ -391,6 +411,10 @@ class ClusterClient:
                     spouts["acked"] += int(c.get("acked") or 0)
                     spouts["failed"] += int(c.get("failed") or 0)
                     spouts["replayed"] += int(c.get("replayed") or 0)
+            if capacity:  # Storm's: the busiest executor's share of the last worker.stats.window.secs
+                agg["capacity"] = max(capacity)
+            if user["counters"] or user["gauges"]:
+                agg["metrics"] = user
             if recent:  # spouts: complete latency; bolts: from the spout's emit to processing here
                 agg["latency_ms"] = {"p50": statistics.median(x["p50"] for x in recent),
                                      "p99": max(x["p99"] for x in recent),

@@ -21,6 +21,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from nstorm.usermetrics import Counter, UserMetrics
+
 __all__ = ["Batch", "Bolt", "Component", "Context", "Spout", "TICK_STREAM", "Tuple", "TupleMeta"]
 
 TICK_STREAM = "__tick"
@@ -229,6 +231,7 @@ class Context:
     :ivar topology: the topology's name.
     :ivar worker_id: ``"node:port"`` of the hosting worker.
     :ivar parallelism: executors per component name, now (a live rescale updates it).
+    :ivar metrics: this executor's user metrics (see :meth:`register_counter`, :meth:`register_gauge`).
     """
 
     component: str
@@ -244,6 +247,20 @@ class Context:
         tuples of that key, and its ``keyed_state`` keeps them. A partitioned spout emits only for
         the partitions it owns (during a live rescale, a group on its way here is not owned yet)."""
         return self.owner(key) if self.owner is not None else True
+    metrics: UserMetrics = field(default_factory=UserMetrics, repr=False, compare=False)
+
+    def register_counter(self, name: str) -> Counter:
+        """A counter reported with this executor (Storm's ``registerCounter``): ``.inc(n=1)``.
+
+        Its value reaches ``nstorm status --json`` and the UI's ``/metrics``; it moves with the
+        executor in a live migration.
+        """
+        return self.metrics.register_counter(name)
+
+    def register_gauge(self, name: str, fn: Callable[[], Any]) -> None:
+        """A gauge (Storm's ``registerGauge``): ``fn()`` is read at each report, from the worker's
+        heartbeat thread, so it should only read (``lambda: len(self.cache)``)."""
+        self.metrics.register_gauge(name, fn)
 
 
 class Component:

@@ -63,6 +63,7 @@ DEFAULTS: dict[str, Any] = {
     "worker.gil.switch.interval.ms": 5.0,  # sys.setswitchinterval of workers
     "worker.gc.threshold": 20000,  # gen-0 threshold of the cyclic GC in workers (0: Python's 700)
     "worker.metrics.interval.secs": 1.0,  # load collection period (0 turns it off)
+    "worker.stats.window.secs": 10,  # heartbeats' per-executor rates, capacity and execute latency cover this
     "nstorm.metrics.dir": None,  # None = $NSTORM_HOME/metrics
     "nimbus.supervisor.timeout.secs": 10,
     "nimbus.monitor.interval.secs": 1.0,
@@ -80,6 +81,11 @@ DEFAULTS: dict[str, Any] = {
     "otd.autoscale.cooldown.secs": 30,  # idle this long before a scale-in, and from any step to a scale-in
     "otd.spark.eager": False,  # start Nimbus's SparkSession when it leads, not at the first OTD topology
     "otd.spark.master": "local[2]",
+    "otd.history.size": 200,  # OTD rounds Nimbus keeps per topology (the UI's timeline, /otd)
+    # the UI daemon (nstorm ui; README "Web UI and REST API")
+    "nstorm.ui.host": "127.0.0.1",
+    "nstorm.ui.port": 8080,  # nstorm local / cluster up take a free port when it is taken
+    "nstorm.ui.auth": None,  # "user:password": HTTP basic auth on every endpoint; env NSTORM_UI_AUTH
 }
 
 # The environment variable a supervisor that caps its workers' CPU sets for each worker: the cores
@@ -87,7 +93,7 @@ DEFAULTS: dict[str, Any] = {
 ENV_CPU_LIMIT = "NSTORM_WORKER_CPU_LIMIT"
 
 # Cluster settings: each daemon acts on its own (-c options, environment), never on a topology's conf.
-SECURITY_KEYS = ("nstorm.zookeeper.auth", "nstorm.transport.curve", "nstorm.transport.curve.keys.dir")
+SECURITY_KEYS = ("nstorm.zookeeper.auth", "nstorm.transport.curve", "nstorm.transport.curve.keys.dir", "nstorm.ui.auth")
 
 
 def security_conf(conf: Mapping[str, Any]) -> dict[str, Any]:
@@ -101,10 +107,12 @@ def check_security_conf(conf: Mapping[str, Any]) -> None:
     :raises ConfigError: naming the bad value or key file.
     """
     from nstorm.curvekeys import checked_keys_dir  # imports zmq: only when asked
+    from nstorm.uiauth import resolve_ui_auth
     from nstorm.zkauth import ZkCredentials
 
     ZkCredentials.resolve(conf)
     checked_keys_dir(conf)
+    resolve_ui_auth(conf)
 
 
 def _parse_value(text: str) -> Any:

@@ -33,6 +33,7 @@ from nstorm.home import metrics_dir
 from nstorm.records import Heartbeat, TopologyStatus
 from nstorm.topology import is_acker
 from nstorm.zkschema import ZkPaths, encode
+from scheduler_otd.history import record_round
 from scheduler_otd.otd import ScaleStep, WorkerLoad, autoscale, otd_round
 from scheduler_otd.traffic import aggregate_records, read_window, window_files
 
@@ -182,6 +183,7 @@ class OtdRunner:
             self.zk.set(path, data)
         else:
             self.zk.create(path, data, makepath=True)
+        record_round(self.zk, self.paths, name, record, int(conf.get("otd.history.size") or 200))
         return record
 
 

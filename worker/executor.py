@@ -21,6 +21,7 @@ import logging
 import queue
 import threading
 import time
+import traceback
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
@@ -38,6 +39,7 @@ from worker.rescale import KeyGroupShift
 __all__ = ["Executor", "ExecutorState", "UserExecutor"]
 
 log = logging.getLogger(__name__)
+_TRACE_CHARS = 4000  # of a stack trace in a heartbeat: its end, where the error is
 
 
 class ExecutorState(enum.Enum):
@@ -68,6 +70,8 @@ class Executor:
         self.failed = 0
         self.errors = 0
         self.last_error: str | None = None
+        self.last_error_at: float | None = None  # wall clock of the last error
+        self.last_trace: str | None = None  # its stack trace (the UI shows it), cut to _TRACE_CHARS
         self.bad_batches = 0  # data batches from the network that did not decode
         self.state = ExecutorState.NEW
         self.started_at = time.time()  # wall clock (stall detection: no ack since at most this)
@@ -149,6 +153,8 @@ class Executor:
     def record_error(self, where: str, exc: BaseException) -> None:
         self.errors += 1
         self.last_error = f"{where}: {type(exc).__name__}: {exc}"
+        self.last_error_at = time.time()
+        self.last_trace = "".join(traceback.format_exception(exc))[-_TRACE_CHARS:]
         log.exception("executor %s: error in %s", self.executor_id, where)
 
     @property
@@ -169,6 +175,7 @@ class Executor:
             "queue": self.data_q.qsize(),
             "errors": self.errors,
             "last_error": self.last_error,
+            **({"last_error_at": self.last_error_at, "last_error_trace": self.last_trace} if self.last_trace else {}),
         }
 
 
@@ -508,7 +515,8 @@ class UserExecutor(Executor):
             payload, error = wire.pack({}), f"state of {self.executor_id} is not msgpack data: {exc}"
             self.record_error("hand_over", exc)
         counters = {"executed": self.executed, "emitted": self.outbox.emitted, "acked": self.acked,
-                    "failed": self.failed, "errors": self.errors}
+                    "failed": self.failed, "errors": self.errors,
+                    "user": self.context.metrics.counter_values()}
         keyed = getattr(self.instance, "keyed_state", None) or {}
         try:
             keyed_payload = wire.pack([[k, v] for k, v in keyed.items()])
@@ -552,6 +560,8 @@ class UserExecutor(Executor):
         self.acked += int(carried.get("acked", 0))
         self.failed += int(carried.get("failed", 0))
         self.errors += int(carried.get("errors", 0))
+        if isinstance(carried.get("user"), Mapping):
+            self.context.metrics.carry(carried["user"])
 
     def restore_extra(self, entry: Mapping[str, Any]) -> None:
         pass
@@ -572,6 +582,8 @@ class UserExecutor(Executor):
             data["undelivered"] = outbox.courier.undelivered
         if self.handover.awaiting:
             data["awaiting_state"] = True
+        if self.context.metrics:
+            data["metrics"] = self.context.metrics.snapshot()
         cp = self.checkpoint
         if cp.written or cp.last_error:
             data["checkpoint"] = {"last": cp.last, "written": cp.written, "bytes": cp.last_bytes,

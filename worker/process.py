@@ -50,6 +50,7 @@ from worker.migration import MigrationDesk
 from worker.recovery import WorkerCheckpoints
 from worker.routing import RoutingTable
 from worker.spout import SpoutExecutor
+from worker.stats import StatsWindow
 from worker.transport import WORKER_TASK, Transport
 from worker.windowed import WindowedBoltExecutor
 
@@ -113,6 +114,7 @@ class Worker:
         self.ordered = 0  # the last checkpoint passed on to the spouts
         self.committed = 0  # the last commit passed on to the executors
         self.applied_once = False
+        self.stats: StatsWindow | None = None  # rates, capacity, execute latency in heartbeats
 
     @property
     def throttled(self) -> bool:
@@ -446,6 +448,9 @@ class Worker:
             for eid, cpu in self.metrics.executor_cpu.items():
                 if eid in executors:
                     executors[eid]["cpu"] = round(cpu, 4)  # cores, over the last metrics interval
+        if self.stats is None:
+            self.stats = StatsWindow(float(self.conf.get("worker.stats.window.secs") or 10.0))
+        self.stats.apply(time.monotonic(), executors)
         load = self.metrics.last_load if self.metrics else {"cpu": 0.0, "queue": 0}
         return Heartbeat(
             worker_id=self.worker_id, submission=self.submission, pid=os.getpid(), time=time.time(),

@@ -66,6 +66,7 @@ class _Rates:
     def __init__(self) -> None:
         self.last: dict[str, tuple[float, int, int]] = {}
         self.moves: list[str] = []
+        self.ui_line = ""  # where the UI is: shown while the demo runs
 
     def table(self, status: dict[str, Any], elapsed: float) -> Table:
         now = time.monotonic()
@@ -93,7 +94,9 @@ class _Rates:
         workers = "workers: " + ", ".join(f"{w['id']} (pid {w['pid']})" for w in status["workers"])
         windows = [Text(f"{name} windows: {describe_windows(c['window'])}")
                    for name, c in status["components"].items() if c.get("window")]
-        return Group(self.table(status, elapsed), Text(workers), *windows, *(Text(line) for line in self.moves[-6:]))
+        lines = [Text(self.ui_line)] if self.ui_line else []
+        return Group(self.table(status, elapsed), Text(workers), *windows, *lines,
+                     *(Text(line) for line in self.moves[-6:]))
 
 
 def _raise_interrupt(*_: Any) -> None:
@@ -112,6 +115,9 @@ def register(app: typer.Typer) -> None:
         migrate_every: Annotated[
             float, typer.Option(help="move a random executor live (thread mode) every S seconds; 0: never")
         ] = 10.0,
+        ui_port: Annotated[
+            int, typer.Option(min=0, max=65535, help="the web UI's port (a free one if taken; 0: no UI)")
+        ] = 8080,
     ) -> None:
         """Run a topology on an embedded cluster (ZooKeeper, Nimbus, supervisors), print progress, tear down."""
         from nstorm.client import ClusterClient
@@ -125,7 +131,7 @@ def register(app: typer.Typer) -> None:
         workers = int(overrides.get("topology.workers", topology.workers))
         slots = slots or max(1, -(-workers // supervisors))
         # ZooKeeper ACLs and CurveZMQ are the daemons' settings (checked here: exit 2 on bad keys)
-        cluster = LocalCluster(supervisors=supervisors, slots=slots, conf=security_conf(overrides))
+        cluster = LocalCluster(supervisors=supervisors, slots=slots, conf=security_conf(overrides), ui_port=ui_port)
         signal.signal(signal.SIGTERM, _raise_interrupt)
         started = time.monotonic()
         name = topology.name
@@ -134,12 +140,18 @@ def register(app: typer.Typer) -> None:
                 cluster.start()
             err_console.print(f"cluster up in {time.monotonic() - started:.1f}s: ZooKeeper {cluster.address}, "
                               f"{supervisors} supervisor(s) x {slots} slots")
+            ui_line = ""
+            if cluster.ui_url:
+                taken = f" (port {ui_port} is taken)" if cluster.ui_port_taken else ""
+                ui_line = f"UI: {cluster.ui_url}topology/{name}{taken}"
+                err_console.print(ui_line, highlight=False, soft_wrap=True)
             with ClusterClient(cluster.address, auth=overrides.get(AUTH_KEY)) as client:
                 info = client.submit(file, conf=overrides)
                 name = info["name"]
                 with err_console.status(f"starting {info['executors']} executors on {info['workers']} workers..."):
                     client.wait_running(name, timeout=60)
                 rates = _Rates()
+                rates.ui_line = ui_line
                 mover = _Mover(client, name, migrate_every)
                 rates.moves = mover.lines
                 t0 = time.monotonic()

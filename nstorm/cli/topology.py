@@ -98,6 +98,7 @@ def register(app: typer.Typer) -> None:
                 f"  {cname} x{c['parallelism']}: emitted={c['emitted']} executed={c['executed']} "
                 f"acked={c['acked']} failed={c['failed']}"
                 + (f" {lat['kind']} latency p50={lat['p50']:.1f}ms p99={lat['p99']:.1f}ms" if lat else "")
+                + (f" capacity={c['capacity']:.3f}" if c.get("capacity") is not None else "")
                 + (f" last_error={c['last_error']}" if c["last_error"] else "")
             )
         for cname, c in info["components"].items():
