@@ -552,6 +552,8 @@ class BoltExecutor(UserExecutor):
                 self.shift_step()
             if self.retired:
                 break
+            if self.routing is not None and self.routing.rescales:
+                self.rescale_tick()
             if courier.backlog and not courier.drain():
                 # A peer takes nothing now (dead, restarting, cut off): new input would only pile
                 # up behind it, so take none until it does (or its messages are dropped).
@@ -621,6 +623,8 @@ class BoltExecutor(UserExecutor):
                 self.committed(int(entries))
             elif kind == wire.GROUPS:
                 self.on_groups(_src, entries)
+            elif kind == wire.SHIFT_READY:
+                self.on_shift_ready(_src, int(entries))
             elif not self.handover.on_control(kind, entries):
                 log.warning("executor %s: unexpected control message %d ignored", self.executor_id, kind)
 

@@ -32,7 +32,7 @@ from worker import wire
 from worker.checkpoint import Snapshotter
 from worker.delivery import Courier, Inbox
 from worker.host import Host
-from worker.migration import Handover
+from worker.migration import READY_RESEND_SECS, Handover
 from worker.outbox import Outbox
 from worker.rescale import KeyGroupShift
 
@@ -214,6 +214,7 @@ class UserExecutor(Executor):
         self.shift_held: list[tuple[int, Any]] = []  # (src, batch) of key groups on their way here
         self.retired = False  # a retiring executor gave everything away: its loop ends
         self.settled = False  # the open steps were settled by a restore (settle_shifts)
+        self.ready_sent_at = float("-inf")  # when this executor last said READY (rescale_tick)
         self.context = replace(self.context, owner=self.owns)
 
     @property
@@ -353,10 +354,35 @@ class UserExecutor(Executor):
         log.info("executor %s: rescale v%d of %s: gives %d key groups, takes %d%s", self.executor_id, step.version,
                  self.component, len(shift.lost), len(shift.gained), " (retiring)" if shift.retiring else "")
         self.shift_started()
+        self.rescale_tick()  # READY at once: the upstream executors switch when all have said it
         early, self.early_groups = self.early_groups, []
         for src, entries in early:
             self.on_groups(src, entries)
         self.shift_step()
+
+    def rescale_tick(self) -> None:
+        """Once per loop while the routing table has a rescale step: tell the upstream executors,
+        every half second, that this executor of the new layout holds what it takes (READY: they
+        switch once all have said it; new incarnations of them hear it too); switch this
+        executor's own held outputs that ran out of patience."""
+        now = time.monotonic()
+        outbox = self.outbox
+        if outbox.shifts.held and outbox.switch_due():
+            self.bind_emit()  # the component's emit is the newly compiled one
+        routing = self.routing
+        step = routing.rescales.get(self.component) if routing is not None else None
+        if step is None or step.version > self.shift_version or self.task not in step.new:
+            return
+        if now - self.ready_sent_at < READY_RESEND_SECS:
+            return
+        self.ready_sent_at = now
+        for up in sorted(self.upstream_tasks()):
+            self.courier.control(up, routing.location[up], wire.SHIFT_READY, step.version)  # type: ignore[union-attr]
+
+    def on_shift_ready(self, src: int, version: int) -> None:
+        """A downstream executor of a rescaled component holds its key groups (SHIFT_READY)."""
+        if self.outbox.shift_ready(src, version):
+            self.bind_emit()
 
     def shift_started(self) -> None:
         """What this kind does when a step starts (a bolt stops aligning and starts holding)."""

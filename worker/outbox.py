@@ -45,7 +45,7 @@ from worker.emitters import (
 )
 from worker.host import Host
 from worker.migration import mark_moves
-from worker.rescale import mark_shifts
+from worker.rescale import UpstreamShifts
 from worker.routing import RoutingTable
 from worker.runs import (
     K_ALL,
@@ -112,7 +112,7 @@ class Outbox:
         self.downstream: list[int] = []  # every task of every subscribing component (barriers go to all)
         self.subscribers = sorted(name for name, comp in definition["components"].items()
                                   if any(i["component"] == component for i in comp["inputs"]))
-        self.shift_seen: dict[str, int] = {}  # subscriber -> the newest rescale step marked (worker.rescale)
+        self.shifts = UpstreamShifts(self.subscribers, float(host.conf.get("worker.state.wait.ms") or 10000) / 1000.0)
 
     # -- routing ------------------------------------------------------------------------
     def rebuild(self, routing: RoutingTable) -> None:
@@ -125,11 +125,31 @@ class Outbox:
         """
         mark_moves(self.routing, routing, self.buffers, self.flush_buffer, self.courier)
         if routing.rescales:
-            mark_shifts(self.routing, routing, self.subscribers, self.shift_seen, self.buffers, self.flush_buffer,
-                        self.courier)
+            self.shifts.note(routing, self.clock())
         self.routing = routing
         self.downstream = sorted({t for name in self.subscribers for t in routing.component_tasks.get(name, ())})
         self.courier.routing = routing
+        self._compile(routing)
+
+    def shift_ready(self, src: int, version: int) -> bool:
+        """An executor of a rescaled component holds its key groups (SHIFT_READY); True if the
+        emits were compiled anew (the executor binds them again)."""
+        self.shifts.ready(src, version)
+        return self.switch_due()
+
+    def switch_due(self) -> bool:
+        """Route the held components that may switch by their new layout (worker.rescale); True if
+        the emits were compiled anew (the executor binds them again)."""
+        due = self.shifts.due(self.clock())
+        if not due or self.routing is None:
+            return False
+        for component in due:
+            self.shifts.switch(component, self.routing, self.buffers, self.flush_buffer, self.courier)
+        self._compile(self.routing)
+        return True
+
+    def _compile(self, routing: RoutingTable) -> None:
+        """The groupings and compiled emits for ``routing`` (a held rescale keeps its old layout)."""
         targets: dict[str, list[Target]] = {s: [] for s in self.streams}
         direct: dict[str, list[tuple[str, list[Buffer]]]] = {s: [] for s in self.streams}
         me = self.host.worker_id
@@ -137,7 +157,7 @@ class Outbox:
             for inp in comp["inputs"]:
                 if inp["component"] != self.component:
                     continue
-                tasks = list(routing.component_tasks.get(name, ()))
+                tasks = list(self.shifts.layout(name) or routing.component_tasks.get(name, ()))
                 grouping = inp["grouping"]
                 stream = inp["stream"]
                 if grouping == LOCAL_OR_SHUFFLE:

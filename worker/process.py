@@ -61,6 +61,12 @@ log = logging.getLogger(__name__)
 _UNKNOWN_TASK_PATIENCE_SECS = 30.0  # frames for a task id no plan here has named yet wait this long
 
 
+def _carries_tuples(item: Any) -> bool:
+    """A stashed data item with tuples in it (not a marker, a barrier or a rescale's marker)."""
+    payload = item[1]
+    return payload is not None and type(payload) is not int and type(payload) is not wire.ShiftMark
+
+
 class Worker:
     """One worker process, and the :class:`~worker.host.Host` of its parts. See the module docstring."""
 
@@ -384,7 +390,7 @@ class Worker:
         wid = routing.location[dst] if routing is not None else ""
         if not wid or wid == self.worker_id:
             log.warning("a frame for task %d dropped: it has no place", dst)
-            if self.checkpoints is not None and channel == DATA:
+            if self.checkpoints is not None and channel == DATA and _carries_tuples(item):
                 self.checkpoints.request_rollback(f"a frame for task {dst} had no place")
             return
         self.courier.routing = routing
@@ -408,7 +414,7 @@ class Worker:
             self.forwarded += 1
             return
         self.forward_dropped += 1  # its new place takes nothing now (dead?): the acker replays it
-        if self.checkpoints is not None and channel == DATA:
+        if self.checkpoints is not None and channel == DATA and _carries_tuples(item):
             self.checkpoints.request_rollback(f"a frame for task {dst} could not be forwarded")
         if self.forward_dropped <= 10 or self.forward_dropped % 1000 == 0:
             log.warning("a frame for task %d not forwarded: %s takes nothing now; %d so far", dst, wid,

@@ -5,7 +5,9 @@ key group ``g`` goes from ``old[g % len(old)]`` to ``new[g % len(new)]``. Every 
 component, old or new, derives from the step what it gives and what it takes
 (:class:`KeyGroupShift`); nobody else coordinates it. Each upstream executor, when it switches
 to the new routing table, sends every old executor of the component a marker (SHIFT_MARK) behind
-what it sent under the old layout (:func:`mark_shifts`, per-sender FIFO as a move's markers).
+what it sent under the old layout (:class:`UpstreamShifts`, per-sender FIFO as a move's markers),
+but only once every executor of the new layout has said (READY) that it holds the key groups it
+takes: a new owner never sees a tuple of a group before it knows the group is coming.
 
 The states of one executor's shift (one transition method, :meth:`KeyGroupShift._set`)::
 
@@ -41,7 +43,7 @@ from typing import Any
 from nstorm.state.keyed import key_group
 from worker.routing import RescaleStep, RoutingTable
 
-__all__ = ["KeyGroupShift", "ShiftState", "mark_shifts", "split_batch"]
+__all__ = ["KeyGroupShift", "ShiftState", "UpstreamShifts", "split_batch"]
 
 log = logging.getLogger(__name__)
 
@@ -114,24 +116,68 @@ def split_batch(values: Sequence[Any], runs: Any, streams: Mapping[int, str] | N
     return kept, held
 
 
-def mark_shifts(old: RoutingTable | None, new: RoutingTable, subscribed: Iterable[str], seen: dict[str, int],
-                buffers: Mapping[int, Any], flush: Callable[[Any], None], courier: Any) -> None:
-    """An upstream executor's side of a rescale, when its routing table changes: for every
-    component it sends to (``subscribed``) with a step it has not marked yet (``seen``:
-    component -> version), what it buffered for the old executors leaves first, then a
-    SHIFT_MARK to each of them on the same pipe. A new copy of an upstream executor marks the
-    open steps too: an old executor cannot tell it from the incarnation that sent under the old
-    layout, and a second marker from one sender is harmless."""
-    for component in subscribed:
-        step = new.rescales.get(component)
-        if step is None or seen.get(component, 0) >= step.version:
-            continue
-        seen[component] = step.version
+class UpstreamShifts:
+    """An upstream executor's side of rescales: keep routing a rescaled component by its old layout
+    until every executor of the new layout has said it holds the key groups it takes (READY, sent
+    when its own part of the step starts), then switch: what it buffered for the old executors
+    leaves first, then a SHIFT_MARK to each of them on the same pipe, and the groupings are
+    compiled for the new layout. Switching before a new owner knows the step would let it process
+    a tuple of a group whose state is still on its way, which the state would then overwrite.
+
+    A new copy of an upstream executor marks the open steps too: an old executor cannot tell it
+    from the incarnation that sent under the old layout, and a second marker is harmless. If a
+    READY does not come within ``patience`` seconds (its worker is gone), it switches anyway.
+    """
+
+    def __init__(self, subscribers: Iterable[str], patience: float) -> None:
+        self.subscribers = list(subscribers)
+        self.patience = patience
+        self.seen: dict[str, int] = {}  # component -> the newest step switched to
+        self.held: dict[str, tuple[RescaleStep, set[int], float]] = {}  # component -> step, READY from, since
+        self.early: dict[int, set[int]] = {}  # version -> READY that came before the step did
+
+    def note(self, routing: RoutingTable, now: float) -> None:
+        """A routing table: hold the components with a step not switched to yet."""
+        for component in self.subscribers:
+            step = routing.rescales.get(component)
+            if step is None or self.seen.get(component, 0) >= step.version or component in self.held:
+                continue
+            self.held[component] = (step, self.early.pop(step.version, set()), now)
+
+    def layout(self, component: str) -> tuple[int, ...] | None:
+        """The tasks to route ``component`` to while its step is held (None: the routing table's)."""
+        held = self.held.get(component)
+        return held[0].old if held is not None else None
+
+    def ready(self, src: int, version: int) -> None:
+        for step, readies, _since in self.held.values():
+            if step.version == version:
+                readies.add(src)
+                return
+        if version > max(self.seen.values(), default=0):
+            self.early.setdefault(version, set()).add(src)
+
+    def due(self, now: float) -> list[str]:
+        """The held components that may switch now (every READY in, or out of patience)."""
+        out = []
+        for component, (step, readies, since) in self.held.items():
+            if set(step.new) <= readies:
+                out.append(component)
+            elif now - since > self.patience:
+                log.warning("rescale v%d of %s: no READY from %s after %.1fs: switching anyway", step.version,
+                            component, sorted(set(step.new) - readies), now - since)
+                out.append(component)
+        return out
+
+    def switch(self, component: str, routing: RoutingTable, buffers: Mapping[int, Any],
+               flush: Callable[[Any], None], courier: Any) -> None:
+        step = self.held.pop(component)[0]
+        self.seen[component] = step.version
         for dst in step.old:
             buf = buffers.get(dst)
             if buf:
                 flush(buf)
-            wid = new.location[dst] or (old.location[dst] if old is not None else "")
+            wid = routing.location[dst]
             if wid:
                 courier.shift_mark(dst, wid, step.version)
 

@@ -174,7 +174,7 @@ class SpoutExecutor(UserExecutor):
                 kind, _src, entries = get()
             except queue.Empty:
                 break
-            self._control(kind, entries)
+            self._control(kind, entries, _src)
         if self.immediate_acks:
             spout: Spout = self.instance
             ids, self.immediate_acks = self.immediate_acks, []
@@ -194,15 +194,15 @@ class SpoutExecutor(UserExecutor):
                 for old in sorted(buckets)[:-20]:
                     del buckets[old]
 
-    def _control(self, kind: int, entries: Any) -> None:
+    def _control(self, kind: int, entries: Any, src: int = -1) -> None:
         if kind in _HELD_WHILE_AWAITING and self.handover.awaiting:
             # Acks for tuples the old copy emitted: their msg ids come with the state; a
             # checkpoint is taken of the state that comes.
             self.held_control.append((kind, entries))
             return
-        self._apply_control(kind, entries)
+        self._apply_control(kind, entries, src)
 
-    def _apply_control(self, kind: int, entries: Any) -> None:
+    def _apply_control(self, kind: int, entries: Any, src: int = -1) -> None:
         spout: Spout = self.instance
         if kind == wire.ACKED:
             before = self.acked
@@ -225,6 +225,8 @@ class SpoutExecutor(UserExecutor):
             self.committed(int(entries))
         elif kind == wire.GROUPS:
             self.on_groups(-1, entries)
+        elif kind == wire.SHIFT_READY:
+            self.on_shift_ready(src, int(entries))
         elif not self.handover.on_control(kind, entries):
             log.warning("executor %s: unexpected control message %d ignored", self.executor_id, kind)
 
@@ -336,6 +338,8 @@ class SpoutExecutor(UserExecutor):
                 self.shift_step()
                 if self.retired:
                     break
+            if self.routing is not None and self.routing.rescales:
+                self.rescale_tick()
             active = self.host.active
             if active != self.active:
                 self.active = active

@@ -62,6 +62,7 @@ __all__ = [
     "COMMITTED",
     "GROUPS",
     "SHIFT_MARK",
+    "SHIFT_READY",
     "ShiftMark",
     "barrier_header",
     "control_message",
@@ -89,6 +90,7 @@ CHECKPOINT = 12  # entries: cid                           worker -> its spout ex
 COMMITTED = 13  # entries: cid                            worker -> its user executors: "cid is committed"
 SHIFT_MARK = 14  # data-channel header kind: src routes a rescaled component by its new layout (worker.rescale)
 GROUPS = 15  # entries: {"version", "groups", "entries"}  old owner -> new owner: key groups handed over
+SHIFT_READY = 16  # entries: version                     new layout's executor -> upstream: "I hold; switch"
 MAX_HOPS = 16  # a data frame forwarded more often than this is dropped (the acker replays it)
 MAX_TASKS = 1 << 16  # task ids fit the low 16 bits of a root (nstorm.topology.MAX_TASKS)
 

@@ -156,6 +156,38 @@ def test_every_key_group_is_given_by_its_old_owner_to_its_new_one(before: int, a
     assert all(s.retiring == (t not in new) for t, s in shifts.items())
 
 
+def test_an_upstream_routes_by_the_old_layout_until_every_new_owner_is_ready() -> None:
+    from worker.rescale import UpstreamShifts
+    from worker.routing import RescaleStep
+
+    plan = rescale_plan(_plan(2), {"count": 3}, [], True, {})
+    routing = RoutingTable.from_plan(plan)
+    step = routing.rescales["count"]
+    shifts = UpstreamShifts(["count"], patience=5.0)
+    shifts.ready(step.new[2], step.version)  # a READY may come before the upstream sees the step
+    shifts.note(routing, now=0.0)
+    assert shifts.layout("count") == step.old and not shifts.due(1.0)
+    shifts.ready(step.new[0], step.version)
+    shifts.ready(step.new[1], step.version)
+    assert shifts.due(1.0) == ["count"]
+
+    class Courier:
+        marks: list[tuple[int, int]] = []
+
+        def shift_mark(self, dst: int, wid: str, version: int) -> None:
+            self.marks.append((dst, version))
+
+    courier = Courier()
+    shifts.switch("count", routing, {}, lambda buf: None, courier)
+    assert shifts.layout("count") is None and sorted(d for d, _ in courier.marks) == sorted(step.old)
+    shifts.note(routing, now=2.0)
+    assert shifts.layout("count") is None, "a step switched to is not held again"
+    late = UpstreamShifts(["count"], patience=5.0)
+    late.note(routing, now=0.0)
+    assert late.due(4.0) == [] and late.due(6.0) == ["count"], "no READY: switched after the patience"
+    assert isinstance(step, RescaleStep)
+
+
 # -- splitting a batch keeps the acker's XOR -----------------------------------------------------
 def _xor_per_root(runs: Any) -> dict[int, int]:
     out: dict[int, int] = {}
