@@ -30,6 +30,7 @@ COPY supervisor supervisor
 COPY worker worker
 COPY kvstore kvstore
 COPY scheduler_otd scheduler_otd
+COPY ui ui
 COPY topologies topologies
 COPY benchmarks benchmarks
 RUN pip install --no-cache-dir --no-deps .

@@ -271,8 +271,10 @@ def _check_counts(client: Any, args: argparse.Namespace, total: int, audit_dir: 
     ``Counter`` of the words of every sentence the spouts emitted."""
     from collections import Counter
 
+    from nstorm.config import merge_conf
     from nstorm.state.config import state_config
-    from nstorm.state.store import open_store, unpack_snapshot
+    from nstorm.state.keyed import read_keyed
+    from nstorm.state.store import open_store
     from topologies.audited import read_audit
     from topologies.sentences import sentences
 
@@ -292,12 +294,10 @@ def _check_counts(client: Any, args: argparse.Namespace, total: int, audit_dir: 
         for sentence in sentences(total, seed=1000 + index)[: int(audit["emitted"])]:
             expected.update(sentence.split())
     topo = client.cluster.topology(NAME)
-    store = open_store(state_config(_state_conf(args)), NAME, topo["submission"])
-    got: Counter[str] = Counter()
+    config = state_config(merge_conf(_state_conf(args)))
+    store = open_store(config, NAME, topo["submission"])
     try:
-        for eid in client.plan(NAME).executors:
-            if eid.startswith("count:"):
-                got.update(unpack_snapshot(store.executor(cid, eid) or b"")["state"])
+        got: Counter[str] = Counter(read_keyed(store, "count", cid, config.max_parallelism))  # the counts' keyed_state
     finally:
         store.close()
     wrong = {w for w in expected.keys() | got.keys() if expected[w] != got[w]}

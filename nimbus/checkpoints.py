@@ -154,7 +154,17 @@ class CheckpointCoordinator:
         executors = sorted(e for e in plan.executors if not is_acker(e))
         reason = self._requested(name, record)
         if reason is not None:
-            self._roll_back(name, record, store, executors, reason)
+            self._roll_back(name, record, store, reason)
+        elif plan.rescales:
+            # Key groups change owners: a checkpoint now would mix the layouts. The one being
+            # taken is abandoned, the next is ordered once the rescale is done (in the new layout).
+            if record.pending:
+                log.info("topology %s: checkpoint %d abandoned: a rescale of %s started", name, record.pending,
+                         ", ".join(sorted(plan.rescales)))
+                record.pending = 0
+                record.abandoned += 1
+            self._write(path, record, before, version)
+            return
         elif record.pending:
             self._check_pending(name, record, store, executors, config)
         if not record.pending and plan.status is TopologyStatus.ACTIVE and reason is None:
@@ -185,13 +195,14 @@ class CheckpointCoordinator:
                 reason = f"{body.get('worker')}: {body.get('reason')}"
         return reason
 
-    def _whole(self, store: StateStore, cid: int, executors: list[str]) -> bool:
-        """True if every executor's snapshot of ``cid`` is in the store and decodes."""
+    def _whole(self, store: StateStore, cid: int, executors: int) -> bool:
+        """True if the ``executors`` snapshots ``cid`` was committed with are in the store and decode
+        (the topology's executors may have changed since: a rescale restores in its new layout)."""
         try:
             written = store.written(cid)
-            if not set(executors) <= set(written):
+            if len(written) < executors:
                 return False
-            for executor in executors:
+            for executor in written:
                 blob = store.executor(cid, executor)
                 if blob is None:
                     return False
@@ -201,11 +212,10 @@ class CheckpointCoordinator:
             return False
         return True
 
-    def _roll_back(self, name: str, record: CheckpointRecord, store: StateStore, executors: list[str],
-                   reason: str) -> None:
+    def _roll_back(self, name: str, record: CheckpointRecord, store: StateStore, reason: str) -> None:
         restore = 0
-        for cid in (record.committed, record.previous):
-            if cid and self._whole(store, cid, executors):
+        for cid, count in ((record.committed, record.committed_executors), (record.previous, record.previous_executors)):
+            if cid and self._whole(store, cid, count):
                 restore = cid
                 break
             if cid:
@@ -230,6 +240,7 @@ class CheckpointCoordinator:
         now = time.time()
         if set(executors) <= set(written):
             record.previous, record.committed = record.committed, cid
+            record.previous_executors, record.committed_executors = record.committed_executors, len(executors)
             record.committed_at = now
             record.duration_ms = (now - record.pending_at) * 1000.0
             record.bytes = sum(written[e] for e in executors)

@@ -17,6 +17,7 @@ holds the leader lock, and back when the ZooKeeper session is lost;
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import threading
@@ -43,6 +44,7 @@ from nstorm.config import merge_conf
 from nstorm.moves import MODES, RebalanceError, validate_moves
 from nstorm.plan import Plan, Slot, interleave_slots
 from nstorm.records import MigrationRecord, MoveMode, TopologyStatus
+from nstorm.rescale import gaining_executors, rescale_plan, validate_rescale
 from nstorm.ticker import passes
 from nstorm.zkschema import ZkPaths, connect, encode
 
@@ -57,6 +59,7 @@ def _plan_workers(plan: Plan) -> set[str]:
     rebalance = plan.rebalance or {}
     held.update(rebalance.get("workers", {}))
     held.update(target for _, target in rebalance.get("moves", []))
+    held.update(rebalance.get("new_workers", {}))
     return held
 
 
@@ -182,6 +185,12 @@ class Nimbus:
         if plan.status is not desired:
             plan = plan.replace(status=desired)
             log.info("topology %s: status %s (v%d)", name, desired.value, current.version + 1)
+        finished = self._finished_rescales(name, plan)
+        if finished:
+            plan = plan.replace(rescales={c: r for c, r in plan.rescales.items() if c not in finished},
+                                retiring={e: w for e, w in plan.retiring.items() if e.rpartition(":")[0] not in finished})
+            log.info("topology %s: rescale of %s completed, dropped from the plan (v%d)", name, sorted(finished),
+                     current.version + 1)
         done = self._finished_moves(name, plan)
         empty = drained_workers(plan, sorted(done))
         if done:
@@ -248,6 +257,17 @@ class Nimbus:
                 done.add(executor)
         return done
 
+    def _finished_rescales(self, name: str, plan: Plan) -> set[str]:
+        """Components whose rescale in ``plan.rescales`` has completed (or whose record is gone);
+        watches each open record, so its completion wakes Nimbus."""
+        assert self.cluster is not None
+        done = set()
+        for component, step in plan.rescales.items():
+            record = self.cluster.migration(name, step.record, watch=True) if step.record else None
+            if record is None or record.completed_at:
+                done.add(component)
+        return done
+
     def _create_records(self, name: str, plan: Plan, moves: list[tuple[str, str]], mode: MoveMode,
                         by: str, requested_at: float, version: int) -> dict[str, str]:
         assert self.zk is not None
@@ -296,6 +316,8 @@ class Nimbus:
             msg = f"unknown mode {mode!r}: use one of {', '.join(MODES)}"
             raise RebalanceError(msg)
         mode = MoveMode(mode)
+        if request.get("parallelism"):
+            return self._rescale(name, plan, zk_version, request, live, mode)
         busy = self.cluster.busy_executors(name)
         by = request.get("by", "user")
         if request.get("random"):
@@ -321,6 +343,53 @@ class Nimbus:
                  ", ".join(f"{e}->{w}" for e, w in moves), new.version, by)
         return {"ok": True, "version": new.version, "records": records, "moves": moves, "mode": mode.value}
 
+    def _rescale(self, name: str, plan: Plan, zk_version: int, request: Mapping[str, Any], live: dict[str, Slot],
+                 mode: MoveMode) -> dict[str, Any]:
+        """A parallelism change (``request["parallelism"]``): live (thread mode, key groups handed
+        over, nothing stops) or Storm's way (stop mode); ``process`` mode is refused."""
+        assert self.cluster is not None and self.zk is not None
+        if mode is MoveMode.PROCESS:
+            msg = "a parallelism change is live (thread mode) or Storm's (stop mode), not process mode"
+            raise RebalanceError(msg)
+        topo = self.cluster.topology(name) or {}
+        definition = topo.get("definition") or {}
+        conf = merge_conf(definition.get("conf"), topo.get("conf"))
+        groups = int(conf["topology.max.parallelism"])
+        raw = request.get("parallelism")
+        changes = {str(k): v for k, v in raw.items()} if isinstance(raw, Mapping) else {}
+        workers = request.get("workers")
+        free = [s for w, s in live.items() if w not in self._owners]
+        validate_rescale(plan, definition, changes, groups, len(free), workers)
+        new_slots = free[: workers - len(plan.workers)] if workers else []
+        by = str(request.get("by", "user"))
+        requested_at = float(request.get("requested_at") or time.time())
+        live_mode = mode is MoveMode.THREAD
+        draft = rescale_plan(plan, changes, new_slots, live_mode, {})
+        records: dict[str, str] = {}
+        for component, n in changes.items():
+            before = sum(1 for e in plan.executors if e.rpartition(":")[0] == component)
+            waiting = tuple(gaining_executors(draft.rescales[component], groups)) if live_mode else ()
+            record = MigrationRecord(component, str(before), str(n), MoveMode.RESCALE if live_mode else MoveMode.STOP,
+                                     by, requested_at, plan.version + 1, waiting=waiting)
+            path = self.zk.create(f"{self.paths.migrations(name)}/m-", encode(record.to_json()), sequence=True,
+                                  makepath=True)
+            records[component] = path.rsplit("/", 1)[1]
+        if live_mode:
+            new = rescale_plan(plan, changes, new_slots, True, records)
+        else:
+            wait = float(request.get("wait_secs", 0))
+            new = plan.next(status=TopologyStatus.INACTIVE, rebalance={
+                "phase": "draining", "until": time.time() + wait, "moves": [], "records": records,
+                "parallelism": changes, "new_workers": {s.worker_id: s.to_json() for s in new_slots},
+                "since": time.time()})
+        if not self.write_plan(name, new, zk_version):
+            msg = "the plan changed while the request was applied; try again"
+            raise RebalanceError(msg)
+        log.info("topology %s: %s parallelism change %s (v%d, by %s)", name, "live" if live_mode else "stop-mode",
+                 ", ".join(f"{c}={n}" for c, n in changes.items()), new.version, by)
+        return {"ok": True, "version": new.version, "records": records, "moves": [], "mode": mode.value,
+                "parallelism": changes}
+
     def _advance_stop_rebalance(self, name: str, plan: Plan, stat: Any, desired: TopologyStatus) -> None:
         """Storm's rebalance, one phase per call: draining -> stopped -> restarted."""
         assert self.cluster is not None
@@ -337,8 +406,25 @@ class Nimbus:
                 self._wake.set()
                 return
             new = stop_mode_restart(plan, desired, self.cluster.supervisors())
+            if rb.get("parallelism"):  # Storm's rebalance -e: the new executors start with the restart
+                slots = [Slot.from_json(name, w, s) for w, s in (rb.get("new_workers") or {}).items()]
+                new = rescale_plan(new, rb["parallelism"], slots, False, {}).replace(version=new.version)
             if self.write_plan(name, new, stat.version):
                 log.info("topology %s: stop-mode rebalance restarted (v%d)", name, new.version)
+                if rb.get("parallelism"):
+                    for record in (rb.get("records") or {}).values():
+                        self._complete_record(name, record)
+
+    def _complete_record(self, name: str, record: str) -> None:
+        """Mark a migration record completed (a stop-mode parallelism change has restarted)."""
+        assert self.zk is not None
+        path = f"{self.paths.migrations(name)}/{record}"
+        try:
+            raw, stat = self.zk.get(path)
+            done = MigrationRecord.from_json(json.loads(raw.decode()), record).completed(time.time(), 0.0, False)
+            self.zk.set(path, encode(done.to_json()), version=stat.version)
+        except (NoNodeError, BadVersionError, ValueError):
+            pass
 
     def write_plan(self, name: str, plan: Plan, expected_zk_version: int) -> bool:
         """Write ``plan`` if nobody wrote the assignment since we read it."""

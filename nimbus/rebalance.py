@@ -101,7 +101,7 @@ def drained_workers(plan: Plan, done: Sequence[str]) -> list[str]:
     sources = {plan.moved[e].source for e in done if e in plan.moved}
     open_moves = [m for e, m in plan.moved.items() if e not in done]
     busy = {m.source for m in open_moves} | {m.target for m in open_moves}
-    holding = {w for e, w in plan.executors.items() if not is_acker(e)}
+    holding = {w for e, w in plan.executors.items() if not is_acker(e)} | set(plan.retiring.values())
     empty = sorted(w for w in sources if w in plan.workers and w not in holding and w not in busy)
     return empty if len(empty) < len(plan.workers) else empty[:-1]
 

@@ -88,4 +88,7 @@ class EvenScheduler(Scheduler):
         orphans = [e for e, w in plan.executors.items() if w in lost]
         executors = {**plan.executors, **_round_robin(orphans, targets)}
         missing = plan.missing_workers + len(lost) - len(replacements)
-        return plan.next(executors=executors, workers=workers, missing_workers=missing)
+        # Executors a rescale removes that were on a lost worker have nothing left to hand over:
+        # their key groups' new owners stop waiting at their deadline (or the topology rolls back).
+        retiring = {e: w for e, w in plan.retiring.items() if w not in lost}
+        return plan.next(executors=executors, workers=workers, missing_workers=missing, retiring=retiring)

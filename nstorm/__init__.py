@@ -9,6 +9,7 @@ import logging
 from nstorm.component import Batch, Bolt, Context, Spout, Tuple
 from nstorm.errors import NStormError, TopologyError
 from nstorm.topology import Topology, TopologyBuilder
+from nstorm.window import TupleWindow, Window, WindowedBolt
 
 __all__ = [
     "Batch",
@@ -20,6 +21,9 @@ __all__ = [
     "TopologyBuilder",
     "TopologyError",
     "Tuple",
+    "TupleWindow",
+    "Window",
+    "WindowedBolt",
 ]
 __version__ = "0.1.0"
 

@@ -25,9 +25,12 @@ from nstorm.loader import load_topology, make_archive
 from nstorm.moves import MODES, RebalanceError, validate_moves
 from nstorm.plan import Plan, interleave_slots
 from nstorm.records import Heartbeat, MigrationRecord, TopologyStatus
+from nstorm.rescale import validate_rescale
 from nstorm.stall import find_stall
 from nstorm.state.config import state_config
 from nstorm.state.record import CheckpointRecord
+from nstorm.window.checks import check_submit as check_windows
+from nstorm.window.status import merge_window_status
 from nstorm.zkauth import without_secrets
 from nstorm.zkschema import (
     ACTIVE,
@@ -68,6 +71,17 @@ class ClusterClient:
             self.close()
             raise
 
+    @classmethod
+    def over(cls, zk: Any, root: str = "/nstorm") -> ClusterClient:
+        """A client over a connection the caller owns (the UI's, which reconnects by itself and
+        may be down for a while): it neither connects nor checks the tree; don't :meth:`close` it."""
+        client = cls.__new__(cls)
+        client.address = ""
+        client.paths = ZkPaths(root)
+        client.zk = zk
+        client.cluster = ClusterState(zk, client.paths)
+        return client
+
     def close(self) -> None:
         self.zk.stop()
         self.zk.close()
@@ -103,6 +117,7 @@ class ClusterClient:
                 raise ConfigError(msg)
             definition["workers"] = workers
         state = state_config(merge_conf(definition.get("conf"), conf))  # ConfigError: exit 2, one line
+        check_windows(definition, merge_conf(definition.get("conf"), conf))
         if state.durable:
             for cname, comp in definition["components"].items():
                 if comp["kind"] != "spout" and int(comp["parallelism"]) > state.max_parallelism:
@@ -195,6 +210,17 @@ class ClusterClient:
                     others[wid] = other
         validate_moves(plan, moves, live, self.cluster.busy_executors(name), others)
 
+    def _check_rescale(self, name: str, topo: Mapping[str, Any], changes: Mapping[str, int], workers: int | None) -> None:
+        """The checks Nimbus makes of a parallelism change, done here first (exit 2 on bad input)."""
+        plan = self.plan(name)
+        if plan is None:
+            msg = f"topology {name!r} has no plan yet (is nimbus running?)"
+            raise ClusterError(msg)
+        used = {w for other in self.names() for w in (self.plan(other) or plan.replace(workers={})).workers}
+        free = [s for s in interleave_slots(self.cluster.supervisors()) if s.worker_id not in used]
+        conf = merge_conf(topo["definition"].get("conf"), topo.get("conf"))
+        validate_rescale(plan, topo["definition"], changes, int(conf["topology.max.parallelism"]), len(free), workers)
+
     def rebalance(
         self,
         name: str,
@@ -204,10 +230,15 @@ class ClusterClient:
         wait_secs: float | None = None,
         by: str = "user",
         timeout: float = 60.0,
+        parallelism: Mapping[str, int] | None = None,
+        workers: int | None = None,
     ) -> dict[str, Any]:
-        """Ask Nimbus to move executors; returns its result (``version``, ``records``, ``moves``).
+        """Ask Nimbus to move executors, or to change components' parallelism (``parallelism``,
+        with ``workers`` for more worker processes); returns its result (``version``,
+        ``records``, ``moves``).
 
-        :raises UsageError: bad input (unknown executor or worker, an acker, a busy executor).
+        :raises UsageError: bad input (unknown executor, component or worker, an acker, a busy
+            executor, a parallelism out of range, a rescale in progress).
         """
         topo = self._require(name)
         if mode not in MODES:
@@ -217,16 +248,29 @@ class ClusterClient:
         if moves and random_count:
             msg = "give either --move or --random, not both"
             raise UsageError(msg)
+        if parallelism and (moves or random_count):
+            msg = "give either moves or a parallelism change (--parallelism), not both"
+            raise UsageError(msg)
+        if workers is not None and not parallelism:
+            msg = "--workers goes with --parallelism (new workers for the new executors)"
+            raise UsageError(msg)
         if random_count < 0:
             msg = f"--random must be >= 1, got {random_count}"
             raise UsageError(msg)
-        if not random_count:
+        if parallelism:
+            if mode == "process":
+                msg = "a parallelism change is live (--mode thread) or Storm's (--mode stop), not process mode"
+                raise UsageError(msg)
+            self._check_rescale(name, topo, parallelism, workers)
+        elif not random_count:
             self._check_moves(name, moves)
         if wait_secs is None:
             conf = {**topo["definition"].get("conf", {}), **topo.get("conf", {})}
             wait_secs = float(conf.get("topology.message.timeout.secs", 30)) if mode == "stop" else 0.0
         request = {"mode": mode, "moves": moves, "random": random_count, "wait_secs": wait_secs, "by": by,
                    "requested_at": time.time()}
+        if parallelism:
+            request.update(parallelism=dict(parallelism), workers=workers)
         path = self.zk.create(f"{self.paths.requests(name)}/req-", encode(request), sequence=True, makepath=True)
         deadline = time.monotonic() + timeout
         try:
@@ -327,33 +371,56 @@ class ClusterClient:
                         merged[key] = max(int(merged.get(key) or 0), int(c.get(key) or 0))
                     for key in ("queue", "pending", "replayed"):
                         merged[key] = int(merged.get(key) or 0) + int(c.get(key) or 0)
+                    if c.get("window") and (c["window"].get("fired") or 0) >= ((merged.get("window") or {}).get("fired") or 0):
+                        merged["window"] = c["window"]  # the copy that carries the windows on
                     counters[eid] = merged
                 else:
                     counters[eid] = c
         components: dict[str, Any] = {}
         spouts = {"pending": 0, "acked": 0, "failed": 0, "replayed": 0}
         for cname, comp in definition["components"].items():
-            agg = {"parallelism": comp["parallelism"], "emitted": 0, "batches": 0, "executed": 0, "acked": 0,
+            # The component's executors now (a live rescale changes them; their ids keep growing).
+            eids = ([e for e in plan.tasks if e in plan.executors and e.rpartition(":")[0] == cname] if plan
+                    else [f"{cname}:{i}" for i in range(comp["parallelism"])])
+            agg = {"parallelism": len(eids), "emitted": 0, "batches": 0, "executed": 0, "acked": 0,
                    "failed": 0, "queue": 0, "errors": 0, "last_error": None}
             recent = []  # each executor's latency over its last samples
-            for i in range(comp["parallelism"]):
-                c = counters.get(f"{cname}:{i}", {})
+            windows: list[dict[str, Any]] = []  # a windowed bolt's executors' windows
+            capacity: list[float] = []
+            user: dict[str, Any] = {"counters": {}, "gauges": {}}
+            for eid in eids:
+                c = counters.get(eid, {})
                 for key in ("emitted", "batches", "executed", "acked", "failed", "queue", "errors"):
                     agg[key] += int(c.get(key) or 0)
+                if c.get("capacity") is not None:
+                    capacity.append(float(c["capacity"]))
+                metrics = c.get("metrics") or {}
+                for mname, value in (metrics.get("counters") or {}).items():
+                    user["counters"][mname] = user["counters"].get(mname, 0) + value
+                for mname, value in (metrics.get("gauges") or {}).items():
+                    user["gauges"].setdefault(mname, {})[eid] = value
                 lat = c.get("latency_ms" if comp["kind"] == "spout" else "arrival_ms")
                 if lat:
                     recent.append(lat)
                 if c.get("last_error"):
                     agg["last_error"] = c["last_error"]
+                if c.get("window"):
+                    windows.append(c["window"])
                 if comp["kind"] == "spout":
                     spouts["pending"] += int(c.get("pending") or 0)
                     spouts["acked"] += int(c.get("acked") or 0)
                     spouts["failed"] += int(c.get("failed") or 0)
                     spouts["replayed"] += int(c.get("replayed") or 0)
+            if capacity:  # Storm's: the busiest executor's share of the last worker.stats.window.secs
+                agg["capacity"] = max(capacity)
+            if user["counters"] or user["gauges"]:
+                agg["metrics"] = user
             if recent:  # spouts: complete latency; bolts: from the spout's emit to processing here
                 agg["latency_ms"] = {"p50": statistics.median(x["p50"] for x in recent),
                                      "p99": max(x["p99"] for x in recent),
                                      "kind": "complete" if comp["kind"] == "spout" else "emit-to-process"}
+            if comp.get("window"):
+                agg["window"] = merge_window_status(windows)
             components[cname] = agg
         otd, _ = self.cluster.read(self.paths.otd(name))
         return {
@@ -367,7 +434,8 @@ class ClusterClient:
             "stalled": find_stall(beats, float(conf["topology.message.timeout.secs"]), time.time()),
             "migrations": [
                 {k: r.to_json().get(k) for k in ("executor", "from", "to", "mode", "by", "requested_at",
-                                                 "completed_at", "stall_secs", "version")}
+                                                 "completed_at", "stall_secs", "version")
+                 + (("waiting", "arrived") if r.waiting else ())}
                 for r in self.migrations(name)
             ],
             "checkpoints": self.checkpoints(name, topo),

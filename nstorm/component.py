@@ -17,9 +17,11 @@ should return at once (the executor backs off by itself).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
+
+from nstorm.usermetrics import Counter, UserMetrics
 
 __all__ = ["Batch", "Bolt", "Component", "Context", "Spout", "TICK_STREAM", "Tuple", "TupleMeta"]
 
@@ -228,7 +230,8 @@ class Context:
     :ivar executor_id: ``"component:index"``.
     :ivar topology: the topology's name.
     :ivar worker_id: ``"node:port"`` of the hosting worker.
-    :ivar parallelism: executors per component name.
+    :ivar parallelism: executors per component name, now (a live rescale updates it).
+    :ivar metrics: this executor's user metrics (see :meth:`register_counter`, :meth:`register_gauge`).
     """
 
     component: str
@@ -237,6 +240,27 @@ class Context:
     topology: str
     worker_id: str = ""
     parallelism: Mapping[str, int] = field(default_factory=dict)
+    owner: Callable[[Any], bool] | None = field(default=None, repr=False, compare=False)
+
+    def owns(self, key: Any) -> bool:
+        """True if this executor holds ``key``'s key group now: fields grouping sends it the
+        tuples of that key, and its ``keyed_state`` keeps them. A partitioned spout emits only for
+        the partitions it owns (during a live rescale, a group on its way here is not owned yet)."""
+        return self.owner(key) if self.owner is not None else True
+    metrics: UserMetrics = field(default_factory=UserMetrics, repr=False, compare=False)
+
+    def register_counter(self, name: str) -> Counter:
+        """A counter reported with this executor (Storm's ``registerCounter``): ``.inc(n=1)``.
+
+        Its value reaches ``nstorm status --json`` and the UI's ``/metrics``; it moves with the
+        executor in a live migration.
+        """
+        return self.metrics.register_counter(name)
+
+    def register_gauge(self, name: str, fn: Callable[[], Any]) -> None:
+        """A gauge (Storm's ``registerGauge``): ``fn()`` is read at each report, from the worker's
+        heartbeat thread, so it should only read (``lambda: len(self.cache)``)."""
+        self.metrics.register_gauge(name, fn)
 
 
 class Component:
@@ -246,6 +270,8 @@ class Component:
         ``{stream: fields}`` for named streams.
     :ivar tick_secs: deliver a tick tuple every this many seconds (None: no ticks).
     :ivar config: component-level configuration merged over the topology's.
+    :ivar context: the executor's :class:`Context` (the one ``open``/``prepare`` gets): where it
+        runs, ``parallelism`` now, ``owns(key)``.
     :ivar state: a dict that belongs to this executor: it moves with it when it migrates to
         another worker, and with ``topology.state.provider`` ``lmdb`` or ``redis`` it is
         checkpointed and restored after a failure (exactly once). Keep it to plain data
@@ -253,8 +279,9 @@ class Component:
     :ivar keyed_state: a dict from the key a bolt's input is fields-grouped on (one field's
         value, or a tuple of the values of several) to a value, stored per key group
         (``topology.max.parallelism``), so that it follows its keys; checkpoints write only
-        the keys set or deleted since the last one. Assign a changed value again
-        (``self.keyed_state[k] = v``): a change in place is not seen (or call ``touch(k)``).
+        the keys set or deleted since the last one, found by comparing it with a copy kept from
+        the last checkpoint. Assign a changed value again (``self.keyed_state[k] = v``): a
+        change in place is not seen (or, with a durable provider, call ``touch(k)``).
     """
 
     outputs: ClassVar[Sequence[str] | Mapping[str, Sequence[str]]] = ()
@@ -276,6 +303,13 @@ class Component:
     def on_checkpoint(self, checkpoint_id: int) -> None:
         """Called in the executor thread just before its snapshot for ``checkpoint_id`` is taken
         (a provider other than ``memory``): flush what must be in it (Storm's ``preCommit``)."""
+
+    def on_key_groups(self, assigned: list[int], released: list[int]) -> None:
+        """Called in the executor thread when a live rescale changed the key groups this executor
+        owns (``topology.max.parallelism`` groups; ``context.owns(key)`` tells a key's): the
+        ``keyed_state`` of ``assigned`` groups has arrived, that of ``released`` ones has left.
+        ``self.state`` (executor-wide) is never split: it stays with its executor, and is dropped
+        with an executor a rescale removes."""
 
     def on_commit(self, checkpoint_id: int) -> None:
         """Called in the executor thread once ``checkpoint_id`` is committed (every executor wrote

@@ -48,6 +48,9 @@ DEFAULTS: dict[str, Any] = {
     "topology.state.checkpoint.interval.ms": 1000,
     "topology.state.checkpoint.timeout.secs": 30,  # a checkpoint not committed by then is abandoned
     "topology.max.parallelism": 128,  # key groups of keyed state (and of fields grouping)
+    # windows (README "Windows")
+    "topology.window.max.tuples": 100000,  # tuples a windowed bolt executor keeps at most; more are failed
+    "topology.watermark.idle.secs": 5.0,  # an upstream task silent this long stops holding the watermark back
     # daemons
     "supervisor.slots.port.base": 6700,  # 0 = pick free ports
     "supervisor.sync.interval.ms": 1000,  # TS: periodic ZooKeeper -> LMDB sync (a watch acts at once)
@@ -60,6 +63,7 @@ DEFAULTS: dict[str, Any] = {
     "worker.gil.switch.interval.ms": 5.0,  # sys.setswitchinterval of workers
     "worker.gc.threshold": 20000,  # gen-0 threshold of the cyclic GC in workers (0: Python's 700)
     "worker.metrics.interval.secs": 1.0,  # load collection period (0 turns it off)
+    "worker.stats.window.secs": 10,  # heartbeats' per-executor rates, capacity and execute latency cover this
     "nstorm.metrics.dir": None,  # None = $NSTORM_HOME/metrics
     "nimbus.supervisor.timeout.secs": 10,
     "nimbus.monitor.interval.secs": 1.0,
@@ -73,8 +77,15 @@ DEFAULTS: dict[str, Any] = {
     "otd.queue.high": 16,  # a backlog (queued batches never worked off in a period) this deep: high-load
     "otd.queue.growth.high": 2.0,  # ... and so does a backlog growing this fast (batches/s)
     "otd.queue.growth.low": 0.25,  # a low-load worker's backlog grows no faster than this
+    "otd.autoscale": False,  # Case 2 scales the overloaded component out, and idle components in (live)
+    "otd.autoscale.cooldown.secs": 30,  # idle this long before a scale-in, and from any step to a scale-in
     "otd.spark.eager": False,  # start Nimbus's SparkSession when it leads, not at the first OTD topology
     "otd.spark.master": "local[2]",
+    "otd.history.size": 200,  # OTD rounds Nimbus keeps per topology (the UI's timeline, /otd)
+    # the UI daemon (nstorm ui; README "Web UI and REST API")
+    "nstorm.ui.host": "127.0.0.1",
+    "nstorm.ui.port": 8080,  # nstorm local / cluster up take a free port when it is taken
+    "nstorm.ui.auth": None,  # "user:password": HTTP basic auth on every endpoint; env NSTORM_UI_AUTH
 }
 
 # The environment variable a supervisor that caps its workers' CPU sets for each worker: the cores
@@ -82,7 +93,7 @@ DEFAULTS: dict[str, Any] = {
 ENV_CPU_LIMIT = "NSTORM_WORKER_CPU_LIMIT"
 
 # Cluster settings: each daemon acts on its own (-c options, environment), never on a topology's conf.
-SECURITY_KEYS = ("nstorm.zookeeper.auth", "nstorm.transport.curve", "nstorm.transport.curve.keys.dir")
+SECURITY_KEYS = ("nstorm.zookeeper.auth", "nstorm.transport.curve", "nstorm.transport.curve.keys.dir", "nstorm.ui.auth")
 
 
 def security_conf(conf: Mapping[str, Any]) -> dict[str, Any]:
@@ -96,10 +107,12 @@ def check_security_conf(conf: Mapping[str, Any]) -> None:
     :raises ConfigError: naming the bad value or key file.
     """
     from nstorm.curvekeys import checked_keys_dir  # imports zmq: only when asked
+    from nstorm.uiauth import resolve_ui_auth
     from nstorm.zkauth import ZkCredentials
 
     ZkCredentials.resolve(conf)
     checked_keys_dir(conf)
+    resolve_ui_auth(conf)
 
 
 def _parse_value(text: str) -> Any:

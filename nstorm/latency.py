@@ -127,9 +127,10 @@ class Recorder:
         self.add(stamp_age(root))
 
     def summary(self) -> dict[str, float] | None:
-        """``{"p50", "p99"}`` in ms and the sample count, over the last samples; None if none."""
+        """``{"p50", "p99", "mean"}`` in ms and the sample count, over the last samples; None if none."""
         lat = sorted(self.recent)
         if not lat:
             return None
         return {"p50": round(1000 * lat[len(lat) // 2], 3),
-                "p99": round(1000 * lat[min(len(lat) - 1, int(len(lat) * 0.99))], 3), "samples": len(lat)}
+                "p99": round(1000 * lat[min(len(lat) - 1, int(len(lat) * 0.99))], 3), "samples": len(lat),
+                "mean": round(1000 * sum(lat) / len(lat), 3)}

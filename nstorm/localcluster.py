@@ -2,7 +2,8 @@
 
 Used by ``nstorm local`` (owned, torn down on exit), ``nstorm cluster up``
 (detached, pids under ``$NSTORM_HOME/run``, ended by ``cluster down``) and the
-integration tests. Daemons run as ``python -m nimbus`` / ``python -m supervisor``.
+integration tests. Daemons run as ``python -m nimbus`` / ``python -m supervisor``,
+and the UI (when asked for) as ``python -m ui``.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -25,6 +27,8 @@ import psutil
 from nstorm.config import check_security_conf
 from nstorm.errors import ClusterError
 from nstorm.home import home_dir, logs_dir, run_dir
+from nstorm.net import free_port
+from nstorm.uiauth import ui_auth_env
 from nstorm.zkauth import AUTH_KEY, credentials_env, without_secrets
 from nstorm.zkschema import ZkPaths, connect, decode
 from nstorm.zookeeper import EmbeddedZooKeeper
@@ -53,6 +57,8 @@ class LocalCluster:
         environment instead, so no command line shows it); checked here (ConfigError).
     :arg detach: daemons in their own sessions, surviving this process (``cluster up``).
     :arg hosts: the address of each supervisor (default 127.0.0.1 for all).
+    :arg ui_port: start the UI on 127.0.0.1 at this port, or at a free one if it is taken
+        (``ui_url`` and ``ui_port_taken`` say where); None or 0: no UI.
     """
 
     def __init__(
@@ -67,6 +73,7 @@ class LocalCluster:
         port_base: int = 0,
         netns: list[Any] | None = None,
         nimbuses: int = 1,
+        ui_port: int | None = None,
     ) -> None:
         self.n_supervisors = supervisors
         self.slots = slots
@@ -82,6 +89,10 @@ class LocalCluster:
         self.n_nimbuses = nimbuses
         self.nimbuses: dict[str, subprocess.Popen[bytes]] = {}  # "nimbus", "nimbus-2", ...
         self.supervisors: dict[str, subprocess.Popen[bytes]] = {}
+        self.wanted_ui_port = ui_port or 0
+        self.ui: subprocess.Popen[bytes] | None = None
+        self.ui_url: str | None = None
+        self.ui_port_taken = False  # the wanted port was taken: the UI runs on another
         self._zk_data = Path()
 
     @property
@@ -89,13 +100,14 @@ class LocalCluster:
         assert self.zk_address is not None
         return self.zk_address
 
-    def _spawn(self, name: str, args: list[str], prefix: list[str] | None = None) -> subprocess.Popen[bytes]:
+    def _spawn(self, name: str, args: list[str], prefix: list[str] | None = None,
+               env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         out = open(logs_dir() / f"{name}.out", "ab")  # noqa: SIM115 - handed to the child
         try:
             return subprocess.Popen(
                 [*(prefix or []), sys.executable, *args],
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env={**os.environ, "NSTORM_HOME": str(home_dir()), **credentials_env(self.conf)},
+                env={**os.environ, "NSTORM_HOME": str(home_dir()), **credentials_env(self.conf), **(env or {})},
                 start_new_session=self.detach,
             )
         finally:
@@ -156,11 +168,44 @@ class LocalCluster:
                 self.start_nimbus("nimbus" if i == 0 else f"nimbus-{i + 1}")
             for i in range(self.n_supervisors):
                 self.start_supervisor(f"n{i + 1}", self.hosts[i])
+            if self.wanted_ui_port:
+                self.start_ui(self.wanted_ui_port)
             self.wait_supervisors(set(self.supervisors), timeout)
+            if self.ui is not None:
+                self.wait_ui(timeout)
         except BaseException:
             self.stop()
             raise
         return self
+
+    def start_ui(self, port: int, host: str = "127.0.0.1") -> subprocess.Popen[bytes]:
+        """Start the UI on ``host:port``, or on a free port if that one is taken."""
+        if not _port_free(host, port):
+            port, self.ui_port_taken = free_port(host), True
+        self.ui_url = f"http://{host}:{port}/"
+        self.ui = self._spawn("ui", ["-m", "ui", "--zk", self.address, "--root", self.root, "--host", host,
+                                     "--port", str(port), *_conf_args(self.conf)], env=ui_auth_env(self.conf))
+        return self.ui
+
+    def wait_ui(self, timeout: float) -> None:
+        """Wait until the UI answers its health check."""
+        import urllib.request
+
+        assert self.ui is not None and self.ui_url is not None
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with urllib.request.urlopen(self.ui_url + "healthz", timeout=2):  # noqa: S310 - our own URL
+                    return
+            except OSError:
+                pass
+            if self.ui.poll() is not None:
+                msg = f"the UI exited during start-up; see {logs_dir() / 'ui.log'} and ui.out"
+                raise ClusterError(msg)
+            if time.monotonic() > deadline:
+                msg = f"the UI did not answer on {self.ui_url} within {timeout:.0f}s"
+                raise ClusterError(msg)
+            time.sleep(0.1)
 
     def wait_supervisors(self, nodes: set[str], timeout: float) -> None:
         paths = ZkPaths(self.root)
@@ -191,11 +236,13 @@ class LocalCluster:
             pids[name] = proc.pid
         for node, proc in self.supervisors.items():
             pids[f"supervisor-{node}"] = proc.pid
+        if self.ui is not None:
+            pids["ui"] = self.ui.pid
         return pids
 
     def stop(self, timeout: float = 15.0) -> None:
         """Stop supervisors (they stop their workers), Nimbus, then ZooKeeper."""
-        procs = [*self.supervisors.values(), *self.nimbuses.values()]
+        procs = [*([self.ui] if self.ui is not None else []), *self.supervisors.values(), *self.nimbuses.values()]
         for proc in procs:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
@@ -212,13 +259,25 @@ class LocalCluster:
             shutil.rmtree(self._zk_data, ignore_errors=True)
         self.supervisors.clear()
         self.nimbuses.clear()
+        self.ui = None
 
     def save_state(self) -> Path:
         """Record pids for ``cluster down`` (detached clusters)."""
         path = run_dir() / _STATE_FILE
         path.write_text(json.dumps({"zk": self.zk_address, "root": self.root, "pids": self.pids(),
-                                    "netns": bool(self.netns)}))
+                                    "netns": bool(self.netns), "ui": self.ui_url}))
         return path
+
+
+def _port_free(host: str, port: int) -> bool:
+    """True if nothing listens on ``host:port`` now (so the UI may take it)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
 
 
 def _kill_orphan_workers(root: str) -> None:
@@ -257,7 +316,7 @@ def cluster_status() -> dict[str, Any]:
     except Exception:  # noqa: BLE001 - status is best effort
         pass
     return {"running": any(d["alive"] for d in daemons.values()), "zk": state["zk"], "daemons": daemons,
-            "supervisors": supervisors}
+            "supervisors": supervisors, "ui": state.get("ui")}
 
 
 def cluster_down(timeout: float = 15.0) -> bool:
@@ -267,7 +326,8 @@ def cluster_down(timeout: float = 15.0) -> bool:
         return False
     state = json.loads(path.read_text())
     pids = state["pids"]
-    order = [n for n in pids if n.startswith("supervisor")] + [n for n in pids if n.startswith("nimbus")]
+    order = ([n for n in pids if n == "ui"] + [n for n in pids if n.startswith("supervisor")]
+             + [n for n in pids if n.startswith("nimbus")])
     procs = []
     for name in order:
         try:

@@ -16,7 +16,7 @@ from nstorm.topology import is_acker
 
 __all__ = ["MODES", "RebalanceError", "validate_moves"]
 
-MODES = tuple(m.value for m in MoveMode)  # thread, process, stop
+MODES = (MoveMode.THREAD.value, MoveMode.PROCESS.value, MoveMode.STOP.value)  # how executors move
 
 
 class RebalanceError(UsageError):
@@ -41,6 +41,9 @@ def validate_moves(
         raise RebalanceError(msg)
     if plan.rebalance:
         msg = f"topology {plan.topology!r} is in a stop-mode rebalance; wait for it to finish"
+        raise RebalanceError(msg)
+    if plan.rescales:
+        msg = f"a rescale of {', '.join(sorted(plan.rescales))} is in progress; move executors once it completes"
         raise RebalanceError(msg)
     seen: set[str] = set()
     for executor, target in moves:

@@ -9,6 +9,8 @@ A plan is versioned; each version is a whole :class:`Plan`. In JSON::
      "moved": {"count:3": {"from": "n1:6700", "to": "n2:6701", "mode": "thread", "version": 3,
                            "record": "m-0000000004"}},
      "restart": {"n1:6700": 3},                           # process mode: workers to restart
+     "retiring": {"count:7": "n2:6701"},                  # removed by a rescale, handing its key groups over
+     "rescale": {"count": {"from": ["count:0", ...], "to": [...], "version": 5, "record": "m-0000000007"}},
      "missing_workers": 1,                                 # lost with a node, no slot to replace them
      "rebalance": {...}}                                   # stop mode: the phase Nimbus is in
 
@@ -27,7 +29,7 @@ from typing import Any
 
 from nstorm.records import MoveMode, TopologyStatus
 
-__all__ = ["LocalPlan", "Move", "Plan", "PlanError", "Slot", "interleave_slots"]
+__all__ = ["LocalPlan", "Move", "Plan", "PlanError", "Rescale", "Slot", "interleave_slots"]
 
 
 class PlanError(ValueError):
@@ -110,6 +112,35 @@ class Move:
 
 
 @dataclass(frozen=True)
+class Rescale:
+    """A component's parallelism change in progress, kept in the plan until its record is
+    completed: the executors before (``old``) and after (``new``), in task order. Key group
+    ``g`` belongs to ``old[g % len(old)]`` before and ``new[g % len(new)]`` after
+    (:mod:`nstorm.state.keyed`), so every worker derives who hands which group to whom."""
+
+    component: str
+    old: tuple[str, ...]
+    new: tuple[str, ...]
+    version: int
+    record: str | None = None
+
+    @classmethod
+    def from_json(cls, name: str, component: str, data: Any) -> Rescale:
+        if not isinstance(data, Mapping):
+            raise _fail(name, f"the rescale of {component!r} must be an object")
+        old, new = data.get("from"), data.get("to")
+        for what in (old, new):
+            if not isinstance(what, list) or not what or not all(isinstance(e, str) for e in what):
+                raise _fail(name, f"the rescale of {component!r} needs non-empty from and to executor lists")
+        record = data.get("record")
+        return cls(component, tuple(old), tuple(new), int(data.get("version") or 0),
+                   record if isinstance(record, str) else None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"from": list(self.old), "to": list(self.new), "version": self.version, "record": self.record}
+
+
+@dataclass(frozen=True)
 class Plan:
     """One version of a topology's allocation plan (see the module docstring)."""
 
@@ -124,6 +155,8 @@ class Plan:
     moved: Mapping[str, Move] = field(default_factory=dict)
     restart: Mapping[str, int] = field(default_factory=dict)
     missing_workers: int = 0  # workers lost with their node and not replaced yet (Nimbus spreads back)
+    retiring: Mapping[str, str] = field(default_factory=dict)  # executor -> worker: removed, handing over
+    rescales: Mapping[str, Rescale] = field(default_factory=dict)  # component -> its rescale in progress
     rebalance: Mapping[str, Any] | None = None
     updated_at: float | None = None
 
@@ -181,6 +214,16 @@ class Plan:
             raise _fail(name, "moved and restart must be objects")
         if not all(isinstance(v, int) and not isinstance(v, bool) for v in restart.values()):
             raise _fail(name, "restart must map worker ids to versions")
+        retiring = data.get("retiring") or {}
+        if not isinstance(retiring, Mapping) or not all(e in known and w in workers for e, w in retiring.items()):
+            raise _fail(name, "retiring must map executors to workers of the plan")
+        rescales = data.get("rescale") or {}
+        if not isinstance(rescales, Mapping):
+            raise _fail(name, "rescale must be an object")
+        steps = {c: Rescale.from_json(name, c, r) for c, r in rescales.items()}
+        for step in steps.values():
+            if not set(step.old) | set(step.new) <= known:
+                raise _fail(name, f"the rescale of {step.component!r} names executors that are not in tasks")
         updated = data.get("updated_at")
         missing = data.get("missing_workers", 0)
         if not isinstance(missing, int) or isinstance(missing, bool) or missing < 0:
@@ -188,7 +231,8 @@ class Plan:
         return cls(topology=str(data.get("topology") or name), version=version, tasks=tuple(tasks),
                    executors=dict(executors), workers=workers, status=status, code_sha256=data["code_sha256"],
                    submission=submission, moved={e: Move.from_json(name, e, m) for e, m in moved.items()},
-                   restart=dict(restart), missing_workers=missing, rebalance=dict(rebalance) if rebalance else None,
+                   restart=dict(restart), missing_workers=missing, retiring=dict(retiring), rescales=steps,
+                   rebalance=dict(rebalance) if rebalance else None,
                    updated_at=float(updated) if isinstance(updated, (int, float)) else None)
 
     def to_json(self) -> dict[str, Any]:
@@ -199,6 +243,10 @@ class Plan:
             "moved": {e: m.to_json() for e, m in self.moved.items()}, "restart": dict(self.restart),
             "missing_workers": self.missing_workers,
         }
+        if self.retiring:
+            data["retiring"] = dict(self.retiring)
+        if self.rescales:
+            data["rescale"] = {c: r.to_json() for c, r in self.rescales.items()}
         if self.rebalance:
             data["rebalance"] = dict(self.rebalance)
         if self.updated_at is not None:

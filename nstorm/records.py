@@ -38,6 +38,7 @@ class MoveMode(enum.StrEnum):
     THREAD = "thread"  # N-Storm: only the moved executor stops, as a thread
     PROCESS = "process"  # Storm*: the workers whose executors changed restart
     STOP = "stop"  # Storm's rebalance: deactivate, wait, stop everything, restart
+    RESCALE = "rescale"  # a live parallelism change: key groups handed over, nothing stops (a record's mode)
 
 
 class MigrationState(enum.StrEnum):
@@ -63,6 +64,10 @@ class MigrationRecord:
 
     :ivar id: the record's node name (not stored in it).
     :ivar by: who asked: ``user``, ``otd``, ``random``, ``nimbus``, ``ui`` or ``latency``.
+    :ivar waiting: a rescale (``mode: rescale``, ``executor`` the component, ``from``/``to`` its
+        parallelism before and after): the executors that take key groups over; ``arrived``
+        those whose groups came, with each one's stall. The record is completed by the worker
+        that reports the last of them.
     """
 
     executor: str
@@ -76,6 +81,8 @@ class MigrationRecord:
     stall_secs: float | None = None
     state_lost: bool | None = None
     id: str = ""
+    waiting: tuple[str, ...] = ()
+    arrived: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def state(self) -> MigrationState:
@@ -99,7 +106,14 @@ class MigrationRecord:
                 msg = f"migration record {record_id!r}: {key} must be a string"
                 raise RecordError(msg)
         lost = data.get("state_lost")
+        waiting = data.get("waiting") or ()
+        arrived = data.get("arrived") or {}
+        if not isinstance(waiting, (list, tuple)) or not all(isinstance(e, str) for e in waiting) \
+                or not isinstance(arrived, Mapping):
+            msg = f"migration record {record_id!r}: waiting must list executors, arrived map them"
+            raise RecordError(msg)
         return cls(executor=data["executor"], source=data["from"], target=data["to"], mode=mode,
+                   waiting=tuple(waiting), arrived=dict(arrived),
                    by=str(data.get("by", "user")), requested_at=_number(data, "requested_at", 0.0) or 0.0,
                    version=int(_number(data, "version", 0) or 0), completed_at=_number(data, "completed_at"),
                    stall_secs=_number(data, "stall_secs"), state_lost=bool(lost) if lost is not None else None,
@@ -111,6 +125,8 @@ class MigrationRecord:
                                 "version": self.version, "completed_at": self.completed_at}
         if self.completed_at:
             data.update(stall_secs=self.stall_secs, state_lost=self.state_lost)
+        if self.waiting:
+            data.update(waiting=list(self.waiting), arrived=dict(self.arrived))
         return data
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from nstorm.component import Bolt, Component, Spout
 from nstorm.errors import TopologyError
+from nstorm.window.checks import declare_late_streams, is_windowed, window_definition
 
 __all__ = [
     "ACKER",
@@ -303,8 +304,11 @@ class TopologyBuilder:
             raise TopologyError(msg)
         by_name = {c.name: c for c in self._components}
         outputs = {c.name: normalize_outputs(c.cls.outputs, c.name) for c in self._components}
+        declare_late_streams(self._components, outputs)  # a windowed bolt's late stream: its input's fields
         self._check_inputs(by_name, outputs)
         self._check_acyclic()
+        windows = {c.name: window_definition(c.name, c.cls, c.inputs, outputs)
+                   for c in self._components if c.kind == "bolt" and is_windowed(c.cls)}
         executors = sum(c.parallelism for c in self._components)
         if executors + workers > MAX_TASKS:  # one acker per worker by default
             msg = (f"topology {self.name!r}: {executors} executors and {workers} ackers exceed {MAX_TASKS} tasks "
@@ -321,6 +325,8 @@ class TopologyBuilder:
                 "tick_secs": getattr(c.cls, "tick_secs", None),
                 "conf": {**dict(getattr(c.cls, "config", {}) or {}), **c.conf},
             }
+            if c.name in windows:
+                components[c.name]["window"] = windows[c.name]
         definition = {
             "name": self.name,
             "workers": workers,

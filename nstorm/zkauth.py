@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 
 AUTH_KEY = "nstorm.zookeeper.auth"
 AUTH_ENV = "NSTORM_ZK_AUTH"
-SECRET_KEYS = frozenset({AUTH_KEY})  # config keys never written to ZooKeeper, LMDB or a command line
+SECRET_KEYS = frozenset({AUTH_KEY, "nstorm.ui.auth"})  # config keys never written to ZooKeeper, LMDB or a command line
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ Layout under the root (``nstorm.zookeeper.root``, default ``/nstorm``)::
     requests/<name>/req-N     JSON: rebalance requests for Nimbus (it writes the result back)
     migrations/<name>/m-N     JSON: one record per executor move (the new copy completes it)
     otd/<name>                JSON: the last OTD round (case, move, warning, inter-node ratio)
+    otd/<name>/rounds         JSON: the last otd.history.size rounds in short, and rounds per case
 
 Everything is JSON: nothing read from ZooKeeper is ever unpickled.
 
@@ -119,6 +120,10 @@ class ZkPaths:
 
     def otd(self, name: str) -> str:
         return self._p("otd", name)
+
+    def otd_rounds(self, name: str) -> str:
+        """The last OTD rounds of ``name`` and their count per case (scheduler_otd/history.py)."""
+        return self._p("otd", name, "rounds")
 
     def checkpoints(self, name: str) -> str:
         """The coordinator's orders and record of ``name``'s checkpoints (nimbus/checkpoints.py)."""

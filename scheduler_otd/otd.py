@@ -35,7 +35,8 @@ The four cases of section 4.2:
    worker. A worker with no other movable executor is skipped for the next most loaded one;
    when no high-load worker has one, no move can relieve them: the round warns (raise the
    parallelism) and goes on as Case 3, whose moves only go to low-load workers;
-2. high-load workers but no low-load one: a warning (resources are short), no move;
+2. high-load workers but no low-load one: a warning (resources are short), no move; with
+   ``otd.autoscale`` it scales out instead (:func:`autoscale`, below);
 3. low-load workers but no high-load one: Algorithm 2 (communication optimisation) moves the
    executor with the best ASC to the least loaded low-load worker of another node, if that
    ASC exceeds ``otd.threshold.asc`` (the paper's line 1 takes the least loaded low-load
@@ -44,6 +45,15 @@ The four cases of section 4.2:
 
 Ties of ASC (a move inside a node scores 0 for every executor) go to the executor with the
 most traffic in the window, the busiest one.
+
+Autoscaling (``otd.autoscale``; Aeolus finds each operator's parallelism at runtime, and the
+paper's Case 2 can only warn): in Case 2 the bolt component whose executors on the high-load
+workers use the most CPU gets one executor more, live, in a new worker from a free slot if
+there is one; and a bolt component whose executors would all stay below ``otd.cpu.low`` with
+one executor fewer (its CPU spread over ``n - 1``), round after round for
+``otd.autoscale.cooldown.secs``, gets one fewer. One step a round at most: out again once a
+whole window (``otd.window.secs``) has passed since the last step, in only after the cool-down;
+executor CPU is each executor thread's (the workers measure it).
 """
 
 from __future__ import annotations
@@ -222,3 +232,78 @@ def otd_round(
     if asc <= float(conf.get("otd.threshold.asc", 0)):
         return Decision(3, asc=asc, warning=warning, classes=classes)
     return Decision(3, executors[int(rows[r])], targets[t], asc, warning=warning, classes=classes)
+
+
+@dataclass(frozen=True)
+class ScaleStep:
+    """An autoscaling decision: ``component`` to ``parallelism`` executors (``workers``: that
+    many workers, one more than now from a free slot; None: the workers it has)."""
+
+    component: str
+    parallelism: int
+    workers: int | None
+    why: str
+
+    def as_json(self) -> dict[str, Any]:
+        return {"component": self.component, "parallelism": self.parallelism, "workers": self.workers, "why": self.why}
+
+
+def autoscale(
+    decision: Decision,
+    placement: Mapping[str, str],
+    bolts: set[str],
+    executor_cpu: Mapping[str, float],
+    capacity: Mapping[str, float],
+    conf: Mapping[str, Any],
+    free_slots: int,
+    low_since: dict[str, float],
+    now: float,
+) -> ScaleStep | None:
+    """One autoscaling step or None (see the module docstring). ``low_since`` (component -> when its
+    executors were first seen idle, kept by the caller between rounds) is updated here.
+
+    :arg placement: executor -> worker (the component's executors now).
+    :arg bolts: the components that are bolts (spouts are not scaled: more of them is more load).
+    :arg executor_cpu: executor -> cores it used lately.
+    :arg capacity: worker -> cores it may use.
+    """
+    share = {e: executor_cpu.get(e, 0.0) / max(capacity.get(w, 1.0), 1e-6) for e, w in placement.items()}
+    per_component: dict[str, list[str]] = {}
+    for e in placement:
+        component = e.rpartition(":")[0]
+        if component in bolts:
+            per_component.setdefault(component, []).append(e)
+    groups = int(conf.get("topology.max.parallelism", 128))
+    workers = len(set(placement.values()))
+    if decision.case == 2:
+        high = {w for w, c in decision.classes.items() if c == HIGH}
+        load = {c: sum(share[e] for e in es if placement[e] in high) for c, es in per_component.items()}
+        candidates = [c for c in sorted(load, key=lambda c: -load[c]) if load[c] > 0 and len(per_component[c]) < groups]
+        low_since.clear()
+        if not candidates:
+            return None
+        component = candidates[0]
+        n = len(per_component[component])
+        return ScaleStep(component, n + 1, workers + 1 if free_slots > 0 else None,
+                         f"workers {sorted(high)} are overloaded; {component} uses {load[component]:.2f} of them")
+    cpu_low = float(conf.get("otd.cpu.low", 0.5))
+    cooldown = float(conf.get("otd.autoscale.cooldown.secs", 30))
+    idle = []
+    for component, es in per_component.items():
+        n = len(es)
+        spread = sum(share[e] for e in es) / (n - 1) if n > 1 else float("inf")
+        if spread < cpu_low:
+            low_since.setdefault(component, now)
+            if now - low_since[component] >= cooldown:
+                idle.append((spread, component))
+        else:
+            low_since.pop(component, None)
+    for component in list(low_since):
+        if component not in per_component:
+            del low_since[component]
+    if not idle:
+        return None
+    spread, component = min(idle)
+    low_since.pop(component, None)
+    return ScaleStep(component, len(per_component[component]) - 1, None,
+                     f"{component} would use {spread:.2f} of a core per executor with one fewer")

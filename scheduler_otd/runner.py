@@ -31,8 +31,10 @@ from nstorm.clusterstate import ClusterState
 from nstorm.config import merge_conf
 from nstorm.home import metrics_dir
 from nstorm.records import Heartbeat, TopologyStatus
+from nstorm.topology import is_acker
 from nstorm.zkschema import ZkPaths, encode
-from scheduler_otd.otd import WorkerLoad, otd_round
+from scheduler_otd.history import record_round
+from scheduler_otd.otd import ScaleStep, WorkerLoad, autoscale, otd_round
 from scheduler_otd.traffic import aggregate_records, read_window, window_files
 
 __all__ = ["OtdRunner"]
@@ -51,6 +53,8 @@ class OtdRunner:
         self.metrics_dir = metrics_dir(conf)
         self._job: Any = None
         self._next: dict[str, float] = {}
+        self._low_since: dict[str, dict[str, float]] = {}  # topology -> component -> idle since (autoscale)
+        self._scaled_at: dict[str, float] = {}  # topology -> its last autoscaling step
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="otd", daemon=True)
 
@@ -160,9 +164,14 @@ class OtdRunner:
                  100 * traffic["inter_node_ratio"], traffic["total_tuples"],
                  sum(1 for c in decision.classes.values() if c == "low"),
                  {w: (c, *record["loads"].get(w, ())) for w, c in sorted(decision.classes.items()) if c != "low"})
+        if conf.get("otd.autoscale") in (True, "true", 1):
+            step = self._autoscale(name, plan, decision, conf, capacity)
+            if step is not None:
+                record["autoscale"] = step.as_json()
+                decision.warning = None  # acted on
         if decision.warning:
             log.warning("OTD %s: %s", name, decision.warning)
-        if decision.executor and decision.target:
+        if decision.executor and decision.target and "autoscale" not in record:
             log.info("OTD %s: case %d moves %s -> %s (ASC %.0f)", name, decision.case, decision.executor,
                      decision.target, decision.asc)
             request = {"mode": "thread", "moves": [[decision.executor, decision.target]], "random": 0,
@@ -174,7 +183,42 @@ class OtdRunner:
             self.zk.set(path, data)
         else:
             self.zk.create(path, data, makepath=True)
+        record_round(self.zk, self.paths, name, record, int(conf.get("otd.history.size") or 200))
         return record
+
+
+    def _autoscale(self, name: str, plan: Any, decision: Any, conf: dict[str, Any],
+                   capacity: dict[str, float]) -> ScaleStep | None:
+        """Case 2 scales the overloaded component out; an idle one is scaled in (scheduler_otd.otd)."""
+        now = time.monotonic()
+        since = now - self._scaled_at.get(name, -1e9)
+        if since < float(conf.get("otd.window.secs", 10)):
+            return None  # the window still shows the layout before the last step
+        topo = self.cluster.topology(name) or {}
+        bolts = {c for c, spec in (topo.get("definition") or {}).get("components", {}).items() if spec["kind"] == "bolt"}
+        executor_cpu: dict[str, float] = {}
+        for beat in self.cluster.heartbeats(name).values():
+            for eid, counters in beat.executors.items():
+                if isinstance(counters.get("cpu"), (int, float)):
+                    executor_cpu[eid] = float(counters["cpu"])
+        used = {w for other in self.cluster.names() for w in ((self.cluster.plan(other)[0] or plan).workers)}
+        free = sum(1 for node, info in self.cluster.supervisors().items()
+                   for port, _ctl in info.get("slots", []) if f"{node}:{port}" not in used)
+        placement = {e: w for e, w in plan.executors.items() if not is_acker(e)}
+        step = autoscale(decision, placement, bolts, executor_cpu, capacity, conf, free,
+                         self._low_since.setdefault(name, {}), now)
+        if step is None:
+            return None
+        scaling_in = step.parallelism < sum(1 for e in placement if e.rpartition(":")[0] == step.component)
+        if scaling_in and since < float(conf.get("otd.autoscale.cooldown.secs", 30)):
+            return None  # out as soon as the load asks for it, in only after the cool-down
+        self._scaled_at[name] = now
+        log.info("OTD %s: autoscale %s to %d executors%s: %s", name, step.component, step.parallelism,
+                 f" on {step.workers} workers" if step.workers else "", step.why)
+        request = {"mode": "thread", "moves": [], "random": 0, "by": "otd", "requested_at": time.time(),
+                   "parallelism": {step.component: step.parallelism}, "workers": step.workers}
+        self.zk.create(f"{self.paths.requests(name)}/req-", encode(request), sequence=True, makepath=True)
+        return step
 
 
 def _capacity(beat: Heartbeat) -> float:

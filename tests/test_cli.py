@@ -59,10 +59,26 @@ def test_local_demo_runs_and_tears_down(home: Path) -> None:
     acked = int(result.stderr.split("done: ")[1].split(" spout")[0].replace(",", ""))
     assert acked > 0
     assert "moved count:" in result.stderr and "no worker restarted" in result.stderr
+    assert "UI: http://127.0.0.1:" in result.stderr and "/topology/wordcount" in result.stderr
     migrations = int(result.stderr.split(" live migrations")[0].rsplit(" ", 1)[1])
     assert migrations >= 1
     wait_until(lambda: not _processes_of(home), 20, what="every process of the demo to end")
     assert (home / "logs" / "nimbus.log").exists()
+
+
+def test_local_takes_a_free_ui_port_when_its_own_is_taken(home: Path) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        result = _nstorm(home, "local", str(ROOT / "topologies" / "linear.py"), "--duration", "2",
+                         "--migrate-every", "0", "--ui-port", str(port), "-c", "linear.rate=50")
+    assert result.returncode == 0, result.stderr
+    line = next(x for x in result.stderr.splitlines() if x.startswith("UI: "))
+    assert f"(port {port} is taken)" in line and f":{port}/" not in line
+    wait_until(lambda: not _processes_of(home), 20, what="every process of the demo to end")
 
 
 def test_local_rejects_bad_file_before_starting_anything(home: Path) -> None:
@@ -77,6 +93,12 @@ def test_cluster_up_submit_status_down(home: Path) -> None:
         assert up.returncode == 0, up.stderr
         status = _nstorm(home, "cluster", "status")
         assert status.returncode == 0 and "supervisor registered: n1" in status.stdout
+        ui_url = next(x for x in up.stdout.splitlines() if x.startswith("UI: ")).split()[1]
+        assert f"UI: {ui_url}" in status.stdout and "ui: pid" in status.stdout
+        import urllib.request
+
+        with urllib.request.urlopen(ui_url + "api/v1/cluster/summary", timeout=10) as resp:
+            assert json.loads(resp.read())["supervisors"] == 2
         assert _nstorm(home, "zookeeper", "status").returncode == 0
         sub = _nstorm(home, "submit", str(ROOT / "topologies" / "linear.py"), "-c", "linear.rate=100")
         assert sub.returncode == 0, sub.stderr

@@ -82,7 +82,7 @@ def test_otd_brings_fixed_pairs_together_without_losing_tuples(client, cluster, 
     # worker high-load and start load balancing (Case 1), which may split a pair again.
     conf = ["-c", "topology.scheduler=otd", "-c", "otd.period.secs=2", "-c", "otd.window.secs=4",
             "-c", "test.rate=300", "-c", "otd.cpu.high=100", "-c", "otd.queue.high=100000",
-            "-c", "otd.queue.growth.high=100000"]
+            "-c", "otd.queue.growth.high=100000", "-c", "otd.history.size=1000"]
     assert run_cli("submit", str(TOPOLOGIES / "pairs.py"), "--name", "otd-pairs", *conf, cluster=cluster).returncode == 0
     try:
         plan = client.wait_running("otd-pairs", 60)
@@ -108,6 +108,10 @@ def test_otd_brings_fixed_pairs_together_without_losing_tuples(client, cluster, 
         status = client.status("otd-pairs")
         assert status["migrations"] and {m["by"] for m in status["migrations"]} == {"otd"}
         assert status["otd"]["case"] in (3, 4)
+        history, _ = client.cluster.read(client.paths.otd_rounds("otd-pairs"))  # the UI's timeline and /otd
+        assert len(history["rounds"]) >= 2 and sum(history["cases"].values()) >= len(history["rounds"])
+        assert "spark" in {r["engine"] for r in history["rounds"]}
+        assert {m["executor"] for m in status["migrations"]} <= {r["executor"] for r in history["rounds"]}
         run_cli("deactivate", "otd-pairs", cluster=cluster)
         wait_until(lambda: client.status("otd-pairs")["spouts"]["pending"] == 0, 60, what="in-flight tuples to settle")
         spouts = client.status("otd-pairs")["spouts"]

@@ -185,3 +185,23 @@ def test_a_worker_with_wrong_credentials_says_so_in_one_line_and_exits(acl_clust
     refused = [line for line in log.splitlines() if "cannot run" in line]
     assert len(refused) == 1 and "wrong credentials" in refused[0], log
     assert "Traceback" not in log
+
+
+def test_the_ui_reads_with_the_clusters_credentials_and_never_shows_them(acl_cluster: Any,
+                                                                          acl_topology: Any) -> None:
+    from _ui import UiProcess, wait_json
+
+    password = AUTH.partition(":")[2]
+    trusted = UiProcess(acl_cluster.address, acl_cluster.root, zk_auth=AUTH)
+    stranger = UiProcess(acl_cluster.address, acl_cluster.root)
+    try:
+        wait_json(trusted.http, "/api/v1/topology/exactwc", lambda d: d["workers"], what="the UI to read exactwc")
+        for path in ("/api/v1/topology/exactwc", "/metrics", "/api/v1/cluster/summary"):
+            reply = trusted.http.get(path)
+            assert reply.status == 200 and password not in reply.text
+        denied = stranger.http.get("/api/v1/topology/summary")
+        assert denied.status == 503 and "denied" in denied.json["errorMessage"]
+    finally:
+        trusted.stop()
+        stranger.stop()
+

@@ -34,8 +34,9 @@ __all__ = ["AuditedSentences", "make_topology", "read_audit"]
 class AuditedSentences(Spout):
     """Emits ``audit.sentences`` sentences at ``audit.rate``; the audit survives a restart.
 
-    Its progress lives in ``self.state`` so that a live migration carries it;
-    a copy started after its worker died reads it back from the audit file.
+    Its progress lives in ``self.state`` so that a live migration carries it (and, with durable
+    state, a checkpoint: a restored copy continues from it); a copy started after its worker
+    died without durable state reads it back from the audit file.
     """
 
     outputs = ("sentence",)
@@ -46,8 +47,12 @@ class AuditedSentences(Spout):
         self.stopped = False
         self.todo = sentences(int(conf.get("audit.sentences", 10_000)), seed=1000 + context.task_index)
         self.rate = float(conf.get("audit.rate", 200))
-        audit = _load(self.path)
+        self.started = time.monotonic()
+        self.dumped = 0.0
         state = self.state
+        if "emitted" in state:
+            return  # restored from a checkpoint (durable state): it continues from there, not from the audit
+        audit = _load(self.path)
         state["emitted"] = int(audit.get("emitted", 0))
         state["acks"] = audit.get("acks", {})
         state["buckets"] = audit.get("buckets", {})
@@ -57,8 +62,6 @@ class AuditedSentences(Spout):
         # After a restart every emitted, unacked sentence is sent again (at-least-once).
         state["replay"] = [i for i in range(state["emitted"]) if str(i) not in state["acks"]]
         state["replayed"] = int(audit.get("replayed", 0)) + len(state["replay"])
-        self.started = time.monotonic()
-        self.dumped = 0.0
 
     def next_tuple(self) -> None:
         state = self.state

@@ -91,13 +91,16 @@ class Split(Bolt):
 
 
 class TupleCount(Bolt):
-    """Counts words in ``self.state`` (which moves with the executor on migration), a tuple at a time."""
+    """Counts words in ``self.keyed_state``, a tuple at a time: the words are the key the input is
+    fields-grouped on, so the counts move with the executor on migration, are split and merged
+    by key group when the count bolt is rescaled live, and are checkpointed per key group (only
+    the words counted since the last checkpoint are written) with a durable state provider."""
 
     outputs = ("word", "count")
 
     def process(self, tup: Tuple) -> None:
         word = tup.values[0]
-        state = self.state
+        state = self.keyed_state
         state[word] = state.get(word, 0) + 1
 
 
@@ -106,7 +109,7 @@ class Count(TupleCount):
     call per word (every word of the batch is acked when it returns)."""
 
     def process_batch(self, batch: Batch) -> None:
-        state = self.state
+        state = self.keyed_state
         get = state.get
         for (word,) in batch.values:
             state[word] = get(word, 0) + 1

@@ -1,7 +1,7 @@
 """Word count whose count executors write their counts to files, so a run can be checked.
 
 The topology of ``wordcount.py`` (same spout, split and settings) with a count bolt
-that also writes its ``state`` to ``<wordcount.output.dir>/count-<task>.json`` five
+that also writes its ``keyed_state`` (its counts) to ``<wordcount.output.dir>/count-<task>.json`` five
 times a second when it changed. Run it with ``-c wordcount.sentences=N`` and compare
 the files with a ``Counter`` of the same sentences (``benchmarks.peers`` does).
 """
@@ -31,12 +31,12 @@ class WritingCount(Count):
         if tup.is_tick:
             if self.dirty:
                 tmp = self.path.with_suffix(f".tmp{os.getpid()}")
-                tmp.write_text(json.dumps(self.state))
+                tmp.write_text(json.dumps(self.keyed_state))
                 tmp.replace(self.path)
                 self.dirty = False
             return
         word = tup.values[0]
-        state = self.state
+        state = self.keyed_state
         state[word] = state.get(word, 0) + 1
         self.dirty = True
 

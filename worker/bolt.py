@@ -17,16 +17,19 @@ from typing import Any
 
 from nstorm import latency
 from nstorm.component import TICK_STREAM, Batch, Bolt, Tuple, TupleMeta, delivered_tuple_class
+from nstorm.topology import FIELDS
 from worker import wire
 from worker.checkpoint import BarrierAligner
 from worker.executor import UserExecutor
 from worker.host import Host
+from worker.rescale import KeyGroupShift, split_batch
 from worker.runs import BatchLedger, InputRun
 
 __all__ = ["BoltExecutor"]
 
 log = logging.getLogger(__name__)
 STAMPED = latency.STAMPED  # roots at or above carry their spout emit time (nstorm.latency)
+_ShiftMark = wire.ShiftMark
 
 
 class BoltExecutor(UserExecutor):
@@ -48,7 +51,19 @@ class BoltExecutor(UserExecutor):
         self.arrival = latency.Recorder()  # spout emit -> processed here, of the stamped tuples
         self.aligner = BarrierAligner()
         self.upstream: set[int] = set()  # every task of every input component (barriers come from all)
-        self.take = self._process_batch  # what the loop hands a batch to (_take_aligning while aligning)
+        self.take = self._process_batch  # what the loop hands a batch to (_take_aligning, _take_shifting)
+        self.unplaced: list[tuple[int, Any]] = []  # batches from tasks the routing table does not know yet
+        # (source, stream) -> the key's field positions, for inputs grouped by fields: what a
+        # rescale's key groups are computed from (the same hash the upstream routes with).
+        self.key_of: dict[str, dict[str, list[int]]] = {}
+        for inp in self.spec["inputs"]:
+            if inp["grouping"] == FIELDS:
+                out = self.definition["components"][inp["component"]]["outputs"][inp["stream"]]
+                self.key_of.setdefault(inp["component"], {})[inp["stream"]] = [out.index(f) for f in inp["fields"]]
+        # Seconds spent taking input (process and its bookkeeping), read off the clock reads the
+        # loop makes anyway, never per tuple: with ``executed`` it gives Storm's execute latency
+        # and capacity (worker.stats).
+        self.busy_secs = 0.0
 
     def setup(self) -> None:
         bolt: Bolt = self.instance
@@ -65,6 +80,10 @@ class BoltExecutor(UserExecutor):
         if self.routing is not routing and self.routing is not None:
             sources = {i["component"] for i in self.spec["inputs"]}
             self.upstream = {t for c in sources for t in self.routing.component_tasks.get(c, ())}
+            if self.unplaced:
+                unplaced, self.unplaced = self.unplaced, []
+                for src, batch in unplaced:  # in order: the senders they came from are known now, or still not
+                    self.take(src, batch)
 
     def bind_emit(self) -> None:
         outbox = self.outbox
@@ -93,12 +112,15 @@ class BoltExecutor(UserExecutor):
         if self.outbox.acking:
             self.outbox.fail_tuple(tup)
 
-    def _classes(self, src: int) -> dict[str, type[Tuple]]:
-        """Per-stream tuple classes of one upstream executor (metadata as class attributes), built once."""
+    def _classes(self, src: int) -> dict[str, type[Tuple]] | None:
+        """Per-stream tuple classes of one upstream executor (metadata as class attributes), built
+        once; None for a task this executor's routing table does not know yet (a rescale added it)."""
         classes = self.tuple_classes.get(src)
         if classes is None:
             routing = self.routing
-            source, index = routing.task_component[src], routing.task_index[src]
+            if src >= len(routing.task_component):  # type: ignore[union-attr]
+                return None
+            source, index = routing.task_component[src], routing.task_index[src]  # type: ignore[union-attr]
             anchored = self.outbox.acking
             classes = {
                 stream: delivered_tuple_class(TupleMeta(source, index, stream, self.fields[(source, stream)]), anchored)
@@ -116,13 +138,19 @@ class BoltExecutor(UserExecutor):
         if type(batch) is int:  # checkpoint ``batch``'s barrier
             self._on_barrier(src, batch)
             return
+        if type(batch) is _ShiftMark:  # ``src`` routes by a rescale's new layout from here on
+            self.on_shift_mark(src, batch.version)
+            return
         decoded = self.decode(batch) if type(batch) is bytes else batch
         if decoded is None:
+            return
+        classes = self._classes(src)
+        if classes is None:  # from an executor a rescale added, before this one's plan names it
+            self.unplaced.append((src, decoded))
             return
         values, runs, streams = decoded
         inbox = self.inbox
         inbox.batch_avg += (len(values) - inbox.batch_avg) * 0.125
-        classes = self._classes(src)
         if self.batched:
             self._process_as_batches(classes, values, runs, streams)
             return
@@ -226,6 +254,8 @@ class BoltExecutor(UserExecutor):
         self._process_batch(src, batch)
 
     def _on_barrier(self, src: int, cid: int) -> None:
+        if self.shift is not None:
+            return  # no checkpoint is taken while a rescale changes the layout: this one is abandoned
         aligned, released = self.aligner.on_barrier(src, cid, self.upstream)
         self.take = self._take_aligning if self.aligner.aligning else self._process_batch
         for item in released:
@@ -245,6 +275,99 @@ class BoltExecutor(UserExecutor):
 
     def checkpoint_alignment(self) -> Any:
         return self.aligner.export()
+
+    # -- live rescaling (worker.rescale) --------------------------------------------------------
+    def upstream_tasks(self) -> set[int]:
+        routing = self.routing
+        if routing is None:
+            return set()
+        sources = {i["component"] for i in self.spec["inputs"]}
+        return {t for c in sources for t in routing.component_tasks.get(c, ())}
+
+    def shift_started(self) -> None:
+        """A rescale step: an alignment in progress ends (its checkpoint is abandoned: none is taken
+        while the layout changes), and tuples of key groups on their way here are held."""
+        if self.aligner.aligning:
+            held = self.aligner.release()
+            self.take = self._process_batch
+            for item in held:
+                self._process_batch(*item)
+        self.take = self._take_shifting
+
+    def _split_for_shift(self, src: int, values: Any, runs: Any, streams: Any,
+                         shift: KeyGroupShift) -> tuple[Any, Any, Any]:
+        """``(go, hold, fail)`` batches of one input batch: tuples of groups on their way here are
+        held, of groups given away before every marker came failed, the rest go on."""
+        routing = self.routing
+        keys = self.key_of.get(routing.task_component[src]) if src < len(routing.task_component) else None  # type: ignore[union-attr]
+        if keys is None:
+            return (values, runs, streams), None, None
+        groups = self.key_groups
+        awaiting, forced = shift.awaiting, shift.forced if shift.forced_pending else ()
+        kind = []
+        for i, v in enumerate(values):
+            idx = keys.get(streams.get(i, "default") if streams else "default")
+            if idx is None:
+                kind.append(0)
+                continue
+            g = hash(v[idx[0]] if len(idx) == 1 else tuple([v[j] for j in idx])) % groups
+            kind.append(1 if g in awaiting else 2 if g in forced else 0)
+        if not any(kind):
+            return (values, runs, streams), None, None
+        go, rest = split_batch(values, runs, streams, [k != 0 for k in kind])
+        if rest is None:
+            return go, None, None
+        rest_kind = [k for k in kind if k]
+        held, failed = split_batch(*rest, [k == 2 for k in rest_kind])
+        return go, held, failed
+
+    def _take_shifting(self, src: int, batch: Any) -> None:
+        shift = self.shift
+        if shift is None or batch is None or type(batch) is int or type(batch) is wire.ShiftMark:
+            self._process_batch(src, batch)
+            return
+        decoded = self.decode(batch) if type(batch) is bytes else batch
+        if decoded is None:
+            return
+        go, held, failed = self._split_for_shift(src, *decoded, shift)
+        if go is not None:
+            self._process_batch(src, go)
+        if held is not None:
+            shift.note_held(time.monotonic())
+            self.shift_held.append((src, held))
+        if failed is not None:
+            self.failed += len(failed[0])
+            if self.outbox.acking and failed[1] is not None:
+                for a in failed[1][1::2]:
+                    self.outbox.fail_anchors(a)
+            self.taint("tuples of key groups given away came after the rescale's deadline")
+
+    def groups_arrived(self, groups: list[int]) -> None:
+        """Take the held tuples whose groups are here now, in order; keep the others held."""
+        held, self.shift_held = self.shift_held, []
+        shift = self.shift
+        for src, batch in held:
+            if shift is not None and shift.awaiting:
+                go, again, _ = self._split_for_shift(src, *batch, shift)
+                if again is not None:
+                    self.shift_held.append((src, again))
+                if go is not None:
+                    self._process_batch(src, go)
+            else:
+                self._process_batch(src, batch)
+        if held:
+            self.outbox.deadline.worked(time.monotonic())  # what they emitted leaves by the deadline
+            self.outbox.ctl_deadline.worked(time.monotonic())
+
+    def try_release(self, now: float) -> None:
+        shift = self.shift
+        if shift is not None and not shift.released and shift.may_release(now, True):
+            self.give_groups()
+
+    def shift_finished_check(self) -> None:
+        super().shift_finished_check()
+        if self.shift is None and self.take == self._take_shifting:
+            self.take = self._process_batch
 
     def adopt_alignment(self, data: Any) -> None:
         self.aligner.adopt(data)
@@ -387,6 +510,7 @@ class BoltExecutor(UserExecutor):
 
     def counters(self) -> dict[str, Any]:
         data = super().counters()
+        data["busy_secs"] = round(self.busy_secs, 6)
         arrival = self.arrival
         if arrival.hist:
             data["arrival_hist"] = dict(arrival.hist)
@@ -413,6 +537,7 @@ class BoltExecutor(UserExecutor):
         courier = outbox.courier
         handover = self.handover
         handover.announce()
+        began = 0.0
         while self._running:
             self.refresh_routing()
             if handover.awaiting:
@@ -423,6 +548,12 @@ class BoltExecutor(UserExecutor):
             if handover.draining and handover.drained(input_empty=empty()):
                 handover.hand_over()
                 break
+            if self.shift is not None:
+                self.shift_step()
+            if self.retired:
+                break
+            if self.routing is not None and self.routing.rescales:
+                self.rescale_tick()
             if courier.backlog and not courier.drain():
                 # A peer takes nothing now (dead, restarting, cut off): new input would only pile
                 # up behind it, so take none until it does (or its messages are dropped).
@@ -431,7 +562,7 @@ class BoltExecutor(UserExecutor):
                     outbox.flush()
                 continue
             now = clock()
-            wait = 0.01 if handover.draining else 0.1
+            wait = 0.01 if handover.draining or self.shift is not None else 0.1
             if tick:
                 wait = min(wait, max(0.0, self.next_tick - now))
             wait = ctl_deadline.wait(now, deadline.wait(now, wait))
@@ -446,9 +577,8 @@ class BoltExecutor(UserExecutor):
                 ctl_deadline.worked(began)  # acks
                 try:
                     self.take(src, batch)  # (a barrier may switch ``take`` for what follows)
-                    # Keep taking input while more waits, up to the deadline (none if what was
-                    # taken flushed everything: a barrier does).
-                    at = deadline.at
+                    # Keep taking input while more waits, up to the deadline.
+                    at = deadline.at  # None if what was taken sent everything (a checkpoint's barrier)
                     while at is not None and clock() < at:
                         try:
                             src, batch = get_nowait()
@@ -465,6 +595,9 @@ class BoltExecutor(UserExecutor):
                     # acks back would cost a wake-up and save no message.
                     outbox.flush_control()
             now = clock()
+            if began:
+                self.busy_secs += now - began
+                began = 0.0
             if tick and now >= self.next_tick:
                 self.next_tick = now + tick
                 deadline.worked(now)
@@ -488,6 +621,10 @@ class BoltExecutor(UserExecutor):
                 return
             if kind == wire.COMMITTED:
                 self.committed(int(entries))
+            elif kind == wire.GROUPS:
+                self.on_groups(_src, entries)
+            elif kind == wire.SHIFT_READY:
+                self.on_shift_ready(_src, int(entries))
             elif not self.handover.on_control(kind, entries):
                 log.warning("executor %s: unexpected control message %d ignored", self.executor_id, kind)
 
@@ -499,7 +636,8 @@ class BoltExecutor(UserExecutor):
                 _src, batch = self.data_q.get_nowait()
             except queue.Empty:
                 return dropped
-            decoded = self.decode(batch) if batch is not None and type(batch) is not int else None
+            decoded = self.decode(batch) if batch is not None and type(batch) is not int \
+                and type(batch) is not wire.ShiftMark else None
             if decoded is not None:
                 dropped += len(decoded[0])
                 if self.host.checkpoints is not None:

@@ -23,13 +23,22 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from nstorm.state.keyed import KeyedState, apply_entries, key_group, owned_groups
+from nstorm.state.keyed import (
+    KeyedState,
+    TrackedKeyedState,
+    apply_entries,
+    changed_keys,
+    key_group,
+    owned_groups,
+)
 from nstorm.state.store import StateError, unpack_snapshot
 from worker import wire
 
 __all__ = ["BarrierAligner", "Snapshotter"]
 
 log = logging.getLogger(__name__)
+
+_TRACK_FROM_KEYS = 10_000  # below this a pass over the state costs too little to be worth avoiding
 
 
 def _bad_key(state: Mapping[Any, Any]) -> str:
@@ -58,6 +67,8 @@ class Snapshotter:
         self.executor = executor
         self.last = 0  # the last checkpoint this executor wrote (or was restored from)
         self.need_full = True  # every owned group's next entry is full (after a start or restore)
+        self.previous: dict[Any, Any] = {}  # keyed_state as the last checkpoint wrote it (a shallow copy)
+        self.executed_at = 0  # the executor's tuples processed at the last checkpoint
         self.full_bytes: dict[int, int] = {}  # key group -> size of its last full entry
         self.delta_bytes: dict[int, int] = {}  # key group -> deltas written since
         self.written = 0  # checkpoints written
@@ -66,16 +77,27 @@ class Snapshotter:
 
     # -- writing -------------------------------------------------------------------------
     def _owned(self) -> tuple[list[int], int]:
+        """The key groups this executor owns in its routing table's layout (by its position among
+        the component's executors, nstorm.state.keyed)."""
         ex = self.executor
         groups = ex.host.checkpoints.groups
         routing = ex.routing
-        n = len(routing.component_tasks.get(ex.component, ())) if routing is not None else 1
-        return owned_groups(ex.index, max(1, n), groups), groups
+        if routing is None:
+            return [], groups
+        tasks = routing.component_tasks.get(ex.component, ())
+        if ex.task not in tasks:
+            return [], groups  # removed by a rescale: it owns nothing any more
+        return owned_groups(tasks.index(ex.task), len(tasks), groups), groups
 
     def _group_entries(self, keyed: KeyedState) -> dict[int, tuple[bool, bytes]]:
         owned, groups = self._owned()
         mine = set(owned)
-        changed = keyed.take_changes()
+        if self.need_full:
+            changed: set[Any] = set()
+        elif type(keyed) is TrackedKeyedState:
+            changed = set(keyed.touched)
+        else:
+            changed = changed_keys(keyed, self.previous, keyed.touched)
         by_group: dict[int, list[list[Any]]] = {}
         for key in changed:
             g = key_group(key, groups)
@@ -109,6 +131,8 @@ class Snapshotter:
         checkpoints = ex.host.checkpoints
         if checkpoints is None or cid <= self.last:
             return False
+        if ex.routing is not None and ex.routing.rescales:
+            return False  # a rescale changes who owns which key group: no checkpoint until it is done
         self.last = cid
         instance = ex.instance
         try:
@@ -131,7 +155,7 @@ class Snapshotter:
             try:
                 blob = wire.pack({"cid": cid, "state": state, **extra})
             except (TypeError, ValueError, OverflowError) as exc:
-                self._refuse(cid, "a tracked tuple's message id", exc)
+                self._refuse(cid, getattr(ex, "extra_what", "a tracked tuple's message id"), exc)
                 return False
         groups: dict[tuple[str, int], tuple[bool, bytes]] = {}
         if isinstance(keyed, KeyedState):
@@ -151,20 +175,34 @@ class Snapshotter:
         except StateError as exc:
             self.last_error = str(exc)
             ex.record_error("checkpoint", exc)
-            if isinstance(keyed, KeyedState):
-                self.need_full = True  # what changed is not written: the next entries are full
-            return False
+            return False  # what changed is still found next time: compared with the same copy
         for (_c, g), (full, data) in groups.items():
             if full:
                 self.full_bytes[g] = len(data)
                 self.delta_bytes[g] = 0
             else:
                 self.delta_bytes[g] = self.delta_bytes.get(g, 0) + len(data)
+        if isinstance(keyed, KeyedState):
+            keyed.touched.clear()
+            self._choose_tracking(keyed)
         self.need_full = False
         self.written += 1
         self.last_bytes = size
         self.last_error = None
         return True
+
+    def _choose_tracking(self, keyed: KeyedState) -> None:
+        """How the next checkpoint finds what changed: a bolt that processed fewer tuples since the
+        last checkpoint than its state has keys notes each assignment (TrackedKeyedState); else it
+        is compared with a copy taken now (nstorm.state.keyed). The same object either way."""
+        executed = self.executor.executed
+        processed, self.executed_at = executed - self.executed_at, executed
+        if len(keyed) >= _TRACK_FROM_KEYS and processed < len(keyed):
+            keyed.__class__ = TrackedKeyedState
+            self.previous = {}
+        else:
+            keyed.__class__ = KeyedState
+            self.previous = dict(keyed)  # what the next checkpoint compares with
 
     def _refuse(self, cid: int, where: str, exc: Exception) -> None:
         ex = self.executor
@@ -182,10 +220,10 @@ class Snapshotter:
         instance = ex.instance
         self.last = cid
         self.need_full = True
+        self.previous = {}
         if cid <= 0:
             instance.state = {}
             instance.keyed_state = KeyedState()
-            instance.keyed_state.take_changes()
             return {}
         blob = read(cid, ex.executor_id)
         data = unpack_snapshot(blob) if blob is not None else {"state": {}}
@@ -202,7 +240,6 @@ class Snapshotter:
                     msg = f"damaged key group {ex.component}:{g}: {exc}"
                     raise ValueError(msg) from None
             apply_entries(keyed, decoded)
-        keyed.take_changes()
         instance.keyed_state = keyed
         return data
 

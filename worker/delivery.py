@@ -80,8 +80,8 @@ def bind_address(host: str) -> str:
 class Inbox:
     """An executor's receiving side. See the module docstring.
 
-    :ivar data: batches ``(src, batch)`` (``batch`` None is a marker, an int a checkpoint's
-        barrier), unbounded: flow control
+    :ivar data: batches ``(src, batch)`` (``batch`` None is a move's marker, an int a checkpoint's
+        barrier, a :class:`~worker.wire.ShiftMark` a rescale's marker), unbounded: flow control
         is topology-wide backpressure at the spouts (worker/backpressure.py).
     :ivar control: ``(kind, src, entries)`` control messages, unbounded.
     :ivar in_size: tuples in the batch put last (written by the senders).
@@ -102,14 +102,6 @@ class Inbox:
         if n:
             self.in_size = n
         self.data.put((src, batch))
-
-    def put_marker(self, src: int) -> None:
-        """``src`` sends no more to this copy (it switched to the executor's new place)."""
-        self.data.put((src, None))
-
-    def put_barrier(self, src: int, cid: int) -> None:
-        """Checkpoint ``cid``'s barrier from ``src``, behind what ``src`` sent before it (an int item)."""
-        self.data.put((src, cid))
 
     def put_control(self, kind: int, src: int, entries: Any) -> None:
         self.control.put((kind, src, entries))
@@ -213,19 +205,24 @@ class Courier:
 
     def marker(self, dst: int, wid: str) -> None:
         """Tell ``dst`` at ``wid`` that this sender sends it no more there (after what it sent)."""
-        inbox = self.host.inbox(dst, wid)
-        if inbox is not None:
-            inbox.put_marker(self.src)
-            return
-        self._send(wid, wire.marker_header(dst, self.src, self.epoch), b"", 0)
+        self._in_band(dst, wid, (None,), wire.marker_header(dst, self.src, self.epoch))
 
     def barrier(self, dst: int, wid: str, cid: int) -> None:
         """Checkpoint ``cid``'s barrier to ``dst`` at ``wid``, behind what this sender sent it."""
+        self._in_band(dst, wid, (cid,), wire.barrier_header(dst, self.src, cid, self.epoch))
+
+    def shift_mark(self, dst: int, wid: str, version: int) -> None:
+        """Rescale ``version``'s marker to ``dst`` at ``wid``, behind what this sender sent it."""
+        self._in_band(dst, wid, (wire.ShiftMark(version),), wire.shift_mark_header(dst, self.src, version, self.epoch))
+
+    def _in_band(self, dst: int, wid: str, item: tuple[Any], header: bytes) -> None:
+        """A signal on the data path (behind this sender's data): ``item`` on a local queue (None:
+        a move's marker, an int: a barrier, a ShiftMark), else a frame with ``header`` and no payload."""
         inbox = self.host.inbox(dst, wid)
         if inbox is not None:
-            inbox.put_barrier(self.src, cid)
+            inbox.data.put((self.src, item[0]))
             return
-        self._send(wid, wire.barrier_header(dst, self.src, cid, self.epoch), b"", 0)
+        self._send(wid, header, b"", 0)
 
     def retire(self) -> None:
         """This sender belongs to a rolled-back epoch: whatever it still sends goes out over the

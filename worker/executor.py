@@ -21,21 +21,25 @@ import logging
 import queue
 import threading
 import time
+import traceback
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from nstorm.component import Context
-from nstorm.state.keyed import KeyedState, as_key
+from nstorm.state.keyed import KeyedState, as_key, key_group
 from worker import wire
 from worker.checkpoint import Snapshotter
 from worker.delivery import Courier, Inbox
 from worker.host import Host
-from worker.migration import Handover
+from worker.migration import READY_RESEND_SECS, Handover
 from worker.outbox import Outbox
+from worker.rescale import KeyGroupShift
 
 __all__ = ["Executor", "ExecutorState", "UserExecutor"]
 
 log = logging.getLogger(__name__)
+_TRACE_CHARS = 4000  # of a stack trace in a heartbeat: its end, where the error is
 
 
 class ExecutorState(enum.Enum):
@@ -66,6 +70,8 @@ class Executor:
         self.failed = 0
         self.errors = 0
         self.last_error: str | None = None
+        self.last_error_at: float | None = None  # wall clock of the last error
+        self.last_trace: str | None = None  # its stack trace (the UI shows it), cut to _TRACE_CHARS
         self.bad_batches = 0  # data batches from the network that did not decode
         self.state = ExecutorState.NEW
         self.started_at = time.time()  # wall clock (stall detection: no ack since at most this)
@@ -147,6 +153,8 @@ class Executor:
     def record_error(self, where: str, exc: BaseException) -> None:
         self.errors += 1
         self.last_error = f"{where}: {type(exc).__name__}: {exc}"
+        self.last_error_at = time.time()
+        self.last_trace = "".join(traceback.format_exception(exc))[-_TRACE_CHARS:]
         log.exception("executor %s: error in %s", self.executor_id, where)
 
     @property
@@ -167,6 +175,7 @@ class Executor:
             "queue": self.data_q.qsize(),
             "errors": self.errors,
             "last_error": self.last_error,
+            **({"last_error_at": self.last_error_at, "last_error_trace": self.last_trace} if self.last_trace else {}),
         }
 
 
@@ -196,18 +205,50 @@ class UserExecutor(Executor):
         self.handover = Handover(self, host, self.outbox.courier)
         self.checkpoint = Snapshotter(self)
         self.restore_from: int | None = None  # a copy made by a rollback: the checkpoint to install
+        self.restored: Mapping[str, Any] | None = None  # ... installed before open, its extras after
+        self.key_groups = int(host.conf.get("topology.max.parallelism") or 128)
+        self.shift: KeyGroupShift | None = None  # the rescale step this executor is in (worker.rescale)
+        self.shift_version = 0  # the newest step seen (or settled by a restore)
+        self.early_marks: dict[int, set[int]] = {}  # version -> upstream tasks whose SHIFT_MARK came first
+        self.early_groups: list[tuple[int, Any]] = []  # GROUPS that came before this copy saw their step
+        self.shift_held: list[tuple[int, Any]] = []  # (src, batch) of key groups on their way here
+        self.retired = False  # a retiring executor gave everything away: its loop ends
+        self.settled = False  # the open steps were settled by a restore (settle_shifts)
+        self.ready_sent_at = float("-inf")  # when this executor last said READY (rescale_tick)
+        self.context = replace(self.context, owner=self.owns)
 
     @property
     def courier(self) -> Courier:
         return self.outbox.courier
 
     def init_state(self) -> None:
-        """``self.state`` and ``self.keyed_state`` before ``open``/``prepare`` (kept if restored)."""
+        """``self.state`` and ``self.keyed_state`` before ``open``/``prepare``: a copy made by a
+        rollback (or a restarted worker) installs its checkpoint here, so that ``open`` sees the
+        restored state (as Flink's ``initializeState`` comes before ``open``)."""
         instance = self.instance
+        instance.context = self.context  # also given to open/prepare; a rescale changes what it says
         if not isinstance(getattr(instance, "state", None), dict):
             instance.state = {}
         if not isinstance(getattr(instance, "keyed_state", None), KeyedState):
-            instance.keyed_state = KeyedState()
+            instance.keyed_state = self.new_keyed()
+        cid = self.restore_from
+        checkpoints = self.host.checkpoints
+        if cid is None or checkpoints is None:
+            return
+        self.settle_shifts()  # restored in the plan's layout: no open rescale step is this copy's to run
+        try:
+            self.restored = self.checkpoint.restore(cid, checkpoints.read, checkpoints.chain)
+        except Exception as exc:  # noqa: BLE001 - unreadable or damaged: the coordinator picks an older one
+            self.record_error("restore", exc)
+            self.taint(f"cannot restore checkpoint {cid}: {exc}")
+
+    def new_keyed(self) -> KeyedState:
+        """An empty ``keyed_state``: a dict (its own C methods) with ``touch``, which only notes
+        keys where checkpoints are written."""
+        keyed = KeyedState()
+        if self.host.checkpoints is None:
+            keyed.touched = None
+        return keyed
 
     # -- checkpoints (worker.checkpoint) ------------------------------------------------------
     def checkpoint_extra(self) -> dict[str, Any]:
@@ -215,19 +256,11 @@ class UserExecutor(Executor):
         return {}
 
     def after_setup(self) -> None:
-        """A copy made by a rollback installs its checkpoint once ``open``/``prepare`` is done
-        (as a moved copy installs its handed-over state)."""
-        cid = self.restore_from
-        checkpoints = self.host.checkpoints
-        if cid is None or checkpoints is None:
-            return
-        try:
-            data = self.checkpoint.restore(cid, checkpoints.read, checkpoints.chain)
-        except Exception as exc:  # noqa: BLE001 - unreadable or damaged: the coordinator picks an older one
-            self.record_error("restore", exc)
-            self.taint(f"cannot restore checkpoint {cid}: {exc}")
-            return
-        self.restore_checkpoint_extra(data)
+        """After ``open``/``prepare``: what a restore does with user code (a spout acks the trees
+        its checkpoint had open)."""
+        if self.restored is not None:
+            data, self.restored = self.restored, None
+            self.restore_checkpoint_extra(data)
 
     def restore_checkpoint_extra(self, data: Mapping[str, Any]) -> None:
         pass
@@ -259,6 +292,216 @@ class UserExecutor(Executor):
             self.routing = routing
             self.outbox.rebuild(routing)
             self.bind_emit()
+            if routing is not None:
+                self.context.parallelism.update({c: len(t) for c, t in routing.component_tasks.items()})
+                self.check_shift()
+
+    # -- live rescaling (worker.rescale) --------------------------------------------------------
+    def upstream_tasks(self) -> set[int]:
+        """Every task that sends this executor data (a spout has none)."""
+        return set()
+
+    def owns(self, key: Any) -> bool:
+        """``context.owns``: this executor holds ``key``'s key group now (not while it is on its way)."""
+        routing = self.routing
+        if routing is None:
+            return False
+        tasks = routing.component_tasks.get(self.component, ())
+        if self.task not in tasks:
+            return False
+        g = key_group(key, self.key_groups)
+        if g % len(tasks) != tasks.index(self.task):
+            return False
+        shift = self.shift
+        return shift is None or g not in shift.awaiting
+
+    def settle_shifts(self) -> None:
+        """This copy starts from a checkpoint in the plan's layout: the open steps are not its to
+        run; a copy that was to take key groups counts as having them (once)."""
+        if self.settled:
+            return
+        self.settled = True
+        routing = self.host.routing
+        for step in (routing.rescales.values() if routing is not None else ()):
+            self.shift_version = max(self.shift_version, step.version)
+            if step.component == self.component and step.record and self.task in step.new \
+                    and self.task not in step.old:
+                self.host.migrations.shift_done(step.record, self.executor_id, 0.0, lost=False)
+            elif step.component == self.component and step.record:
+                shift = KeyGroupShift(step, self.task, self.key_groups, (), time.monotonic(), 0.0, 0.0)
+                if shift.gained:
+                    self.host.migrations.shift_done(step.record, self.executor_id, 0.0, lost=False)
+
+    def check_shift(self) -> None:
+        """A new rescale step of this component in the routing table: start this executor's part."""
+        routing = self.routing
+        if self.restore_from is not None:
+            self.settle_shifts()  # a copy made to restore a checkpoint: its layout is the plan's already
+        step = routing.rescales.get(self.component) if routing is not None else None
+        if step is None or step.version <= self.shift_version:
+            return
+        self.shift_version = step.version
+        conf = self.host.conf
+        wait = float(conf["worker.state.wait.ms"]) / 1000.0
+        if self.kind == "spout":  # an old owner waits for its open trees first, a message timeout at most
+            wait += float(self.conf["topology.message.timeout.secs"])
+        shift = KeyGroupShift(step, self.task, self.key_groups, self.upstream_tasks(), time.monotonic(),
+                              float(conf["worker.lazy.kill.ms"]) / 1000.0, wait)
+        shift.marks |= self.early_marks.pop(step.version, set())
+        self.early_marks = {v: m for v, m in self.early_marks.items() if v > step.version}
+        self.shift = shift
+        self.checkpoint.need_full = True  # the next checkpoint, in the new layout, writes whole groups
+        log.info("executor %s: rescale v%d of %s: gives %d key groups, takes %d%s", self.executor_id, step.version,
+                 self.component, len(shift.lost), len(shift.gained), " (retiring)" if shift.retiring else "")
+        self.shift_started()
+        self.rescale_tick()  # READY at once: the upstream executors switch when all have said it
+        early, self.early_groups = self.early_groups, []
+        for src, entries in early:
+            self.on_groups(src, entries)
+        self.shift_step()
+
+    def rescale_tick(self) -> None:
+        """Once per loop while the routing table has a rescale step: tell the upstream executors,
+        every half second, that this executor of the new layout holds what it takes (READY: they
+        switch once all have said it; new incarnations of them hear it too); switch this
+        executor's own held outputs that ran out of patience."""
+        now = time.monotonic()
+        outbox = self.outbox
+        if outbox.shifts.held and outbox.switch_due():
+            self.bind_emit()  # the component's emit is the newly compiled one
+        routing = self.routing
+        step = routing.rescales.get(self.component) if routing is not None else None
+        if step is None or step.version > self.shift_version or self.task not in step.new:
+            return
+        if now - self.ready_sent_at < READY_RESEND_SECS:
+            return
+        self.ready_sent_at = now
+        for up in sorted(self.upstream_tasks()):
+            self.courier.control(up, routing.location[up], wire.SHIFT_READY, step.version)  # type: ignore[union-attr]
+
+    def on_shift_ready(self, src: int, version: int) -> None:
+        """A downstream executor of a rescaled component holds its key groups (SHIFT_READY)."""
+        if self.outbox.shift_ready(src, version):
+            self.bind_emit()
+
+    def shift_started(self) -> None:
+        """What this kind does when a step starts (a bolt stops aligning and starts holding)."""
+
+    def on_shift_mark(self, src: int, version: int) -> None:
+        shift = self.shift
+        if shift is not None and shift.version == version:
+            shift.on_mark(src)
+        elif version > self.shift_version:
+            self.early_marks.setdefault(version, set()).add(src)
+
+    def give_groups(self) -> None:
+        """Send each new owner its key groups' state (one GROUPS message each) and forget them."""
+        shift = self.shift
+        assert shift is not None
+        keyed = self.instance.keyed_state
+        routing = self.routing
+        for to, (groups, pairs) in shift.outgoing(keyed).items():
+            for part_groups, payload in self._groups_messages(groups, pairs):
+                self.courier.control(to, routing.location[to], wire.GROUPS,  # type: ignore[union-attr]
+                                     {"version": shift.version, "groups": part_groups, "entries": payload,
+                                      "sent_at": time.time()})
+            for key, _value in pairs:
+                dict.pop(keyed, key, None)
+        shift.released_now()
+        self.call_hook("on_key_groups", [], sorted(shift.lost))
+        log.info("executor %s: rescale v%d: gave %d key groups", self.executor_id, shift.version, len(shift.lost))
+        self.shift_finished_check()
+
+    def _groups_messages(self, groups: list[int], pairs: list[list[Any]]) -> list[tuple[list[int], bytes]]:
+        """``(groups, msgpack pairs)`` for GROUPS messages: one, or one per group when they would not
+        fit a frame comfortably (a receiver refuses frames over ``wire.MAX_FRAME_BYTES``)."""
+        try:
+            payload = wire.pack(pairs)
+            if len(payload) <= wire.MAX_FRAME_BYTES // 4 or len(groups) == 1:
+                parts = [(groups, payload)]
+            else:
+                by_group: dict[int, list[list[Any]]] = {g: [] for g in groups}
+                for pair in pairs:
+                    by_group[key_group(pair[0], self.key_groups)].append(pair)
+                parts = [([g], wire.pack(p)) for g, p in by_group.items()]
+        except (TypeError, ValueError, OverflowError) as exc:
+            self.record_error("rescale", exc)
+            self.taint(f"key groups {groups[:5]} are not msgpack data")
+            return [(groups, wire.pack([]))]
+        for part, payload in parts:
+            if len(payload) > wire.MAX_FRAME_BYTES:
+                log.error("executor %s: key group %s holds %d bytes, more than a frame may: it starts empty there",
+                          self.executor_id, part, len(payload))
+                self.taint(f"key group {part} is too large to hand over")
+        return [(g, p) if len(p) <= wire.MAX_FRAME_BYTES else (g, wire.pack([])) for g, p in parts]
+
+    def on_groups(self, src: int, entries: Any) -> None:
+        """Key groups handed over by their old owner (GROUPS)."""
+        if not isinstance(entries, Mapping):
+            return
+        version = int(entries.get("version") or 0)
+        shift = self.shift
+        if shift is None or shift.version < version:
+            if version > self.shift_version:
+                self.early_groups.append((src, entries))
+            return
+        if shift.version > version:
+            log.warning("executor %s: key groups of rescale v%d came during v%d: ignored", self.executor_id, version,
+                        shift.version)
+            return
+        groups = [g for g in entries.get("groups") or () if g in shift.awaiting]
+        wanted = set(groups)
+        try:
+            pairs = wire.unpack_state(entries.get("entries") or wire.pack([]))
+            keyed = self.instance.keyed_state
+            for k, v in pairs:
+                key = as_key(k)
+                if key_group(key, self.key_groups) in wanted:  # not a change: the next checkpoint writes whole groups
+                    dict.__setitem__(keyed, key, v)
+        except Exception as exc:  # noqa: BLE001 - damaged: those groups start empty, loudly
+            self.record_error("rescale", exc)
+            self.taint(f"the key groups from task {src} did not decode")
+        shift.took(groups, time.monotonic(), entries.get("sent_at"))
+        self.groups_arrived(groups)
+        self.shift_finished_check()
+
+    def groups_arrived(self, groups: list[int]) -> None:
+        """What this kind does with tuples it held for ``groups`` (a bolt takes them now)."""
+
+    def shift_step(self) -> None:
+        """Once per loop while a step runs: deadlines, and what may be given now."""
+        shift = self.shift
+        if shift is None or shift.done:
+            return
+        now = time.monotonic()
+        missing = shift.give_up_waiting(now)
+        if missing:
+            self.taint(f"the state of key groups {missing[:5]} did not come")
+            self.groups_arrived(missing)
+        self.try_release(now)
+        self.shift_finished_check()
+
+    def try_release(self, now: float) -> None:
+        """Give the groups away once this kind may (a bolt: every marker is in)."""
+
+    def shift_finished_check(self) -> None:
+        shift = self.shift
+        if shift is None or not shift.done:
+            return
+        self.shift = None
+        if shift.gained:
+            self.call_hook("on_key_groups", sorted(shift.gained), [])
+            if shift.step.record:
+                self.host.migrations.shift_done(shift.step.record, self.executor_id, shift.stall, shift.lost_state)
+        if shift.retiring:
+            self.retired = True
+            log.info("executor %s: retired by rescale v%d", self.executor_id, shift.version)
+
+    def call_hook(self, name: str, *args: Any) -> None:
+        try:
+            getattr(self.instance, name)(*args)
+        except Exception as exc:
+            self.record_error(name, exc)
 
     def bind_emit(self) -> None:
         """Point the component's ``emit`` at the outbox's compiled emit (rebuilt per routing)."""
@@ -272,8 +515,8 @@ class UserExecutor(Executor):
                 _src, batch = self.data_q.get(timeout=0.1)
             except queue.Empty:
                 continue
-            if batch is None or type(batch) is int or outbox.routing is None:
-                continue  # a marker or a barrier
+            if batch is None or type(batch) is int or type(batch) is wire.ShiftMark or outbox.routing is None:
+                continue  # a marker, a barrier or a rescale's marker
             decoded = self.decode(batch)
             runs = decoded[1] if decoded else None
             for anchor in runs[1::2] if runs else ():
@@ -298,7 +541,8 @@ class UserExecutor(Executor):
             payload, error = wire.pack({}), f"state of {self.executor_id} is not msgpack data: {exc}"
             self.record_error("hand_over", exc)
         counters = {"executed": self.executed, "emitted": self.outbox.emitted, "acked": self.acked,
-                    "failed": self.failed, "errors": self.errors}
+                    "failed": self.failed, "errors": self.errors,
+                    "user": self.context.metrics.counter_values()}
         keyed = getattr(self.instance, "keyed_state", None) or {}
         try:
             keyed_payload = wire.pack([[k, v] for k, v in keyed.items()])
@@ -324,9 +568,10 @@ class UserExecutor(Executor):
         except Exception as exc:  # noqa: BLE001 - a broken hand-over starts empty, loudly
             self.record_error("state", exc)
             self.instance.state = {}
-        keyed = KeyedState()
+        keyed = self.new_keyed()
         try:
-            keyed.load((as_key(k), v) for k, v in wire.unpack_state(entry.get("keyed") or wire.pack([])))
+            for k, v in wire.unpack_state(entry.get("keyed") or wire.pack([])):
+                dict.__setitem__(keyed, as_key(k), v)
         except Exception as exc:  # noqa: BLE001
             self.record_error("keyed state", exc)
         self.instance.keyed_state = keyed
@@ -341,6 +586,8 @@ class UserExecutor(Executor):
         self.acked += int(carried.get("acked", 0))
         self.failed += int(carried.get("failed", 0))
         self.errors += int(carried.get("errors", 0))
+        if isinstance(carried.get("user"), Mapping):
+            self.context.metrics.carry(carried["user"])
 
     def restore_extra(self, entry: Mapping[str, Any]) -> None:
         pass
@@ -361,6 +608,8 @@ class UserExecutor(Executor):
             data["undelivered"] = outbox.courier.undelivered
         if self.handover.awaiting:
             data["awaiting_state"] = True
+        if self.context.metrics:
+            data["metrics"] = self.context.metrics.snapshot()
         cp = self.checkpoint
         if cp.written or cp.last_error:
             data["checkpoint"] = {"last": cp.last, "written": cp.written, "bytes": cp.last_bytes,

@@ -28,10 +28,6 @@ class Mailbox(Protocol):
 
     def put_data(self, src: int, batch: Any, n: int) -> None: ...
 
-    def put_marker(self, src: int) -> None: ...
-
-    def put_barrier(self, src: int, cid: int) -> None: ...
-
     def put_control(self, kind: int, src: int, entries: Any) -> None: ...
 
     def put(self, channel: str, item: Any) -> None: ...
@@ -53,6 +49,8 @@ class MigrationReports(Protocol):
     def completed(self, record: str, stall: float, lost: bool) -> None: ...
 
     def handed_over(self, task: int, to: str, copy: Any) -> None: ...
+
+    def shift_done(self, record: str, executor: str, stall: float, lost: bool) -> None: ...
 
 
 class Checkpoints(Protocol):
@@ -87,6 +85,7 @@ class ExecutorStats:
     task: int
     traffic: Mapping[int, list[int]]
     queue: int
+    thread_id: int | None = None  # the executor thread's native id (its CPU time, from /proc)
 
 
 class Host(Protocol):

@@ -10,7 +10,11 @@ Two kinds of record::
 
     {"kind": "edge", "ts", "topology", "src", "dst", "tuples", "bytes",
      "src_worker", "dst_worker", "src_node", "dst_node", "inter_node"}
-    {"kind": "load", "ts", "topology", "worker", "node", "cpu", "queue", "executors"}
+    {"kind": "load", "ts", "topology", "worker", "node", "cpu", "queue", "executors", "executor_cpu"}
+
+``executor_cpu`` is each executor thread's CPU over the interval, in cores (its thread's
+user and system time, from ``/proc`` through psutil: one read per interval, nothing per tuple);
+OTD's autoscaling and the heartbeats' ``cpu`` per executor come from it.
 
 It reads counters the executors own without locks (a dict copy is atomic under the
 GIL), so nothing is added to the tuple path but one addition per batch.
@@ -49,6 +53,9 @@ class MetricsCollector:
         self._process.cpu_percent(None)
         self._stop = threading.Event()
         self.last_load: dict[str, Any] = {"cpu": 0.0, "queue": 0}
+        self.executor_cpu: dict[str, float] = {}  # executor -> cores over the last interval
+        self._thread_times: dict[int, float] = {}
+        self._times_at = time.monotonic()
         self._thread = threading.Thread(target=self._run, name="metrics", daemon=True)
 
     def start(self) -> None:
@@ -88,9 +95,30 @@ class MetricsCollector:
         queues = {ex.executor_id: ex.queue for ex in executors}
         cpu = self._process.cpu_percent(None) / 100.0
         self.last_load = {"cpu": cpu, "queue": sum(queues.values())}
+        self.executor_cpu = self._executor_cpu(executors)
         records.append({"kind": "load", "ts": now, "topology": host.topology, "worker": host.worker_id,
-                        "node": host.node, "cpu": cpu, "queue": sum(queues.values()), "executors": queues})
+                        "node": host.node, "cpu": cpu, "queue": sum(queues.values()), "executors": queues,
+                        "executor_cpu": {e: round(c, 4) for e, c in self.executor_cpu.items()}})
         return records
+
+    def _executor_cpu(self, executors: list[Any]) -> dict[str, float]:
+        """Each executor thread's CPU (cores) since the last call."""
+        try:
+            times = {t.id: t.user_time + t.system_time for t in self._process.threads()}
+        except (psutil.Error, OSError):
+            return {}
+        now = time.monotonic()
+        elapsed = max(now - self._times_at, 1e-3)
+        out = {}
+        for ex in executors:
+            tid = ex.thread_id
+            if tid is None or tid not in times:
+                continue
+            before = self._thread_times.get(tid)
+            if before is not None:
+                out[ex.executor_id] = max(0.0, (times[tid] - before) / elapsed)
+        self._thread_times, self._times_at = times, now
+        return out
 
     def _path(self, now: float) -> Path:
         stamp = datetime.fromtimestamp(now, UTC)

@@ -37,7 +37,13 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
-from kazoo.exceptions import ConnectionLoss, NoNodeError, SessionExpiredError, ZookeeperError
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionLoss,
+    NoNodeError,
+    SessionExpiredError,
+    ZookeeperError,
+)
 from kazoo.handlers.threading import KazooTimeoutError
 
 from nstorm.plan import Move
@@ -258,6 +264,17 @@ class Handover:
         self._set_state(HandoverState.HANDED_OVER, f"{len(entry['state'])} bytes of state sent to {to}")
 
 
+def _merge_arrival(info: dict[str, Any], arrived: Mapping[str, Any]) -> None:
+    """Add executors that have their key groups to a rescale record; complete it once all are in."""
+    merged = dict(info.get("arrived") or {})
+    merged.update(arrived)
+    info["arrived"] = merged
+    if set(info.get("waiting") or ()) <= set(merged):
+        info["completed_at"] = time.time()
+        info["stall_secs"] = max((float(a.get("stall_secs") or 0.0) for a in merged.values()), default=0.0)
+        info["state_lost"] = any(bool(a.get("state_lost")) for a in merged.values())
+
+
 def mark_moves(old: RoutingTable | None, new: RoutingTable, buffers: Mapping[int, Any],
                flush: Callable[[Any], None], courier: Courier) -> None:
     """An upstream executor's side of a move, when its routing table changes from ``old`` to
@@ -306,6 +323,12 @@ class MigrationDesk:
         """A moved-in copy resumed (any thread): its record is completed by :meth:`report`."""
         self.completions.put((record, {"completed_at": time.time(), "stall_secs": round(stall, 4), "state_lost": lost}))
 
+    def shift_done(self, record: str, executor: str, stall: float, lost: bool) -> None:
+        """An executor has the key groups a rescale gave it (any thread): :meth:`report` adds it to
+        the record's ``arrived``, and completes the record when every executor it waits for is there."""
+        self.completions.put((record, {"arrived": {executor: {"at": time.time(), "stall_secs": round(stall, 4),
+                                                              "state_lost": lost}}}))
+
     def prune(self) -> None:
         now = time.monotonic()
         for task, (_to, _copy, at) in list(self._handovers.items()):
@@ -330,9 +353,17 @@ class MigrationDesk:
                 info = json.loads(data.decode())
                 if info.get("completed_at"):
                     continue  # reported before (this worker restarted since)
-                info.update(update)
+                if "arrived" in update:
+                    _merge_arrival(info, update["arrived"])
+                else:
+                    info.update(update)
                 zk.set(path, encode(info), version=stat.version)
-                log.info("migration %s of %s completed (stall %.3fs)", record, info.get("executor"), update["stall_secs"])
+                if info.get("completed_at"):
+                    log.info("migration %s of %s completed (stall %.3fs)", record, info.get("executor"),
+                             info.get("stall_secs") or 0.0)
+            except BadVersionError:
+                self._unreported.extend(pending[i:])  # another worker wrote it meanwhile: again next cycle
+                return
             except NoNodeError:
                 continue  # the topology was killed
             except (ConnectionLoss, SessionExpiredError, ZookeeperError, KazooTimeoutError):

@@ -45,6 +45,7 @@ from worker.emitters import (
 )
 from worker.host import Host
 from worker.migration import mark_moves
+from worker.rescale import UpstreamShifts
 from worker.routing import RoutingTable
 from worker.runs import (
     K_ALL,
@@ -109,6 +110,9 @@ class Outbox:
         self.streams = set(definition["components"][component]["outputs"])
         self.key_groups = int(host.conf.get("topology.max.parallelism") or 128)
         self.downstream: list[int] = []  # every task of every subscribing component (barriers go to all)
+        self.subscribers = sorted(name for name, comp in definition["components"].items()
+                                  if any(i["component"] == component for i in comp["inputs"]))
+        self.shifts = UpstreamShifts(self.subscribers, float(host.conf.get("worker.state.wait.ms") or 10000) / 1000.0)
 
     # -- routing ------------------------------------------------------------------------
     def rebuild(self, routing: RoutingTable) -> None:
@@ -120,11 +124,32 @@ class Outbox:
         then hands its state over. Tuples emitted from now on go to the new place.
         """
         mark_moves(self.routing, routing, self.buffers, self.flush_buffer, self.courier)
+        if routing.rescales:
+            self.shifts.note(routing, self.clock())
         self.routing = routing
-        self.downstream = sorted({t for name, comp in self.definition["components"].items()
-                                  if any(i["component"] == self.component for i in comp["inputs"])
-                                  for t in routing.component_tasks.get(name, ())})
+        self.downstream = sorted({t for name in self.subscribers for t in routing.component_tasks.get(name, ())})
         self.courier.routing = routing
+        self._compile(routing)
+
+    def shift_ready(self, src: int, version: int) -> bool:
+        """An executor of a rescaled component holds its key groups (SHIFT_READY); True if the
+        emits were compiled anew (the executor binds them again)."""
+        self.shifts.ready(src, version)
+        return self.switch_due()
+
+    def switch_due(self) -> bool:
+        """Route the held components that may switch by their new layout (worker.rescale); True if
+        the emits were compiled anew (the executor binds them again)."""
+        due = self.shifts.due(self.clock())
+        if not due or self.routing is None:
+            return False
+        for component in due:
+            self.shifts.switch(component, self.routing, self.buffers, self.flush_buffer, self.courier)
+        self._compile(self.routing)
+        return True
+
+    def _compile(self, routing: RoutingTable) -> None:
+        """The groupings and compiled emits for ``routing`` (a held rescale keeps its old layout)."""
         targets: dict[str, list[Target]] = {s: [] for s in self.streams}
         direct: dict[str, list[tuple[str, list[Buffer]]]] = {s: [] for s in self.streams}
         me = self.host.worker_id
@@ -132,7 +157,7 @@ class Outbox:
             for inp in comp["inputs"]:
                 if inp["component"] != self.component:
                     continue
-                tasks = list(routing.component_tasks.get(name, ()))
+                tasks = list(self.shifts.layout(name) or routing.component_tasks.get(name, ()))
                 grouping = inp["grouping"]
                 stream = inp["stream"]
                 if grouping == LOCAL_OR_SHUFFLE:

@@ -50,11 +50,21 @@ from worker.migration import MigrationDesk
 from worker.recovery import WorkerCheckpoints
 from worker.routing import RoutingTable
 from worker.spout import SpoutExecutor
+from worker.stats import StatsWindow
 from worker.transport import WORKER_TASK, Transport
+from worker.windowed import WindowedBoltExecutor
 
 __all__ = ["Worker"]
 
 log = logging.getLogger(__name__)
+
+_UNKNOWN_TASK_PATIENCE_SECS = 30.0  # frames for a task id no plan here has named yet wait this long
+
+
+def _carries_tuples(item: Any) -> bool:
+    """A stashed data item with tuples in it (not a marker, a barrier or a rescale's marker)."""
+    payload = item[1]
+    return payload is not None and type(payload) is not int and type(payload) is not wire.ShiftMark
 
 
 class Worker:
@@ -110,6 +120,7 @@ class Worker:
         self.ordered = 0  # the last checkpoint passed on to the spouts
         self.committed = 0  # the last commit passed on to the executors
         self.applied_once = False
+        self.stats: StatsWindow | None = None  # rates, capacity, execute latency in heartbeats
 
     @property
     def throttled(self) -> bool:
@@ -130,7 +141,8 @@ class Worker:
 
     def executor_stats(self) -> list[ExecutorStats]:
         everyone = list(self.executors.values()) + list(self.draining.values())
-        return [ExecutorStats(ex.executor_id, ex.task, ex.traffic, ex.data_q.qsize()) for ex in everyone]
+        return [ExecutorStats(ex.executor_id, ex.task, ex.traffic, ex.data_q.qsize(), ex.thread.native_id)
+                for ex in everyone]
 
     def stash(self, dst: int, channel: str, item: Any, extra: Any) -> None:
         """Keep a frame for a task this worker does not host, until the next plan says where it is.
@@ -175,6 +187,8 @@ class Worker:
         cls = self.classes[comp]
         if spec["kind"] == "spout":
             return SpoutExecutor(self, eid, task, cls, self.definition)
+        if spec.get("window"):
+            return WindowedBoltExecutor(self, eid, task, cls, self.definition)
         return BoltExecutor(self, eid, task, cls, self.definition)
 
     def _upstream_tasks(self, routing: RoutingTable, component: str) -> set[int]:
@@ -203,7 +217,9 @@ class Worker:
             return True
         state_wait = float(self.conf["worker.state.wait.ms"]) / 1000.0
         drain = float(self.conf["worker.lazy.kill.ms"]) / 1000.0
-        mine = {routing.tasks.index(e): e for e in routing.executors_of(self.worker_id)}
+        mine = {routing.tasks.index(e): e for e in plan.executors_of(self.worker_id)}
+        # Executors a rescale adds take their key groups from the old owners (worker.rescale).
+        rescaled = {e for step in plan.rescales.values() for e in step.new if e not in step.old}
         created: list[Executor] = []
         started: list[str] = []
         with self.lock:
@@ -212,7 +228,7 @@ class Worker:
                     continue
                 ex = self._make_executor(eid, task)
                 move = plan.moved.get(eid)
-                awaiting = False
+                awaiting = eid in rescaled
                 if move and move.target == self.worker_id and isinstance(ex, UserExecutor):
                     if move.mode is MoveMode.THREAD and move.source != self.worker_id:
                         ex.handover.await_state(state_wait, move)
@@ -230,6 +246,9 @@ class Worker:
                 ex = self.executors.pop(task)
                 if not isinstance(ex, UserExecutor):
                     ex.stop()
+                    continue
+                if plan.retiring.get(ex.executor_id) == self.worker_id:
+                    self.draining[task] = ex  # removed by a rescale: it gives its key groups away, then ends
                     continue
                 ex.handover.begin_drain(self._upstream_tasks(routing, ex.component), drain)
                 self.draining[task] = ex
@@ -308,14 +327,12 @@ class Worker:
         self.committed = orders.committed
         created: list[Executor] = []
         if routing is not None and local is not None:
-            mine = {routing.tasks.index(e): e for e in routing.executors_of(self.worker_id)}
+            mine = {routing.tasks.index(e): e for e in local.plan.executors_of(self.worker_id)}
             with self.lock:
                 for task, eid in mine.items():
                     ex = self._make_executor(eid, task)
                     if isinstance(ex, UserExecutor):
-                        ex.restore_from = orders.restore or None
-                        if ex.restore_from is None:
-                            ex.checkpoint.last = 0
+                        ex.restore_from = orders.restore  # 0: the empty start
                     self.executors[task] = ex
                     created.append(ex)
                 for task in list(self.stashed):  # frames of the new epoch that came meanwhile
@@ -345,6 +362,7 @@ class Worker:
             return
         now = time.monotonic()
         patience = 2 * float(self.conf["worker.sync.interval.ms"]) / 1000.0 + 0.05
+        known = len(self.routing.location) if self.routing is not None else 0
         with self.lock:
             for dst in list(self.stashed):
                 inbox = self.inbox(dst)
@@ -353,6 +371,11 @@ class Worker:
                     for _, (channel, item, _extra) in items:
                         inbox.put(channel, item)
                     del self.stashed[dst]
+                elif dst >= known and items and now - items[0][0] <= _UNKNOWN_TASK_PATIENCE_SECS:
+                    continue  # a task a rescale adds: the plan that makes it is on its way here
+                elif dst >= known:
+                    del self.stashed[dst]
+                    log.warning("%d frames for task %d dropped: no plan made it", len(items), dst)
                 elif items and now - items[0][0] > patience:
                     del self.stashed[dst]
                     for _, (channel, item, extra) in items:
@@ -367,7 +390,7 @@ class Worker:
         wid = routing.location[dst] if routing is not None else ""
         if not wid or wid == self.worker_id:
             log.warning("a frame for task %d dropped: it has no place", dst)
-            if self.checkpoints is not None and channel == DATA:
+            if self.checkpoints is not None and channel == DATA and _carries_tuples(item):
                 self.checkpoints.request_rollback(f"a frame for task {dst} had no place")
             return
         self.courier.routing = routing
@@ -378,6 +401,10 @@ class Worker:
                 header = wire.marker_header(dst, src, self.epoch)
             elif type(payload) is int:
                 header = wire.barrier_header(dst, src, payload, self.epoch, hops + 1)
+                payload = None
+            elif type(payload) is wire.ShiftMark:
+                header = wire.shift_mark_header(dst, src, payload.version, self.epoch, hops + 1)
+                payload = None
             else:
                 header = wire.data_header(dst, src, hops + 1, count, self.epoch)
             sent = self.courier.frame(wid, header, payload or b"")
@@ -387,7 +414,7 @@ class Worker:
             self.forwarded += 1
             return
         self.forward_dropped += 1  # its new place takes nothing now (dead?): the acker replays it
-        if self.checkpoints is not None and channel == DATA:
+        if self.checkpoints is not None and channel == DATA and _carries_tuples(item):
             self.checkpoints.request_rollback(f"a frame for task {dst} could not be forwarded")
         if self.forward_dropped <= 10 or self.forward_dropped % 1000 == 0:
             log.warning("a frame for task %d not forwarded: %s takes nothing now; %d so far", dst, wid,
@@ -423,6 +450,13 @@ class Worker:
         executors = {ex.executor_id: ex.counters() for ex in list(self.executors.values())}
         for ex in list(self.draining.values()):
             executors.setdefault(ex.executor_id, ex.counters())
+        if self.metrics is not None:
+            for eid, cpu in self.metrics.executor_cpu.items():
+                if eid in executors:
+                    executors[eid]["cpu"] = round(cpu, 4)  # cores, over the last metrics interval
+        if self.stats is None:
+            self.stats = StatsWindow(float(self.conf.get("worker.stats.window.secs") or 10.0))
+        self.stats.apply(time.monotonic(), executors)
         load = self.metrics.last_load if self.metrics else {"cpu": 0.0, "queue": 0}
         return Heartbeat(
             worker_id=self.worker_id, submission=self.submission, pid=os.getpid(), time=time.time(),

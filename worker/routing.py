@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from nstorm.plan import Plan
 from nstorm.topology import ACKER
 
-__all__ = ["Endpoint", "RoutingTable"]
+__all__ = ["Endpoint", "RescaleStep", "RoutingTable"]
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,24 @@ class Endpoint:
 
 
 @dataclass(frozen=True)
+class RescaleStep:
+    """A component's rescale in progress (:class:`nstorm.plan.Rescale`) as task ids: key group ``g``
+    goes from ``old[g % len(old)]`` to ``new[g % len(new)]``."""
+
+    component: str
+    old: tuple[int, ...]
+    new: tuple[int, ...]
+    version: int
+    record: str | None = None
+
+    def old_owner(self, group: int) -> int:
+        return self.old[group % len(self.old)]
+
+    def new_owner(self, group: int) -> int:
+        return self.new[group % len(self.new)]
+
+
+@dataclass(frozen=True)
 class RoutingTable:
     """Executor locations of one plan version, indexed by task id."""
 
@@ -48,6 +66,8 @@ class RoutingTable:
     task_index: tuple[int, ...]
     ackers: tuple[int, ...]
     restart: Mapping[str, int] = field(default_factory=dict)  # worker id -> version (process mode)
+    rescales: Mapping[str, RescaleStep] = field(default_factory=dict)  # component -> its rescale in progress
+    retiring: frozenset[int] = frozenset()  # removed by a rescale: they still have a place (acks, markers)
 
     @classmethod
     def from_plan(cls, plan: Plan) -> RoutingTable:
@@ -59,20 +79,31 @@ class RoutingTable:
         task_index = []
         for tid, eid in enumerate(tasks):
             comp, _, idx = eid.rpartition(":")
-            comp_tasks.setdefault(comp, []).append(tid)
+            if eid in plan.executors:  # the component's executors now (a rescale removes some)
+                comp_tasks.setdefault(comp, []).append(tid)
             task_component.append(comp)
             task_index.append(int(idx))
+        tid_of = {eid: tid for tid, eid in enumerate(tasks)}
+        rescales = {c: RescaleStep(c, tuple(tid_of[e] for e in r.old), tuple(tid_of[e] for e in r.new), r.version,
+                                   r.record) for c, r in plan.rescales.items()}
         return cls(
             version=plan.version,
             tasks=tasks,
-            location=tuple(plan.executors.get(eid, "") for eid in tasks),
+            location=tuple(plan.executors.get(eid) or plan.retiring.get(eid, "") for eid in tasks),
             endpoints=endpoints,
             component_tasks={c: tuple(t) for c, t in comp_tasks.items()},
             task_component=tuple(task_component),
             task_index=tuple(task_index),
             ackers=tuple(comp_tasks.get(ACKER, ())),
             restart=dict(plan.restart),
+            rescales=rescales,
+            retiring=frozenset(tid_of[e] for e in plan.retiring),
         )
+
+    def position(self, task: int) -> int:
+        """``task``'s place among its component's executors (what owns key groups), -1 if retiring."""
+        tasks = self.component_tasks.get(self.task_component[task], ())
+        return tasks.index(task) if task in tasks else -1
 
     def executors_of(self, worker_id: str) -> list[str]:
         return [self.tasks[t] for t, w in enumerate(self.location) if w == worker_id]

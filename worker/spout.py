@@ -174,7 +174,7 @@ class SpoutExecutor(UserExecutor):
                 kind, _src, entries = get()
             except queue.Empty:
                 break
-            self._control(kind, entries)
+            self._control(kind, entries, _src)
         if self.immediate_acks:
             spout: Spout = self.instance
             ids, self.immediate_acks = self.immediate_acks, []
@@ -194,15 +194,15 @@ class SpoutExecutor(UserExecutor):
                 for old in sorted(buckets)[:-20]:
                     del buckets[old]
 
-    def _control(self, kind: int, entries: Any) -> None:
+    def _control(self, kind: int, entries: Any, src: int = -1) -> None:
         if kind in _HELD_WHILE_AWAITING and self.handover.awaiting:
             # Acks for tuples the old copy emitted: their msg ids come with the state; a
             # checkpoint is taken of the state that comes.
             self.held_control.append((kind, entries))
             return
-        self._apply_control(kind, entries)
+        self._apply_control(kind, entries, src)
 
-    def _apply_control(self, kind: int, entries: Any) -> None:
+    def _apply_control(self, kind: int, entries: Any, src: int = -1) -> None:
         spout: Spout = self.instance
         if kind == wire.ACKED:
             before = self.acked
@@ -223,6 +223,10 @@ class SpoutExecutor(UserExecutor):
             self._take_checkpoint(int(entries))
         elif kind == wire.COMMITTED:
             self.committed(int(entries))
+        elif kind == wire.GROUPS:
+            self.on_groups(-1, entries)
+        elif kind == wire.SHIFT_READY:
+            self.on_shift_ready(src, int(entries))
         elif not self.handover.on_control(kind, entries):
             log.warning("executor %s: unexpected control message %d ignored", self.executor_id, kind)
 
@@ -247,11 +251,28 @@ class SpoutExecutor(UserExecutor):
             for msg_id in ids:
                 self._fail(msg_id)
 
+    # -- live rescaling (worker.rescale) --------------------------------------------------------
+    def try_release(self, now: float) -> None:
+        """Give key groups away once the trees open when the step came are acked or failed (their
+        ``ack``/``fail`` may still change those groups' state): ``next_tuple`` waits meanwhile."""
+        shift = self.shift
+        if shift is None or shift.released:
+            return
+        self._close_group()
+        ready, overdue = shift.spout_may_release(now, self.pending, self.timeout)
+        if not ready:
+            return
+        for root in overdue:
+            self._fail_root(root)
+        self.give_groups()
+
     # -- checkpoints (worker.checkpoint) ------------------------------------------------------
     def _take_checkpoint(self, cid: int) -> None:
         """Snapshot ``self.state`` and the tracked trees, write them, send the barrier downstream."""
         if cid <= self.checkpoint.last:
             return  # taken by the old copy of this moved spout, or restored from a later one
+        if self.routing is not None and self.routing.rescales:
+            return  # a rescale changes the layout: no checkpoint until it is done (the coordinator waits)
         self._close_group()
         self.checkpoint.take(cid)
         self.outbox.send_barrier(cid)
@@ -312,6 +333,13 @@ class SpoutExecutor(UserExecutor):
                     self._close_group()
                 handover.hand_over()
                 break
+            shift = self.shift
+            if shift is not None:
+                self.shift_step()
+                if self.retired:
+                    break
+            if self.routing is not None and self.routing.rescales:
+                self.rescale_tick()
             active = self.host.active
             if active != self.active:
                 self.active = active
@@ -321,7 +349,8 @@ class SpoutExecutor(UserExecutor):
             # Whatever holds the spout back (inactive, backpressure or a fence, the pending cap, a
             # peer that takes nothing), acks, fails and timeouts above go on on every pass.
             blocked = (not active or self.host.throttled or (self.max_pending and self.pending_n >= self.max_pending)
-                       or (courier.backlog and not courier.drain()))
+                       or (courier.backlog and not courier.drain())
+                       or (self.shift is not None and not self.shift.released))  # giving key groups away
             if not blocked:
                 for _ in range(calls):
                     last = self.emit_calls

@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 WORKER_TASK = -1  # control messages addressed to a worker, not to an executor
 _NOBLOCK = int(zmq.NOBLOCK)
 _RCVMORE = int(zmq.RCVMORE)
-_DATA_KINDS = (wire.DATA, wire.MARKER, wire.BARRIER)
+_DATA_KINDS = (wire.DATA, wire.MARKER, wire.BARRIER, wire.SHIFT_MARK)
 
 
 class Transport:
@@ -128,14 +128,15 @@ class Transport:
             payload: Any = frames[1]
         elif kind == wire.BARRIER:
             payload, count = count, 0  # a barrier's int item carries its checkpoint id
+        elif kind == wire.SHIFT_MARK:
+            payload, count = wire.ShiftMark(count), 0  # a rescale's marker carries its version
         else:
             payload = None
         inbox = host.inbox(dst)
         if inbox is not None:
             inbox.put_data(src, payload, count)
             return
-        routing = self.host.routing
-        if routing is None or not (0 <= dst < len(routing.location)) or not (0 <= src < len(routing.location)):
+        if not (0 <= dst < wire.MAX_TASKS) or not (0 <= src < wire.MAX_TASKS):
             self._drop(f"unknown task {dst}")
             return
         if hops >= wire.MAX_HOPS:
@@ -170,8 +171,7 @@ class Transport:
         if inbox is not None:
             inbox.put_control(kind, src, entries)
             return
-        routing = self.host.routing
-        if routing is not None and 0 <= dst < len(routing.location):
+        if 0 <= dst < wire.MAX_TASKS:  # a task a rescale adds may be named by no plan here yet
             # A state or ack for an executor whose new copy is on its way (or that left).
             self.host.stash(dst, CONTROL, (kind, src, entries), frame)
         else:

@@ -60,12 +60,17 @@ __all__ = [
     "BARRIER",
     "CHECKPOINT",
     "COMMITTED",
+    "GROUPS",
+    "SHIFT_MARK",
+    "SHIFT_READY",
+    "ShiftMark",
     "barrier_header",
     "control_message",
     "data_header",
     "decode_batch",
     "expand_runs",
     "pack",
+    "shift_mark_header",
     "unpack",
 ]
 
@@ -83,7 +88,11 @@ GONE = 10  # entries: {"worker": id}                      old place -> new copy:
 BARRIER = 11  # data-channel header kind: checkpoint ``cid``'s barrier (worker.checkpoint)
 CHECKPOINT = 12  # entries: cid                           worker -> its spout executors: "take checkpoint cid"
 COMMITTED = 13  # entries: cid                            worker -> its user executors: "cid is committed"
+SHIFT_MARK = 14  # data-channel header kind: src routes a rescaled component by its new layout (worker.rescale)
+GROUPS = 15  # entries: {"version", "groups", "entries"}  old owner -> new owner: key groups handed over
+SHIFT_READY = 16  # entries: version                     new layout's executor -> upstream: "I hold; switch"
 MAX_HOPS = 16  # a data frame forwarded more often than this is dropped (the acker replays it)
+MAX_TASKS = 1 << 16  # task ids fit the low 16 bits of a root (nstorm.topology.MAX_TASKS)
 
 MAX_FRAME_BYTES = 64 * 2**20  # larger frames are refused by the receiving socket
 
@@ -186,6 +195,25 @@ def marker_header(dst: int, src: int, epoch: int = 0) -> bytes:
 def barrier_header(dst: int, src: int, cid: int, epoch: int = 0, hops: int = 0) -> bytes:
     """``[BARRIER, dst, src, hops, cid, epoch]``: checkpoint ``cid``'s barrier, behind what ``src`` sent."""
     return pack((BARRIER, dst, src, hops, cid, epoch))
+
+
+class ShiftMark:
+    """A rescale's marker on an executor's data queue: the sender now routes the component by
+    the layout of rescale ``version`` (worker.rescale). Its own type, so the bolt loop tells it
+    from a batch, a move's marker (None) and a checkpoint's barrier (an int) by one ``type``."""
+
+    __slots__ = ("version",)
+
+    def __init__(self, version: int) -> None:
+        self.version = version
+
+    def __repr__(self) -> str:
+        return f"ShiftMark({self.version})"
+
+
+def shift_mark_header(dst: int, src: int, version: int, epoch: int = 0, hops: int = 0) -> bytes:
+    """``[SHIFT_MARK, dst, src, hops, version, epoch]``: behind what ``src`` sent ``dst`` before."""
+    return pack((SHIFT_MARK, dst, src, hops, version, epoch))
 
 
 def unpack_state(data: bytes) -> Any:

@@ -19,6 +19,7 @@ def up(
     port_base: Annotated[int, typer.Option(help="first worker port (0: free ports)")] = 6700,
     netns: Annotated[bool, typer.Option(help="each supervisor in its own network namespace (10.77.0.x)")] = False,
     link_rate: Annotated[str | None, typer.Option(help="with --netns: limit each node's link, e.g. 20mbit")] = None,
+    ui_port: Annotated[int, typer.Option(min=0, max=65535, help="the web UI's port (a free one if taken; 0: no UI)")] = 8080,
     zk_root: ZkRootOption = "/nstorm",
     conf: ConfOption = None,
 ) -> None:
@@ -47,7 +48,7 @@ def up(
             hosts = [f"127.0.0.{10 + i}" for i in range(1, supervisors + 1)]
     address = start_background(host=nets.host_address() if nodes else "127.0.0.1")
     cluster = LocalCluster(supervisors, slots, zk_address=address, root=zk_root, conf=overrides,
-                           detach=True, port_base=port_base, hosts=hosts, netns=nodes)
+                           detach=True, port_base=port_base, hosts=hosts, netns=nodes, ui_port=ui_port)
     try:
         cluster.start()
     except BaseException:
@@ -57,6 +58,9 @@ def up(
     cluster.save_state()
     where = f" in namespaces {', '.join(n.namespace + ' ' + n.address for n in nodes)}" if nodes else ""
     typer.echo(f"cluster up: ZooKeeper {address}, nimbus, {supervisors} supervisor(s) x {slots} slots{where}")
+    if cluster.ui_url:
+        taken = f" (port {ui_port} is taken)" if cluster.ui_port_taken else ""
+        typer.echo(f"UI: {cluster.ui_url}{taken}")
 
 
 @app.command()
@@ -85,3 +89,5 @@ def status(as_json: Annotated[bool, typer.Option("--json", help="print JSON")] =
         typer.echo(f"{name}: pid {d['pid']} {'alive' if d['alive'] else 'dead'}")
     for sup in info.get("supervisors", []):
         typer.echo(f"supervisor registered: {sup}")
+    if info.get("ui"):
+        typer.echo(f"UI: {info['ui']}")

@@ -62,3 +62,43 @@ def register(app: typer.Typer) -> None:
         daemon = Supervisor(node_id, host, pick_slots(slots, port_base, host, node_id), address, zk_root, overrides)
         daemon.install_signal_handlers()
         raise typer.Exit(daemon.run())
+
+    @app.command(rich_help_panel="Daemons")
+    @cli_errors
+    def ui(
+        host: Annotated[str | None, typer.Option(
+            help="address to listen on (0.0.0.0: every interface) [default: nstorm.ui.host, 127.0.0.1]")] = None,
+        port: Annotated[int | None, typer.Option(
+            min=0, max=65535, help="port (0: a free one) [default: nstorm.ui.port, 8080]")] = None,
+        ping: Annotated[bool, typer.Option("--ping", help="only check that a UI answers on --host/--port (exit 0 or 1)")] = False,
+        zk: ZkOption = None,
+        zk_root: ZkRootOption = "/nstorm",
+        conf: ConfOption = None,
+    ) -> None:
+        """Run the web UI in the foreground: Storm's REST API (/api/v1), the pages and /metrics
+        (log: $NSTORM_HOME/logs/ui.log). Stateless: several may run. -c nstorm.ui.auth=user:password
+        (or NSTORM_UI_AUTH) turns on HTTP basic auth."""
+        from nstorm.config import check_security_conf, merge_conf, parse_conf_options
+
+        overrides = parse_conf_options(conf or [])
+        settings = merge_conf(overrides)
+        host = host or str(settings["nstorm.ui.host"])
+        port = int(settings["nstorm.ui.port"]) if port is None else port
+        if ping:
+            from ui.server import ping as probe
+
+            raise typer.Exit(0 if probe(host, port) else 1)
+        from nstorm.home import logs_dir
+        from nstorm.logs import setup_daemon_logging
+        from nstorm.zkschema import resolve_zk_address
+        from ui.server import serve
+
+        check_security_conf(overrides)  # malformed credentials: exit 2 before anything starts
+        address = resolve_zk_address(zk)
+        setup_daemon_logging("ui", "ui")
+
+        def announce(url: str) -> None:
+            typer.echo(f"nstorm UI on {url} (ZooKeeper {address}{zk_root}); log {logs_dir() / 'ui.log'}", err=True)
+
+        raise typer.Exit(serve(address, zk_root, host, port, settings, announce))
+

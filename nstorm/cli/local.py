@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from nstorm.cli.common import ConfOption, cli_errors, err_console
+from nstorm.window.status import describe_windows
 
 
 class _Mover:
@@ -65,6 +66,7 @@ class _Rates:
     def __init__(self) -> None:
         self.last: dict[str, tuple[float, int, int]] = {}
         self.moves: list[str] = []
+        self.ui_line = ""  # where the UI is: shown while the demo runs
 
     def table(self, status: dict[str, Any], elapsed: float) -> Table:
         now = time.monotonic()
@@ -90,7 +92,11 @@ class _Rates:
         """The table, then the workers and the last moves as lines of their own: a table's caption
         wraps at the table's width, these take the terminal's."""
         workers = "workers: " + ", ".join(f"{w['id']} (pid {w['pid']})" for w in status["workers"])
-        return Group(self.table(status, elapsed), Text(workers), *(Text(line) for line in self.moves[-6:]))
+        windows = [Text(f"{name} windows: {describe_windows(c['window'])}")
+                   for name, c in status["components"].items() if c.get("window")]
+        lines = [Text(self.ui_line)] if self.ui_line else []
+        return Group(self.table(status, elapsed), Text(workers), *windows, *lines,
+                     *(Text(line) for line in self.moves[-6:]))
 
 
 def _raise_interrupt(*_: Any) -> None:
@@ -109,6 +115,9 @@ def register(app: typer.Typer) -> None:
         migrate_every: Annotated[
             float, typer.Option(help="move a random executor live (thread mode) every S seconds; 0: never")
         ] = 10.0,
+        ui_port: Annotated[
+            int, typer.Option(min=0, max=65535, help="the web UI's port (a free one if taken; 0: no UI)")
+        ] = 8080,
     ) -> None:
         """Run a topology on an embedded cluster (ZooKeeper, Nimbus, supervisors), print progress, tear down."""
         from nstorm.client import ClusterClient
@@ -122,7 +131,7 @@ def register(app: typer.Typer) -> None:
         workers = int(overrides.get("topology.workers", topology.workers))
         slots = slots or max(1, -(-workers // supervisors))
         # ZooKeeper ACLs and CurveZMQ are the daemons' settings (checked here: exit 2 on bad keys)
-        cluster = LocalCluster(supervisors=supervisors, slots=slots, conf=security_conf(overrides))
+        cluster = LocalCluster(supervisors=supervisors, slots=slots, conf=security_conf(overrides), ui_port=ui_port)
         signal.signal(signal.SIGTERM, _raise_interrupt)
         started = time.monotonic()
         name = topology.name
@@ -131,12 +140,18 @@ def register(app: typer.Typer) -> None:
                 cluster.start()
             err_console.print(f"cluster up in {time.monotonic() - started:.1f}s: ZooKeeper {cluster.address}, "
                               f"{supervisors} supervisor(s) x {slots} slots")
+            ui_line = ""
+            if cluster.ui_url:
+                taken = f" (port {ui_port} is taken)" if cluster.ui_port_taken else ""
+                ui_line = f"UI: {cluster.ui_url}topology/{name}{taken}"
+                err_console.print(ui_line, highlight=False, soft_wrap=True)
             with ClusterClient(cluster.address, auth=overrides.get(AUTH_KEY)) as client:
                 info = client.submit(file, conf=overrides)
                 name = info["name"]
                 with err_console.status(f"starting {info['executors']} executors on {info['workers']} workers..."):
                     client.wait_running(name, timeout=60)
                 rates = _Rates()
+                rates.ui_line = ui_line
                 mover = _Mover(client, name, migrate_every)
                 rates.moves = mover.lines
                 t0 = time.monotonic()

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from nstorm.cli.common import ConfOption, ZkOption, ZkRootOption, cli_errors, print_json
+from nstorm.window.status import describe_windows
 
 JsonOption = Annotated[bool, typer.Option("--json", help="print JSON")]
 
@@ -97,8 +98,12 @@ def register(app: typer.Typer) -> None:
                 f"  {cname} x{c['parallelism']}: emitted={c['emitted']} executed={c['executed']} "
                 f"acked={c['acked']} failed={c['failed']}"
                 + (f" {lat['kind']} latency p50={lat['p50']:.1f}ms p99={lat['p99']:.1f}ms" if lat else "")
+                + (f" capacity={c['capacity']:.3f}" if c.get("capacity") is not None else "")
                 + (f" last_error={c['last_error']}" if c["last_error"] else "")
             )
+        for cname, c in info["components"].items():
+            if c.get("window"):
+                typer.echo(f"  {cname} windows: {describe_windows(c['window'])}")
         s = info["spouts"]
         typer.echo(f"  spouts: pending={s['pending']} acked={s['acked']} failed={s['failed']} replayed={s['replayed']}")
         stalled = info.get("stalled")
@@ -140,12 +145,28 @@ def register(app: typer.Typer) -> None:
         random_count: Annotated[int, typer.Option("--random", help="move M random executors, keeping placement even")] = 0,
         wait: Annotated[float | None, typer.Option(help="stop mode: seconds deactivated before the stop [default: message timeout]")] = None,
         timeout: Annotated[float, typer.Option(help="seconds to wait for the moves to complete")] = 120.0,
+        parallelism: Annotated[list[str] | None, typer.Option("--parallelism", "-e", help="COMPONENT=N: change a component's executors, live in thread mode (repeatable; Storm's -e)")] = None,
+        workers: Annotated[int | None, typer.Option("--workers", "-n", help="with --parallelism: this many workers (more than now: new ones from free slots)")] = None,
         zk: ZkOption = None,
         zk_root: ZkRootOption = "/nstorm",
     ) -> None:
-        """Move executors between workers; by default live, as threads, without stopping anything."""
+        """Move executors between workers, or change a component's parallelism; by default live,
+        as threads, without stopping anything."""
         from nstorm.errors import UsageError
+        from nstorm.rescale import parse_parallelism
 
+        changes = parse_parallelism(parallelism or [])
+        if changes:
+            with _client(zk, zk_root) as client:
+                result = client.rebalance(name, mode=mode, wait_secs=wait, parallelism=changes, workers=workers)
+                typer.echo(f"{name}: plan v{result['version']}, {mode} mode: "
+                           + ", ".join(f"{c} -> {n} executors" for c, n in changes.items()))
+                done = client.wait_migrations(name, result["records"], timeout=timeout)
+            for record in sorted(done, key=lambda r: r.executor):
+                took = float(record.completed_at or 0) - record.requested_at
+                typer.echo(f"  {record.executor}: {record.source} -> {record.target} executors in {took:.2f}s"
+                           + (f" (longest stall {record.stall_secs:.3f}s)" if record.stall_secs is not None else ""))
+            return
         moves = []
         for item in move or []:
             executor, sep, worker = item.partition("=")
@@ -154,7 +175,8 @@ def register(app: typer.Typer) -> None:
                 raise UsageError(msg)
             moves.append((executor.strip(), worker.strip()))
         with _client(zk, zk_root) as client:
-            result = client.rebalance(name, mode=mode, moves=moves, random_count=random_count, wait_secs=wait)
+            result = client.rebalance(name, mode=mode, moves=moves, random_count=random_count, wait_secs=wait,
+                                      workers=workers)
             typer.echo(f"{name}: plan v{result['version']}, {mode} mode: "
                        + ", ".join(f"{e} -> {w}" for e, w in result["moves"]))
             done = client.wait_migrations(name, result["records"], timeout=timeout)

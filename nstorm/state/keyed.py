@@ -10,9 +10,13 @@ executor. With ``g % n``, a key goes where ``hash(key) % n`` sent it before key 
 finds a group's keys wherever its owner runs now, whatever the layout was when the checkpoint
 was taken.
 
-:class:`KeyedState` notes the keys set or deleted since the last checkpoint, so a checkpoint
-writes only those (a delta per group). A value changed in place (``state[k].append(x)``) is
-not seen: assign it again (``state[k] = v``) or call :meth:`KeyedState.touch`.
+A checkpoint writes only the keys set or deleted since the last one (a delta per group),
+found one of two ways, whichever costs the bolt less: by comparing the mapping with the shallow
+copy kept from the last checkpoint (:func:`changed_keys`, a pass over the state per checkpoint
+and nothing per assignment), or by noting each assignment (:class:`TrackedKeyedState`, a Python
+call per assignment and nothing per checkpoint). A value changed in place
+(``state[k].append(x)``) is seen by neither: assign it again (``state[k] = v``) or call
+:meth:`KeyedState.touch`.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["KeyedState", "key_group", "owned_groups", "owner_of"]
+__all__ = ["KeyedState", "TrackedKeyedState", "changed_keys", "key_group", "owned_groups", "owner_of", "read_keyed"]
 
 _MISSING = object()
 
@@ -41,63 +45,94 @@ def owned_groups(index: int, executors: int, groups: int) -> list[int]:
 
 
 class KeyedState(dict):  # type: ignore[type-arg]
-    """A dict that remembers which keys changed since :meth:`take_changes` (see the module docstring)."""
+    """A bolt's ``self.keyed_state`` with a durable state provider: a plain dict to the code that
+    uses it (its own C methods: nothing is added to an assignment), whose changes a checkpoint
+    finds with :func:`changed_keys`, against the copy of the mapping it kept from the last one.
 
-    __slots__ = ("changed",)
+    A key counts as changed when its value is another object than then (or it came or went): a
+    value assigned again is seen, a value changed in place (``state[k].append(x)``) is not:
+    assign it again (``state[k] = v``) or call :meth:`touch`.
+    """
+
+    __slots__ = ("touched",)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.changed: set[Any] = set(self)
+        self.touched: set[Any] | None = set()
+
+    def touch(self, key: Any) -> None:
+        """``key``'s value changed in place: write it with the next checkpoint (nothing to do
+        without checkpoints: ``touched`` is None then)."""
+        touched = self.touched
+        if touched is not None:
+            touched.add(key)
+
+
+class TrackedKeyedState(KeyedState):
+    """The same mapping while it notes every key set or deleted in ``touched`` (a Python call per
+    assignment instead of a pass over the state per checkpoint). A checkpoint switches a
+    ``keyed_state`` between the two classes (the same object: its class is assigned, so code that
+    holds it keeps working) by which costs less: this one when the bolt sets fewer keys between
+    two checkpoints than its state has (a large state that changes little), the plain one when it
+    sets more (word count's counts: a few thousand words set a million times a second)."""
+
+    __slots__ = ()
 
     def __setitem__(self, key: Any, value: Any) -> None:
         dict.__setitem__(self, key, value)
-        self.changed.add(key)
+        self.touched.add(key)
 
     def __delitem__(self, key: Any) -> None:
         dict.__delitem__(self, key)
-        self.changed.add(key)
+        self.touched.add(key)
 
-    def pop(self, key: Any, default: Any = _MISSING) -> Any:
-        if key in self:
-            self.changed.add(key)
-        return dict.pop(self, key) if default is _MISSING else dict.pop(self, key, default)
+    def pop(self, key: Any, *default: Any) -> Any:
+        self.touched.add(key)
+        return dict.pop(self, key, *default)
 
     def popitem(self) -> tuple[Any, Any]:
         key, value = dict.popitem(self)
-        self.changed.add(key)
+        self.touched.add(key)
         return key, value
 
     def setdefault(self, key: Any, default: Any = None) -> Any:
         if key not in self:
-            self.changed.add(key)
+            self.touched.add(key)
         return dict.setdefault(self, key, default)
 
     def update(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
         other = dict(*args, **kwargs)
         dict.update(self, other)
-        self.changed.update(other)
+        self.touched.update(other)
 
     def clear(self) -> None:
-        self.changed.update(self)
+        self.touched.update(self)
         dict.clear(self)
 
-    def __ior__(self, other: Any) -> KeyedState:  # type: ignore[override]
+    def __ior__(self, other: Any) -> TrackedKeyedState:  # type: ignore[override]
         self.update(other)
         return self
 
-    def touch(self, key: Any) -> None:
-        """``key``'s value changed in place: write it with the next checkpoint."""
-        self.changed.add(key)
 
-    def take_changes(self) -> set[Any]:
-        """The keys changed since the last call (set or deleted), and forget them."""
-        changed, self.changed = self.changed, set()
-        return changed
-
-    def load(self, items: Iterable[tuple[Any, Any]]) -> None:
-        """Install restored entries without marking them changed."""
-        for key, value in items:
-            dict.__setitem__(self, key, value)
+def changed_keys(current: Mapping[Any, Any], previous: Mapping[Any, Any], touched: Iterable[Any] = ()) -> set[Any]:
+    """The keys set to another object, added or deleted in ``current`` since ``previous`` (a
+    shallow copy of it, taken then), and ``touched``. One pass over ``current``; a second over
+    ``previous`` only if keys were deleted. Identity, not equality: cheap, and a recomputed value
+    that happens to be equal is only written once more."""
+    changed = set(touched)
+    get = previous.get
+    found = 0
+    for key, value in current.items():
+        before = get(key, _MISSING)
+        if before is _MISSING:
+            changed.add(key)
+        else:
+            found += 1
+            if before is not value:
+                changed.add(key)
+    if found < len(previous):
+        changed.update(k for k in previous if k not in current)
+    return changed
 
 
 def as_key(value: Any) -> Any:
@@ -107,7 +142,7 @@ def as_key(value: Any) -> Any:
     return value
 
 
-def apply_entries(target: KeyedState, entries: Iterable[tuple[bool, Mapping[Any, Any] | list[Any]]]) -> None:
+def apply_entries(target: dict[Any, Any], entries: Iterable[tuple[bool, Mapping[Any, Any] | list[Any]]]) -> None:
     """Apply a key group's chain (oldest first): a full entry replaces the group's keys, a delta
     overlays them. Entries are ``[[key, value], ...]`` with ``[key]`` for a deleted key."""
     keys: set[Any] = set()
@@ -123,3 +158,15 @@ def apply_entries(target: KeyedState, entries: Iterable[tuple[bool, Mapping[Any,
                 dict.__setitem__(target, key, pair[1])
             else:
                 dict.pop(target, key, None)
+
+
+def read_keyed(store: Any, component: str, checkpoint: int, groups: int) -> dict[Any, Any]:
+    """A component's whole ``keyed_state`` in ``checkpoint`` of ``store`` (a
+    :class:`~nstorm.state.store.StateStore`), all of its key groups merged: for tools and checks."""
+    import msgpack
+
+    out = KeyedState()
+    for g in range(groups):
+        chain = store.group_chain(component, g, checkpoint)
+        apply_entries(out, [(full, msgpack.unpackb(data, raw=False, strict_map_key=False)) for _c, full, data in chain])
+    return dict(out)

@@ -35,6 +35,8 @@ class CheckpointRecord:
     next_id: int = 1
     committed: int = 0
     previous: int = 0
+    committed_executors: int = 0  # how many executors wrote ``committed`` (a restore checks they are all there)
+    previous_executors: int = 0
     committed_at: float = 0.0
     duration_ms: float = 0.0
     bytes: int = 0

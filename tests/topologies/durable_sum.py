@@ -81,6 +81,10 @@ class Sum(Bolt):
         self.state["count"] = self.state.get("count", 0) + 1
         self.snapshots.changed()
 
+    def on_key_groups(self, assigned, released):
+        self.snapshots.changed()  # a live rescale moved totals here or away: written at once
+        self.snapshots.maybe()
+
     def on_commit(self, checkpoint_id):
         self.last_commit = checkpoint_id
         self.commits.changed()

@@ -65,12 +65,15 @@ class DumpingCount(Bolt):
     def process(self, tup):
         if tup.is_tick:
             if self.dirty:
-                dump(self.dir, self.name, self.state)
+                dump(self.dir, self.name, self.keyed_state)
                 self.dirty = False
             return
         word = tup["word"]
-        self.state[word] = self.state.get(word, 0) + 1
+        self.keyed_state[word] = self.keyed_state.get(word, 0) + 1
         self.dirty = True
+
+    def on_key_groups(self, assigned, released):
+        dump(self.dir, self.name, self.keyed_state)  # a live rescale moved counts here or away: at once
 
 
 builder = TopologyBuilder("exactwc")

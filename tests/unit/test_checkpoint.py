@@ -167,18 +167,52 @@ def test_an_alignment_in_progress_moves_with_the_state() -> None:
     assert wire.decode_batch(other.held[0][1])[0] == ((7,),)
 
 
-def test_keyed_state_notes_what_changed() -> None:
-    state = KeyedState()
-    state["a"] = 1
-    state.setdefault("b", 2)
-    state.update({"c": 3})
-    assert state.take_changes() == {"a", "b", "c"}
+def test_changed_keys_are_found_against_the_last_checkpoints_copy() -> None:
+    from nstorm.state.keyed import changed_keys
+
+    state = KeyedState({"a": 1, "b": [1], "c": 3, "d": 400})
+    previous = dict(state)
+    assert changed_keys(state, previous) == set()
     state["a"] = 5
-    del state["b"]
-    state.pop("zz", None)
-    assert state.take_changes() == {"a", "b"}
-    state.load([("x", 1)])
-    assert state.take_changes() == set()
+    state["d"] = int("400")  # an equal value that is another object: written once more, harmless
+    del state["c"]
+    state["e"] = 1
+    state["b"].append(2)  # in place: not seen ...
+    assert changed_keys(state, previous) == {"a", "c", "d", "e"}
+    state.touch("b")  # ... unless touched
+    assert changed_keys(state, previous, state.touched) == {"a", "b", "c", "d", "e"}
+
+
+def test_a_large_state_that_changes_little_switches_to_noting_assignments_and_back(bolt) -> None:
+    from nstorm.state.keyed import KeyedState, TrackedKeyedState
+
+    keyed = bolt.instance.keyed_state
+    for k in range(20_000):
+        keyed[k] = k + 1000
+    assert bolt.checkpoint.take(1)
+    assert type(bolt.instance.keyed_state) is TrackedKeyedState, "no tuple processed: assignments are noted"
+    assert bolt.instance.keyed_state is keyed, "the same object: code holding it keeps working"
+    for k in range(100):
+        keyed[k] = -k - 1000
+    del keyed[500]
+    assert keyed.touched == set(range(100)) | {500}
+    assert bolt.checkpoint.take(2)
+    bolt.executed += 50_000  # many tuples since: a pass over the state costs less than noting each
+    assert bolt.checkpoint.take(3)
+    assert type(keyed) is KeyedState
+    keyed[7] = 7
+    assert bolt.checkpoint.take(4)
+    store = bolt.host.checkpoints.store
+    restored: dict[int, int] = {}
+    for g in range(128):
+        from nstorm.state.keyed import apply_entries
+
+        apply_entries(restored, [(f, wire.unpack_state(d)) for _c, f, d in store.group_chain("sum", g, 4)])
+    expected = {k: k + 1000 for k in range(20_000)}
+    expected.update({k: -k - 1000 for k in range(100)})
+    del expected[500]
+    expected[7] = 7
+    assert restored == expected
 
 
 def test_checkpoints_write_only_changed_keys_and_restore_to_any_layout(tmp_path: Path) -> None:
@@ -297,7 +331,8 @@ def test_the_coordinator_writes_its_record_into_a_node_a_worker_created_first() 
     coordinator = CheckpointCoordinator(node, ZkPaths("/t"))  # type: ignore[arg-type]
     conf = {"topology.state.provider": "redis", "topology.state.checkpoint.interval.ms": 1000}
     topo = {"definition": {"conf": {}}, "conf": conf, "submission": "s1"}
-    plan = types.SimpleNamespace(submission="s1", executors={"a:0": "w1"}, status=TopologyStatus.ACTIVE)
+    plan = types.SimpleNamespace(submission="s1", executors={"a:0": "w1"}, status=TopologyStatus.ACTIVE,
+                                 rescales={})
     coordinator.cluster = types.SimpleNamespace(  # type: ignore[assignment]
         topology=lambda _n: topo, plan=lambda _n: (plan, None), status=lambda _n: (TopologyStatus.ACTIVE, 0.0))
     coordinator.step("t")
@@ -349,10 +384,14 @@ def test_a_rollback_skips_a_damaged_checkpoint_for_the_one_before(tmp_path: Path
     store = LMDBStateStore(StateConfig(provider="lmdb", directory=tmp_path), "t-1")
     store.write(7, "a:0", wire.pack({"state": {}}), {})
     store.write(8, "a:0", b"\xc1garbage", {})
-    record = CheckpointRecord(submission="s", provider="lmdb", committed=8, previous=7, pending=9)
-    _coordinator()._roll_back("t", record, store, ["a:0"], "a test")
+    record = CheckpointRecord(submission="s", provider="lmdb", committed=8, previous=7, pending=9,
+                              committed_executors=1, previous_executors=1)
+    _coordinator()._roll_back("t", record, store, "a test")
     assert (record.epoch, record.restore, record.pending, record.restores) == (1, 7, 0, 1)
     record.committed, record.previous = 8, 0  # neither usable: the empty start
-    _coordinator()._roll_back("t", record, store, ["a:0"], "a test")
+    _coordinator()._roll_back("t", record, store, "a test")
     assert (record.epoch, record.restore) == (2, 0)
+    record.committed, record.committed_executors = 7, 2  # committed by two executors, one snapshot left
+    _coordinator()._roll_back("t", record, store, "a test")
+    assert (record.epoch, record.restore) == (3, 0)
     store.close()

@@ -3,9 +3,9 @@
 - no module of ``worker/`` imports another that (directly or not) imports it back, type-checking
   imports included: each part of a worker can be read and tested on its own;
 - ``nstorm/`` (the API, the CLI, the records every package shares) never imports ``nimbus/``,
-  ``supervisor/``, ``worker/``, ``scheduler_otd/`` or ``kvstore/``, except the CLI commands that
-  run a daemon or a job, which import it inside the command (a lazy entry point);
-- ``worker/`` never imports a daemon (``nimbus/``, ``supervisor/``).
+  ``supervisor/``, ``worker/``, ``scheduler_otd/``, ``kvstore/`` or ``ui/``, except the CLI commands
+  that run a daemon or a job, which import it inside the command (a lazy entry point);
+- ``worker/`` never imports a daemon (``nimbus/``, ``supervisor/``, ``ui/``).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).parents[2]
-PACKAGES = ("nstorm", "nimbus", "supervisor", "worker", "scheduler_otd", "kvstore")
+PACKAGES = ("nstorm", "nimbus", "supervisor", "worker", "scheduler_otd", "kvstore", "ui")
 
 
 def _module(path: Path) -> str:
@@ -75,7 +75,7 @@ def test_the_worker_modules_import_each_other_without_a_circle() -> None:
 
 
 def test_nstorm_never_imports_the_daemons_but_from_a_cli_command() -> None:
-    daemons = ("nimbus", "supervisor", "worker", "scheduler_otd", "kvstore")
+    daemons = ("nimbus", "supervisor", "worker", "scheduler_otd", "kvstore", "ui")
     wrong = []
     for module, edges in _graph().items():
         if not module.startswith("nstorm"):
@@ -88,5 +88,5 @@ def test_nstorm_never_imports_the_daemons_but_from_a_cli_command() -> None:
 
 def test_the_worker_never_imports_a_daemon() -> None:
     wrong = [f"{m} imports {t}" for m, edges in _graph().items() if m.startswith("worker")
-             for t, _ in edges if t.split(".")[0] in ("nimbus", "supervisor")]
+             for t, _ in edges if t.split(".")[0] in ("nimbus", "supervisor", "ui")]
     assert not wrong, wrong

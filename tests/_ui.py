@@ -1,0 +1,139 @@
+"""What the UI's tests share: a real UI process (``python -m ui``) and a small HTTP client.
+
+Every UI is started on a free port with the test session's ``NSTORM_HOME`` and ended in the
+fixture's finaliser (or by :meth:`UiProcess.stop`), even when the test fails.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from conftest import stop_process, wait_until
+
+__all__ = ["Http", "Reply", "UiProcess", "chromium_path", "wait_json"]
+
+
+@dataclass
+class Reply:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    @property
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+    @property
+    def text(self) -> str:
+        return self.body.decode()
+
+
+class Http:
+    """GET and POST against one UI; never raises for an HTTP status (the tests check it)."""
+
+    def __init__(self, base: str, auth: tuple[str, str] | None = None) -> None:
+        self.base = base.rstrip("/")
+        self.auth = auth
+
+    def request(self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None,
+                raw: bytes | None = None, auth: tuple[str, str] | None = None) -> Reply:
+        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+        request = urllib.request.Request(self.base + path, data=data, method=method)
+        if data is not None:
+            request.add_header("Content-Type", "application/json")
+        who = auth or self.auth
+        if who:
+            request.add_header("Authorization", "Basic " + base64.b64encode(f"{who[0]}:{who[1]}".encode()).decode())
+        for k, v in (headers or {}).items():
+            request.add_header(k, v)
+        try:
+            with urllib.request.urlopen(request, timeout=30) as resp:  # noqa: S310 - a local test server
+                return Reply(resp.status, {k.lower(): v for k, v in resp.headers.items()}, resp.read())
+        except urllib.error.HTTPError as exc:
+            return Reply(exc.code, {k.lower(): v for k, v in exc.headers.items()}, exc.read())
+
+    def get(self, path: str, **kw: Any) -> Reply:
+        return self.request("GET", path, **kw)
+
+    def post(self, path: str, body: Any = None, **kw: Any) -> Reply:
+        return self.request("POST", path, body=body if body is not None else {}, **kw)
+
+
+class UiProcess:
+    """``python -m ui`` on a free port against ``zk_address``/``root``."""
+
+    def __init__(self, zk_address: str, root: str, auth: str | None = None, conf: list[str] | None = None,
+                 zk_auth: str | None = None, connected: bool = True) -> None:
+        """Start it and wait until it answers (and, with ``connected``, until it reached ZooKeeper)."""
+        from nstorm.net import free_port
+
+        self.port = free_port("127.0.0.1")
+        self.url = f"http://127.0.0.1:{self.port}/"
+        env = {**os.environ}
+        env.pop("NSTORM_UI_AUTH", None)
+        env.pop("NSTORM_ZK_AUTH", None)
+        if auth:
+            env["NSTORM_UI_AUTH"] = auth
+        if zk_auth:
+            env["NSTORM_ZK_AUTH"] = zk_auth
+        args = [sys.executable, "-m", "ui", "--zk", zk_address, "--root", root, "--port", str(self.port)]
+        for option in conf or []:
+            args += ["-c", option]
+        home = Path(os.environ["NSTORM_HOME"])
+        (home / "logs").mkdir(parents=True, exist_ok=True)
+        self.out = open(home / "logs" / f"ui-{self.port}.out", "ab")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(args, stdout=self.out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+        self.http = Http(self.url, tuple(auth.split(":", 1)) if auth else None)  # type: ignore[arg-type]
+        self.connected = connected
+        try:
+            wait_until(self._answers, 30, what=f"the UI on {self.url}" + (" connected to ZooKeeper" if connected else ""))
+        except BaseException:
+            self.stop()
+            raise
+
+    def _answers(self) -> bool:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"the UI exited with {self.proc.returncode}")
+        try:
+            reply = self.http.get("/healthz")
+        except OSError:
+            return False
+        return reply.status == 200 and (not self.connected or reply.json["zookeeper"] == "connected")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            stop_process(self.proc)
+        self.out.close()
+
+
+def chromium_path() -> str | None:
+    """Debian's chromium (``.ci/run`` installs it), or None."""
+    import shutil
+
+    for name in ("chromium", "chromium-browser"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+def wait_json(http: Http, path: str, predicate: Any, timeout: float = 60.0, what: str = "") -> Any:
+    """Poll ``GET path`` until ``predicate(json)`` is truthy; returns the json."""
+
+    def check() -> Any:
+        reply = http.get(path)
+        if reply.status != 200:
+            return None
+        data = reply.json
+        return data if predicate(data) else None
+
+    return wait_until(check, timeout, interval=0.3, what=what or f"GET {path}")

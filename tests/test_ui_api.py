@@ -1,0 +1,310 @@
+"""The UI's REST API against a real cluster (ZooKeeper, Nimbus, two supervisors, workers) and a
+real UI process: every endpoint's fields and status codes, the POSTs' effects, bad input, auth,
+/metrics, user metrics, and ZooKeeper going away (503, then back)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from _ui import UiProcess, wait_json
+from conftest import TOPOLOGIES, wait_until
+
+METERED = TOPOLOGIES / "metered.py"
+
+
+@pytest.fixture(scope="module")
+def ui(cluster: Any) -> Iterator[UiProcess]:
+    process = UiProcess(cluster.address, cluster.root)
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+@pytest.fixture(scope="module")
+def metered(cluster: Any, ui: UiProcess) -> str:
+    from nstorm.client import ClusterClient
+
+    with ClusterClient(cluster.address, cluster.root) as client:
+        client.submit(METERED, conf={"test.rate": 200, "my.api.token": "s3cret", "topology.message.timeout.secs": 10})
+        client.wait_running("metered", timeout=60)
+
+    def measured(doc: dict[str, Any]) -> bool:  # two heartbeats at least: rates and capacity are known
+        return all(b["executedRate"] for b in doc["bolts"]) and doc["spouts"][0]["acked"] > 0
+    wait_json(ui.http, "/api/v1/topology/metered", measured, what="metered to run with rates")
+    return "metered"
+
+
+def test_cluster_summaries(ui: UiProcess, metered: str) -> None:
+    summary = ui.http.get("/api/v1/cluster/summary")
+    assert summary.status == 200 and summary.headers["content-type"].startswith("application/json")
+    data = summary.json
+    assert data["supervisors"] == 2 and data["slotsTotal"] == 8 and data["slotsUsed"] >= 2
+    assert data["slotsFree"] == data["slotsTotal"] - data["slotsUsed"]
+    assert data["topologies"] >= 1 and data["executorsTotal"] >= 7 and data["nimbusLeader"]
+    sups = ui.http.get("/api/v1/supervisor/summary").json["supervisors"]
+    assert [s["id"] for s in sups] == ["n1", "n2"]
+    for s in sups:
+        assert {"id", "host", "uptime", "uptimeSeconds", "slotsTotal", "slotsUsed", "slots"} <= set(s)
+        assert s["slotsTotal"] == 4 and s["uptimeSeconds"] >= 0
+    assert any(slot["topology"] == "metered" for s in sups for slot in s["slots"])
+    nimbuses = ui.http.get("/api/v1/nimbus/summary").json["nimbuses"]
+    assert nimbuses[0]["status"] == "Leader" and nimbuses[0]["pid"]
+    topologies = {t["name"]: t for t in ui.http.get("/api/v1/topology/summary").json["topologies"]}
+    row = topologies["metered"]
+    assert row["id"] == "metered" and row["status"] == "ACTIVE" and row["workersTotal"] == 2
+    assert row["executorsTotal"] == 1 + 2 + 2 + 2  # and an acker per worker
+
+
+def test_topology_document_has_storms_fields(ui: UiProcess, metered: str) -> None:
+    doc = ui.http.get("/api/v1/topology/metered").json
+    assert doc["id"] == doc["name"] == "metered" and doc["status"] == "ACTIVE"
+    assert doc["workersTotal"] == 2 and doc["executorsTotal"] == 7 and doc["msgTimeout"] == 10
+    (spout,) = doc["spouts"]
+    assert {"spoutId", "executors", "tasks", "emitted", "transferred", "acked", "failed", "completeLatency",
+            "lastError"} <= set(spout)
+    assert spout["spoutId"] == "numbers" and spout["acked"] > 0 and float(spout["completeLatency"]) > 0
+    bolts = {b["boltId"]: b for b in doc["bolts"]}
+    assert set(bolts) == {"square", "sink"}
+    for bolt in bolts.values():
+        assert {"boltId", "executors", "tasks", "emitted", "executed", "acked", "failed", "capacity",
+                "executeLatency", "processLatency", "lastError"} <= set(bolt)
+        assert 0.0 <= float(bolt["capacity"]) <= 1.0 and float(bolt["executeLatency"]) >= 0.0
+        assert bolt["executed"] > 0 and bolt["executors"] == bolt["tasks"] == 2
+    assert "ValueError: unlucky number" in bolts["sink"]["lastError"]
+    assert "Traceback" in bolts["sink"]["errorTrace"] and bolts["sink"]["errorPort"]
+    assert bolts["square"]["lastError"] == ""
+    workers = doc["workers"]
+    assert len(workers) == 2 and all(w["pid"] and w["alive"] and w["host"] == "127.0.0.1" for w in workers)
+    assert sum(w["executorsTotal"] for w in workers) == 7
+    assert doc["configuration"]["my.api.token"] == "********"  # secrets are masked
+    assert doc["configuration"]["test.rate"] == 200
+    assert {row[0] for row in doc["placement"]["executors"]} == {
+        "numbers:0", "square:0", "square:1", "sink:0", "sink:1", "__acker:0", "__acker:1"}
+    assert {n["id"] for n in doc["dag"]["nodes"]} == {"numbers", "square", "sink"}
+    assert {(e["from"], e["to"]) for e in doc["dag"]["edges"]} == {("numbers", "square"), ("square", "sink")}
+    assert doc["checkpoints"]["provider"] == "memory" and "checkpoints" in doc["sections"]
+    assert "stalled" in doc and doc["topologyStats"][0]["window"] == ":all-time"
+
+
+def test_component_document_per_executor(ui: UiProcess, metered: str) -> None:
+    doc = ui.http.get("/api/v1/topology/metered/component/square").json
+    assert doc["id"] == "square" and doc["componentType"] == "bolt" and doc["executors"] == 2
+    rows = {r["id"]: r for r in doc["executorStats"]}
+    assert set(rows) == {"square:0", "square:1"}
+    for r in rows.values():
+        assert {"host", "port", "worker", "emitted", "executed", "acked", "failed", "capacity", "executeLatency"} <= set(r)
+        assert r["host"] == "127.0.0.1" and r["port"] and r["worker"].endswith(f":{r['port']}")
+    sink = ui.http.get("/api/v1/topology/metered/component/sink").json
+    assert sink["componentErrors"] and "Traceback" in sink["componentErrors"][0]["trace"]
+    spout = ui.http.get("/api/v1/topology/metered/component/numbers").json
+    assert spout["componentType"] == "spout" and spout["spoutSummary"][0]["acked"] > 0
+    missing = ui.http.get("/api/v1/topology/metered/component/nope")
+    assert missing.status == 404 and "nope" in missing.json["errorMessage"]
+
+
+def test_user_metrics_reach_status_and_metrics(ui: UiProcess, metered: str, cluster: Any) -> None:
+    from nstorm.client import ClusterClient
+
+    with ClusterClient(cluster.address, cluster.root) as client:
+        components = client.status("metered")["components"]
+    assert components["square"]["metrics"]["counters"]["squares"] > 0
+    assert set(components["square"]["metrics"]["gauges"]["last_n"]) <= {"square:0", "square:1"}
+    assert components["numbers"]["metrics"]["counters"]["numbers"] > 0
+    assert 0.0 <= components["square"]["capacity"] <= 1.0
+    text = ui.http.get("/metrics")
+    assert text.status == 200 and text.headers["content-type"].startswith("text/plain")
+    families = {f.name: f for f in text_string_to_metric_families(text.text)}
+    squares = families["nstorm_user_squares"]
+    assert squares.type == "counter"
+    sample = squares.samples[0]
+    assert set(sample.labels) == {"topology", "component", "executor", "worker", "node"}
+    assert sample.labels["topology"] == "metered" and sample.labels["component"] == "square"
+    assert families["nstorm_user_last_n"].type == "gauge"
+    executed = [s for s in families["nstorm_executor_executed"].samples if s.labels["executor"] == "square:0"]
+    assert executed and executed[0].value > 0 and executed[0].labels["node"] in ("n1", "n2")
+    assert any(s.labels["component"] == "square" for s in families["nstorm_executor_capacity"].samples)
+    assert any(s.labels["kind"] == "complete" for s in families["nstorm_component_latency_seconds"].samples)
+    assert {s.labels["worker"] for s in families["nstorm_worker_cpu"].samples} == {
+        w["id"] for w in ui.http.get("/api/v1/topology/metered").json["workers"]}
+    assert families["nstorm_cluster_supervisors"].samples[0].value == 2
+
+
+def test_a_move_from_the_api_is_live_and_recorded_by_ui(ui: UiProcess, metered: str) -> None:
+    doc = ui.http.get("/api/v1/topology/metered").json
+    pids = {w["id"]: w["pid"] for w in doc["workers"]}
+    where = {row[0]: row[1] for row in doc["placement"]["executors"]}
+    target = next(w for w in pids if w != where["square:0"])
+    reply = ui.http.post("/api/v1/topology/metered/move", {"executor": "square:0", "to": target})
+    assert reply.status == 200, reply.text
+    assert reply.json["status"] == "success" and reply.json["from"] == where["square:0"] and reply.json["to"] == target
+
+    def moved(data: dict[str, Any]) -> bool:
+        return any(m["executor"] == "square:0" and m["by"] == "ui" and m["completed_at"] and m["mode"] == "thread"
+                   for m in data["migrations"])
+    wait_json(ui.http, "/api/v1/topology/metered/migrations", moved, what="the move to complete")
+    after = ui.http.get("/api/v1/topology/metered").json
+    assert {w["id"]: w["pid"] for w in after["workers"]} == pids  # no worker restarted
+    assert dict((r[0], r[1]) for r in after["placement"]["executors"])["square:0"] == target
+    families = {f.name: f for f in text_string_to_metric_families(ui.http.get("/metrics").text)}
+    assert any(s.labels == {"topology": "metered", "mode": "thread", "by": "ui"} and s.value >= 1
+               for s in families["nstorm_topology_migrations"].samples)
+
+
+def test_rebalance_with_storms_body_and_nstorms_moves(ui: UiProcess, metered: str) -> None:
+    doc = ui.http.get("/api/v1/topology/metered").json
+    where = {row[0]: row[1] for row in doc["placement"]["executors"]}
+    target = next(w["id"] for w in doc["workers"] if w["id"] != where["sink:1"])
+    reply = ui.http.post("/api/v1/topology/metered/rebalance/0", {"mode": "thread", "moves": {"sink:1": target}})
+    assert reply.status == 200, reply.text
+    assert reply.json["topologyOperation"] == "rebalance" and reply.json["status"] == "success"
+    wait_json(ui.http, "/api/v1/topology/metered/migrations",
+              lambda d: any(m["executor"] == "sink:1" and m["by"] == "ui" and m["completed_at"] for m in d["migrations"]),
+              what="the rebalance's move to complete")
+    refused = ui.http.post("/api/v1/topology/metered/rebalance/0", {"rebalanceOptions": {"numWorkers": 3}})
+    assert refused.status == 400 and "numWorkers" in refused.json["errorMessage"]
+    bad = ui.http.post("/api/v1/topology/metered/rebalance/0", {"rebalanceOptions": {"executors": {"nope": 2}}})
+    assert bad.status == 400 and "unknown component 'nope'" in bad.json["errorMessage"]
+    # Storm's executors map changes parallelism, live (issue 19), recorded with mode rescale, by ui.
+    for n in (3, 2):
+        reply = ui.http.post("/api/v1/topology/metered/rebalance/0", {"rebalanceOptions": {"executors": {"sink": n}}})
+        assert reply.status == 200, reply.text
+        wait_json(ui.http, "/api/v1/topology/metered/migrations",
+                  lambda d, n=n: any(m["executor"] == "sink" and m["mode"] == "rescale" and m["to"] == str(n)
+                                     and m["by"] == "ui" and m["completed_at"] for m in d["migrations"]),
+                  what=f"sink rescaled to {n}")
+        wait_json(ui.http, "/api/v1/topology/metered",
+                  lambda d, n=n: next(b for b in d["bolts"] if b["boltId"] == "sink")["executors"] == n,
+                  what=f"sink with {n} executors in the topology document")
+
+
+def test_bad_input_is_a_json_error(ui: UiProcess, metered: str) -> None:
+    def error(reply: Any, status: int) -> str:
+        assert reply.status == status, (reply.status, reply.text)
+        assert set(reply.json) == {"error", "errorMessage"} and "Traceback" not in reply.text
+        return str(reply.json["errorMessage"])
+
+    assert "nope" in error(ui.http.get("/api/v1/topology/nope"), 404)
+    assert "nope" in error(ui.http.post("/api/v1/topology/nope/activate"), 404)
+    assert "nope" in error(ui.http.post("/api/v1/topology/nope/move", {"executor": "a:0", "to": "n1:1"}), 404)
+    error(ui.http.request("POST", "/api/v1/topology/metered/move", raw=b"{not json"), 400)
+    error(ui.http.request("POST", "/api/v1/topology/metered/move", raw=b"[1, 2]"), 400)
+    error(ui.http.post("/api/v1/topology/metered/move", {"executor": "square:0"}), 400)
+    assert "count:99" in error(ui.http.post("/api/v1/topology/metered/move", {"executor": "count:99", "to": "n1:1"}), 400)
+    assert "n9:1" in error(ui.http.post("/api/v1/topology/metered/move", {"executor": "square:1", "to": "n9:1"}), 400)
+    assert "acker" in error(ui.http.post("/api/v1/topology/metered/move", {"executor": "__acker:0", "to": "n2:1"}), 400)
+    error(ui.http.post("/api/v1/topology/metered/kill/soon"), 400)
+    error(ui.http.post("/api/v1/topology/metered/rebalance/-1"), 400)
+    error(ui.http.post("/api/v1/topology/metered/rebalance/0", {"moves": "square:0"}), 400)
+    error(ui.http.get("/api/v1/topology/metered/traffic?window=0"), 400)
+    error(ui.http.get("/api/v1/topology/metered/worker/n9:1/log"), 404)
+    error(ui.http.get("/api/v1/no/such/path"), 404)
+    error(ui.http.get("/api/v1/topology/metered/activate"), 405)
+
+
+def test_migrations_otd_traffic_and_log_endpoints(ui: UiProcess, metered: str) -> None:
+    migrations = ui.http.get("/api/v1/topology/metered/migrations").json
+    assert migrations["topologyId"] == "metered"
+    for m in migrations["migrations"]:
+        assert {"executor", "from", "to", "mode", "by", "requested_at", "completed_at", "stall_secs", "id"} <= set(m)
+    otd = ui.http.get("/api/v1/topology/metered/otd").json
+    assert otd["scheduler"] == "static" and otd["rounds"] == [] and otd["cases"] == {}
+    traffic = wait_json(ui.http, "/api/v1/topology/metered/traffic?window=30", lambda d: d["edges"],
+                        what="traffic records of metered")
+    assert {"window_secs", "edges", "inter_node_ratio", "workers"} <= set(traffic)
+    edge = traffic["edges"][0]
+    assert {"src", "dst", "tuples", "bytes", "inter_node"} <= set(edge)
+    worker = ui.http.get("/api/v1/topology/metered").json["workers"][0]["id"]
+    log = ui.http.get(f"/api/v1/topology/metered/worker/{worker}/log?lines=50")
+    assert log.status == 200 and 0 < len(log.json["lines"]) <= 50
+    assert log.json["file"] == f"worker-{worker.replace(':', '-')}.log"
+
+
+def test_pages_and_assets_are_served(ui: UiProcess, metered: str) -> None:
+    index = ui.http.get("/")
+    assert index.status == 200 and b"/static/cluster.js" in index.body
+    page = ui.http.get("/topology/metered")
+    assert page.status == 200 and b"/static/topology.js" in page.body
+    for asset in ("nstorm.css", "common.js", "cluster.js", "topology.js"):
+        reply = ui.http.get(f"/static/{asset}")
+        assert reply.status == 200 and len(reply.body) > 100, asset
+    assert b"http://" not in page.body and b"https://" not in page.body  # no CDN
+
+
+def test_cross_site_posts_are_refused(ui: UiProcess, metered: str) -> None:
+    foreign = ui.http.post("/api/v1/topology/metered/deactivate", headers={"Origin": "http://evil.example"})
+    assert foreign.status == 403 and "cross-site" in foreign.json["errorMessage"]
+    marked = ui.http.post("/api/v1/topology/metered/deactivate", headers={"Sec-Fetch-Site": "cross-site"})
+    assert marked.status == 403
+    assert ui.http.get("/api/v1/topology/metered").json["status"] == "ACTIVE"
+
+
+def test_deactivate_activate_and_kill(ui: UiProcess, metered: str, cluster: Any) -> None:
+    from nstorm.client import ClusterClient
+
+    with ClusterClient(cluster.address, cluster.root) as client:
+        client.submit(METERED, name="doomed", conf={"test.rate": 50})
+        client.wait_running("doomed", timeout=60)
+    own = ui.url.rstrip("/")
+    reply = ui.http.post("/api/v1/topology/doomed/deactivate", headers={"Origin": own})  # the page's own origin
+    assert reply.status == 200 and reply.json == {"topologyOperation": "deactivate", "topologyId": "doomed",
+                                                  "status": "success"}
+    wait_json(ui.http, "/api/v1/topology/doomed", lambda d: d["status"] == "INACTIVE", what="doomed inactive")
+    assert ui.http.post("/api/v1/topology/doomed/activate").status == 200
+    wait_json(ui.http, "/api/v1/topology/doomed", lambda d: d["status"] == "ACTIVE", what="doomed active")
+    killed = ui.http.post("/api/v1/topology/doomed/kill/0")
+    assert killed.status == 200 and killed.json["topologyOperation"] == "kill"
+    wait_until(lambda: ui.http.get("/api/v1/topology/doomed").status == 404, 60, what="doomed to be removed")
+    names = [t["name"] for t in ui.http.get("/api/v1/topology/summary").json["topologies"]]
+    assert "doomed" not in names and "metered" in names
+
+
+def test_basic_auth(cluster: Any, metered: str) -> None:
+    guarded = UiProcess(cluster.address, cluster.root, auth="admin:pa55word")
+    try:
+        http = guarded.http
+        anonymous = http.get("/api/v1/cluster/summary", auth=("", ""))
+        bare = type(http)(http.base)  # no credentials at all
+        for reply in (bare.get("/api/v1/cluster/summary"), bare.get("/"), bare.get("/metrics"), anonymous,
+                      http.get("/api/v1/topology/metered", auth=("admin", "wrong"))):
+            assert reply.status == 401 and reply.json["error"] == "Unauthorized"
+        assert bare.get("/api/v1/cluster/summary").headers["www-authenticate"].startswith("Basic")
+        assert bare.get("/healthz").status == 200  # a container's health check has no credentials
+        assert http.get("/api/v1/cluster/summary").status == 200
+        assert http.get("/metrics").status == 200
+        assert http.post("/api/v1/topology/metered/deactivate", headers={"Origin": "http://evil.example"}).status == 403
+        assert http.post("/api/v1/topology/nope/activate").status == 404  # past auth and the origin check
+        assert "pa55word" not in http.get("/api/v1/topology/metered").text
+    finally:
+        guarded.stop()
+
+
+def test_zookeeper_away_is_503_and_the_ui_recovers(tmp_path: Any) -> None:
+    from nstorm.net import free_port
+    from nstorm.zookeeper import EmbeddedZooKeeper
+
+    port = free_port("127.0.0.1")
+    zk = EmbeddedZooKeeper(tmp_path / "zk", port, tmp_path / "zk.log")
+    zk.start(timeout=60)
+    ui = None
+    try:
+        ui = UiProcess(zk.address, "/away")
+        wait_until(lambda: ui.http.get("/api/v1/cluster/summary").status == 200, 30, what="the UI to connect")
+        zk.stop()
+        reply = wait_until(lambda: (r := ui.http.get("/api/v1/topology/summary")).status == 503 and r, 30,
+                           what="a 503 while ZooKeeper is away")
+        assert reply.json["error"] == "Service Unavailable" and "unreachable" in reply.json["errorMessage"]
+        assert ui.http.get("/metrics").status == 503
+        assert ui.http.get("/healthz").json["zookeeper"] == "unreachable"
+        assert ui.http.get("/topology/anything").status == 200  # the page itself still loads
+        zk.start(timeout=60)  # the same port and data
+        wait_until(lambda: ui.http.get("/api/v1/cluster/summary").status == 200, 60, what="the UI to reconnect")
+        assert ui.proc.poll() is None
+    finally:
+        if ui is not None:
+            ui.stop()
+        zk.stop()

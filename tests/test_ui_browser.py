@@ -1,0 +1,157 @@
+"""The pages in a real headless Chromium (Debian's ``chromium``, driven by playwright; no browser
+is downloaded): the topology page shows every component, dragging an executor onto another
+worker moves it live (the move shows in the timeline, by ``ui``, and no worker restarts), the
+cluster page lists what runs, a 1,000-executor topology renders, and an unreachable cluster
+says so instead of failing."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from _ui import UiProcess, chromium_path, wait_json
+from conftest import TOPOLOGIES, wait_until
+
+# Flags that work in containers and CI: no sandbox (root), no GPU, no background traffic.
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"]
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: Any) -> Iterator[Any]:
+    executable = chromium_path()
+    if executable is None:
+        pytest.skip("Debian's chromium is not installed (apt-get install chromium; .ci/run does it)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.skip("playwright is not installed (pip install -e '.[test]')")
+    playwright = sync_playwright().start()
+    try:
+        # A fresh profile per run (playwright's persistent context would reuse one).
+        profile = tmp_path_factory.mktemp("chromium-profile")
+        context = playwright.chromium.launch_persistent_context(
+            str(profile), executable_path=executable, headless=True, args=CHROMIUM_ARGS,
+            viewport={"width": 1500, "height": 1100})
+        try:
+            yield context
+        finally:
+            context.close()
+    finally:
+        playwright.stop()
+
+
+@pytest.fixture(scope="module")
+def ui(cluster: Any) -> Iterator[UiProcess]:
+    process = UiProcess(cluster.address, cluster.root)
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+@pytest.fixture(scope="module")
+def metered(cluster: Any, ui: UiProcess) -> str:
+    from nstorm.client import ClusterClient
+
+    with ClusterClient(cluster.address, cluster.root) as client:
+        client.submit(TOPOLOGIES / "metered.py", conf={"test.rate": 200})
+        client.wait_running("metered", timeout=60)
+    wait_json(ui.http, "/api/v1/topology/metered", lambda d: all(b["executedRate"] for b in d["bolts"]),
+              what="metered to run with rates")
+    return "metered"
+
+
+def test_drag_an_executor_to_another_worker_moves_it_live(browser: Any, ui: UiProcess, metered: str,
+                                                          tmp_path: Any) -> None:
+    page = browser.new_page()
+    try:
+        page.goto(ui.url + "topology/metered")
+        for component in ("numbers", "square", "sink"):
+            page.wait_for_selector(f'#dag [data-component="{component}"]', timeout=30_000)
+        page.wait_for_selector('.executor[data-executor="square:1"]')
+        workers = page.eval_on_selector_all(".worker:not(.free)", "els => els.map(e => [e.dataset.worker, e.dataset.pid])")
+        assert len(workers) == 2
+        pids = dict(workers)
+        source = page.eval_on_selector('.executor[data-executor="square:1"]', "e => e.closest('.worker').dataset.worker")
+        target = next(w for w in pids if w != source)
+        page.drag_and_drop('.executor[data-executor="square:1"]', f'.worker[data-worker="{target}"]')
+        done = '#timeline li.migration[data-executor="square:1"][data-by="ui"][data-state="COMPLETED"]'
+        page.wait_for_selector(done, timeout=60_000)
+        assert target in page.inner_text(done)
+        page.wait_for_selector(f'.worker[data-worker="{target}"] .executor[data-executor="square:1"]', timeout=30_000)
+        after = dict(page.eval_on_selector_all(".worker:not(.free)", "els => els.map(e => [e.dataset.worker, e.dataset.pid])"))
+        assert after == pids  # the move restarted no worker
+        api = {w["id"]: w["pid"] for w in ui.http.get("/api/v1/topology/metered").json["workers"]}
+        assert {w: str(p) for w, p in api.items()} == pids
+        page.screenshot(path=str(tmp_path / "topology.png"), full_page=True)
+    finally:
+        page.close()
+
+
+def test_the_page_shows_components_errors_metrics_and_state(browser: Any, ui: UiProcess, metered: str) -> None:
+    page = browser.new_page()
+    try:
+        page.goto(ui.url + "topology/metered")
+        page.wait_for_selector('#bolts tr[data-component="sink"]')
+        page.wait_for_selector('#bolts tr[data-component="sink"] a.err', timeout=30_000)
+        page.click('#bolts tr[data-component="sink"] a.err')
+        trace = page.wait_for_selector('dialog[data-testid="error"] pre.trace')
+        assert "ValueError" in trace.inner_text() and "Traceback" in trace.inner_text()
+        page.keyboard.press("Escape")
+        page.wait_for_selector('#metrics tr[data-metric="squares"]')
+        page.wait_for_selector('#sections [data-section="checkpoints"]')
+        page.click('#bolts tr[data-component="square"]')
+        page.wait_for_selector('#component table[data-testid="executors"] tr[data-executor="square:0"]')
+        page.click('.worker:not(.free) a.log')
+        log = page.wait_for_selector('dialog pre[data-testid="log"]')
+        wait_until(lambda: "worker" in log.inner_text(), 15, what="the worker's log in the dialog")
+    finally:
+        page.close()
+
+
+def test_cluster_page_lists_supervisors_and_topologies(browser: Any, ui: UiProcess, metered: str) -> None:
+    page = browser.new_page()
+    try:
+        page.goto(ui.url)
+        page.wait_for_selector('#topologies tr[data-topology="metered"] a[href="/topology/metered"]')
+        page.wait_for_selector('#supervisors tr[data-supervisor="n1"]')
+        page.wait_for_selector('#supervisors tr[data-supervisor="n2"]')
+        assert "Leader" in page.inner_text("#nimbuses")
+    finally:
+        page.close()
+
+
+def test_an_unreachable_cluster_says_so(browser: Any) -> None:
+    from nstorm.net import free_port
+
+    lonely = UiProcess(f"127.0.0.1:{free_port('127.0.0.1')}", "/nowhere", connected=False)  # nothing listens there
+    page = browser.new_page()
+    try:
+        page.goto(lonely.url + "topology/anything")
+        banner = page.wait_for_selector("#banner:not([hidden])", timeout=30_000)
+        assert "cluster unreachable" in banner.inner_text()
+    finally:
+        page.close()
+        lonely.stop()
+
+
+def test_a_thousand_executors_render(browser: Any, zookeeper: str) -> None:
+    from benchmarks._uisim import SimulatedTopology
+
+    sim = SimulatedTopology(zookeeper, "/sim-browser", executors=1000).start()
+    big = UiProcess(zookeeper, "/sim-browser")
+    page = browser.new_page()
+    try:
+        page.goto(big.url + "topology/big")
+        page.wait_for_function("window.nstorm && window.nstorm.renders >= 2", timeout=60_000)
+        chips = page.eval_on_selector_all(".executor[data-executor]", "els => els.length")
+        assert chips == len(sim.plan.executors)  # 1,000 and an acker per worker
+        assert page.eval_on_selector_all("#timeline li.migration", "els => els.length") == 100
+        assert page.eval_on_selector_all("#timeline li.otd", "els => els.length") == 200
+    finally:
+        page.close()
+        big.stop()
+        sim.stop()
