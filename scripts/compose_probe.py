@@ -25,6 +25,7 @@ from typing import Any
 from nstorm.client import ClusterClient
 from nstorm.config import merge_conf
 from nstorm.state import open_store, state_config
+from nstorm.state.keyed import read_keyed
 from nstorm.state.store import unpack_snapshot
 from topologies.sentences import sentences
 
@@ -60,8 +61,8 @@ def counts(client: ClusterClient, name: str, per_spout: int) -> dict[str, Any]:
                                         "replay": len(state.get("replay", []))}
                     for sentence in sentences(per_spout, seed=seed + i):
                         expected.update(sentence.split())
-                elif component == "count":
-                    counted.update({word: int(n) for word, n in state.items()})
+        # The count bolt keeps its counts in keyed_state, stored per key group.
+        counted.update({word: int(n) for word, n in read_keyed(store, "count", cid, config.max_parallelism).items()})
     wrong = sorted(w for w in set(counted) | set(expected) if counted[w] != expected[w])
     return {"checkpoint": cid, "spouts": spouts, "words_counted": sum(counted.values()),
             "words_expected": sum(expected.values()), "wrong_words": len(wrong), "example": wrong[:5]}
