@@ -24,9 +24,10 @@ bucket maxima in the 10 s before): separately for the groups the step moved to a
 (affected) and the others (unaffected). In the stop modes every group stops.
 
 ``autoscale``: ``topology.scheduler=otd`` with ``otd.autoscale=true``, the work bolt at 2
-executors on 2 workers, the offered load stepped from ``--rate`` to three times it after 30 s:
-the backlog of the work bolt over time, and OTD's scale-out steps (``by: otd``); the load step
-is absorbed when the backlog stops growing.
+executors on 2 workers, ``--autoscale-cost`` units a tuple (enough that three times ``--rate``
+overloads 2 capped workers), the offered load stepped from ``--rate`` to three times it after
+30 s: how far the work bolt is behind the offered load over time (offered less processed), and
+OTD's scale-out steps (``by: otd``); the load step is absorbed when that backlog stops growing.
 
 Prints tables and writes ``benchmarks/results/rescale.json``.
 """
@@ -82,10 +83,12 @@ def _stalls(records: list[dict[str, Any]], at: float, affected: set[int], window
             until: float | None = None) -> dict[str, Any]:
     """The longest stall among the affected and the unaffected key groups of a step at ``at``.
 
-    A group's stall is the larger of two excesses over its usual (the median in the ``window``
-    before the step): of its largest delay (a held tuple is processed late) and of its longest
-    time without a tuple processed (a stopped topology processes nothing), in the ``window``
-    after the step (or until ``until``, the step's end, when later)."""
+    A group's stall is the larger of two excesses over its usual in the ``window`` before the
+    step: of its largest delay (a held tuple is processed late) over its usual delay (the median
+    of its bucket maxima), and of its longest time without a tuple processed (a stopped topology
+    processes nothing) over its longest such time before (a group gets a tuple every ~60 ms at
+    the default rate, so quiet spells of a few buckets happen by chance), in the ``window`` after
+    the step (or until ``until``, the step's end, when later)."""
     end = max(at + window, until or 0.0)
     delays_before: dict[int, list[float]] = {}
     seen: dict[int, list[float]] = {}
@@ -107,7 +110,7 @@ def _stalls(records: list[dict[str, Any]], at: float, affected: set[int], window
         gaps_before = [b - a for a, b in zip(times, times[1:], strict=False) if b < at]
         points = [t for t in times if t < at][-1:] + [t for t in times if t >= at] + [end]
         gap_after = max((b - a for a, b in zip(points, points[1:], strict=False)), default=0.0)
-        usual_gap = statistics.median(gaps_before) if gaps_before else 0.0
+        usual_gap = max(gaps_before, default=0.0)
         usual_delay = statistics.median(delays_before.get(g) or [0.0])
         stall[g] = max(0.0, gap_after - usual_gap, after.get(g, 0.0) - usual_delay)
     hit = [s for g, s in stall.items() if g in affected]
@@ -139,6 +142,7 @@ def run_mode(mode: str, args: argparse.Namespace, console: Console) -> dict[str,
             # Two work executors, then three times the load at 30 s (the cool-down keeps OTD from
             # scaling the idle start in; scaling out waits only for a window of the new layout).
             conf.update({"keyed.bolts": 2, "keyed.schedule": [[0, args.rate], [30, 3 * args.rate]],
+                         "keyed.cost": args.autoscale_cost,
                          "topology.scheduler": "otd", "otd.autoscale": True, "otd.period.secs": 5,
                          "otd.window.secs": 10, "otd.autoscale.cooldown.secs": 600})
         cluster = LocalCluster(supervisors=2, slots=4, conf={"supervisor.worker.cpu.limit": args.cap})
@@ -157,12 +161,14 @@ def run_mode(mode: str, args: argparse.Namespace, console: Console) -> dict[str,
                                         status["components"]["work"]["parallelism"]])
                         time.sleep(1.0)
                     steps = [{"at": round(r.requested_at - t0, 1), "to": r.target, "by": r.by,
-                              "done_after": round((r.completed_at or 0) - r.requested_at, 3)}
+                              "done_after": round(r.completed_at - r.requested_at, 3) if r.completed_at else None}
                              for r in client.migrations(NAME) if r.mode.value == "rescale"]
                     end = time.time()
                     records = _read_buckets(out)
-                    return {"mode": mode, "backlog": backlog, "steps": steps,
-                            "per_second": _timeline(records, t0, end), "absorbed_after_secs": _absorbed(backlog, 30.0)}
+                    seconds = _timeline(records, t0, end)
+                    behind = _behind(seconds, [(0.0, 2 * args.rate), (30.0, 6 * args.rate)])
+                    return {"mode": mode, "queue": backlog, "steps": steps, "per_second": seconds,
+                            "behind": behind, "absorbed_after_secs": _absorbed(behind, 30.0)}
                 time.sleep(args.warmup)
                 for n, workers in STEPS:
                     plan = client.plan(NAME)
@@ -197,12 +203,28 @@ def run_mode(mode: str, args: argparse.Namespace, console: Console) -> dict[str,
                 "offered": round(offered), "failed": status["spouts"]["failed"]}
 
 
-def _absorbed(backlog: list[list[float]], step_at: float) -> float | None:
+def _behind(seconds: list[int], schedule: list[tuple[float, float]]) -> list[int]:
+    """Per second, how many tuples the work bolt is behind the offered load: offered (by the
+    spouts' schedule) less processed since ``t0``, less its smallest value before the load step
+    (the spouts started before ``t0``). The backlog is at the spouts: ``max.spout.pending``
+    keeps the bolt's own queue short, so an overloaded bolt shows as spouts behind schedule."""
+    offered = processed = 0.0
+    out = []
+    for i, n in enumerate(seconds):
+        offered += [rate for at, rate in schedule if at <= i][-1]
+        processed += n
+        out.append(offered - processed)
+    step = int(schedule[-1][0])
+    base = min(out[:step] or [0.0])
+    return [max(0, round(b - base)) for b in out]
+
+
+def _absorbed(behind: list[int], step_at: float) -> float | None:
     """Seconds from the load step until the backlog stopped growing (its last new high)."""
-    peak, peak_at = -1.0, None
-    for t, queue, _n in backlog:
-        if t >= step_at and queue > peak:
-            peak, peak_at = queue, t
+    peak, peak_at = -1, None
+    for t, b in enumerate(behind):
+        if t >= step_at and b > peak:
+            peak, peak_at = b, t
     return round(peak_at - step_at, 1) if peak_at is not None else None
 
 
@@ -216,6 +238,8 @@ def main() -> None:
     parser.add_argument("--step-secs", type=float, default=30.0, help="seconds between steps (at least)")
     parser.add_argument("--stop-wait", type=float, default=30.0, help="stop mode: seconds deactivated first (Storm's)")
     parser.add_argument("--autoscale-secs", type=float, default=150.0)
+    parser.add_argument("--autoscale-cost", type=int, default=8000,
+                        help="work units per tuple in the autoscale run: three times --rate overloads 2 capped workers")
     args = parser.parse_args()
     console = Console()
     results = []
@@ -236,7 +260,11 @@ def main() -> None:
     console.print(table)
     for r in results:
         if r["mode"] == "autoscale":
-            console.print(f"autoscale: steps {r['steps']}; backlog peaked {r['absorbed_after_secs']} s after the load step")
+            peak = max(r["behind"], default=0)
+            console.print(f"autoscale: {2 * args.rate:.0f} -> {6 * args.rate:.0f} tuples/s at 30 s, cost "
+                          f"{args.autoscale_cost}; steps {r['steps']}")
+            console.print(f"  behind the offered load, every 10 s: {r['behind'][::10]}")
+            console.print(f"  backlog peaked at {peak} tuples, {r['absorbed_after_secs']} s after the load step")
     path = write_json("rescale", {"machine": machine(), "args": vars(args), "results": results})
     console.print(f"wrote {path}")
 

@@ -342,11 +342,15 @@ class UserExecutor(Executor):
             return
         self.shift_version = step.version
         conf = self.host.conf
-        wait = float(conf["worker.state.wait.ms"]) / 1000.0
+        state_wait = float(conf["worker.state.wait.ms"]) / 1000.0
+        # The upstream executors switch (and mark) once every new owner is READY, within
+        # state_wait (a new owner's worker may still be starting): an old owner drains for that
+        # and its own drain time; a new owner waits for the state it sends after that.
+        drain = state_wait + float(conf["worker.lazy.kill.ms"]) / 1000.0
+        wait = drain + state_wait
         if self.kind == "spout":  # an old owner waits for its open trees first, a message timeout at most
             wait += float(self.conf["topology.message.timeout.secs"])
-        shift = KeyGroupShift(step, self.task, self.key_groups, self.upstream_tasks(), time.monotonic(),
-                              float(conf["worker.lazy.kill.ms"]) / 1000.0, wait)
+        shift = KeyGroupShift(step, self.task, self.key_groups, self.upstream_tasks(), time.monotonic(), drain, wait)
         shift.marks |= self.early_marks.pop(step.version, set())
         self.early_marks = {v: m for v, m in self.early_marks.items() if v > step.version}
         self.shift = shift
@@ -391,6 +395,7 @@ class UserExecutor(Executor):
         shift = self.shift
         if shift is not None and shift.version == version:
             shift.on_mark(src)
+            self.shift_finished_check()  # the last marker may end a step that gave groups away early
         elif version > self.shift_version:
             self.early_marks.setdefault(version, set()).add(src)
 
@@ -471,7 +476,10 @@ class UserExecutor(Executor):
     def shift_step(self) -> None:
         """Once per loop while a step runs: deadlines, and what may be given now."""
         shift = self.shift
-        if shift is None or shift.done:
+        if shift is None:
+            return
+        if shift.done:
+            self.shift_finished_check()
             return
         now = time.monotonic()
         missing = shift.give_up_waiting(now)

@@ -281,3 +281,34 @@ def test_two_sums_become_three_and_every_total_stays_exact() -> None:
             totals[key] = value
     assert totals == {n: n for n in first + second}
     assert sums[4].instance.heard[-1][0] and sums[2].instance.heard[0][1]  # on_key_groups told both sides
+
+
+def test_old_owners_that_gave_their_groups_before_every_marker_still_report_the_step_done() -> None:
+    """An upstream that switched late (a new owner's worker was still starting): the old owners
+    ran out of drain time, gave their groups away and fail what comes late; the markers that
+    come afterwards end their step, and every executor that gained groups reports it."""
+    definition = _definition()
+    places = {"numbers:0": "n1:1", "numbers:1": "n1:1", "sum:0": "n1:1", "sum:1": "n1:1"}
+    host = FakeHost(plan_of(places), acking=False)
+    sums = {t: _sum(host, t - 2, t, definition) for t in (2, 3)}
+    plan = plan_of({**places, "sum:2": "n1:1"}, version=2)
+    plan = plan.replace(rescales={"sum": Rescale("sum", ("sum:0", "sum:1"), ("sum:0", "sum:1", "sum:2"), 2, "m-1")})
+    host.routing = RoutingTable.from_plan(plan)
+    sums[4] = _sum(host, 2, 4, definition)
+    for ex in sums.values():
+        ex.refresh_routing()
+    for ex in (sums[2], sums[3]):
+        ex.shift.drain_until = 0.0  # type: ignore[union-attr]  # out of drain time, no marker in
+        ex.shift_step()
+        assert ex.shift is not None and ex.shift.released and ex.shift.forced and not ex.shift.done
+    for _ in range(2):
+        for ex in sums.values():
+            ex._handle_control()  # GROUPS
+            ex.shift_step()
+    assert sums[4].shift is None
+    for ex in (sums[2], sums[3]):
+        for src in (0, 1):
+            ex._process_batch(src, wire.ShiftMark(2))  # the late markers
+        assert ex.shift is None, "the last marker ends the step"
+    arrived = {e for record, update in host.completions() if record == "m-1" for e in update["arrived"]}
+    assert arrived == {"sum:0", "sum:1", "sum:2"}
