@@ -168,7 +168,8 @@ def run_mode(mode: str, args: argparse.Namespace, console: Console) -> dict[str,
                     seconds = _timeline(records, t0, end)
                     behind = _behind(seconds, [(0.0, 2 * args.rate), (30.0, 6 * args.rate)])
                     return {"mode": mode, "queue": backlog, "steps": steps, "per_second": seconds,
-                            "behind": behind, "absorbed_after_secs": _absorbed(behind, 30.0)}
+                            "behind": behind, "absorbed_after_secs": _absorbed(behind, 30.0),
+                            "longest_growth_secs": _longest_growth(behind, 30)}
                 time.sleep(args.warmup)
                 for n, workers in STEPS:
                     plan = client.plan(NAME)
@@ -219,6 +220,16 @@ def _behind(seconds: list[int], schedule: list[tuple[float, float]]) -> list[int
     return [max(0, round(b - base)) for b in out]
 
 
+def _longest_growth(behind: list[int], step_at: int) -> int:
+    """The longest run of seconds, from the load step on, in which the backlog grew every second
+    (the goal: no backlog grows for more than 30 s)."""
+    best = run = 0
+    for i in range(max(step_at, 1), len(behind)):
+        run = run + 1 if behind[i] > behind[i - 1] else 0
+        best = max(best, run)
+    return best
+
+
 def _absorbed(behind: list[int], step_at: float) -> float | None:
     """Seconds from the load step until the backlog stopped growing (its last new high)."""
     peak, peak_at = -1, None
@@ -264,7 +275,8 @@ def main() -> None:
             console.print(f"autoscale: {2 * args.rate:.0f} -> {6 * args.rate:.0f} tuples/s at 30 s, cost "
                           f"{args.autoscale_cost}; steps {r['steps']}")
             console.print(f"  behind the offered load, every 10 s: {r['behind'][::10]}")
-            console.print(f"  backlog peaked at {peak} tuples, {r['absorbed_after_secs']} s after the load step")
+            console.print(f"  backlog peaked at {peak} tuples, {r['absorbed_after_secs']} s after the load step; "
+                          f"it grew for {r['longest_growth_secs']} s in a row at most")
     path = write_json("rescale", {"machine": machine(), "args": vars(args), "results": results})
     console.print(f"wrote {path}")
 
