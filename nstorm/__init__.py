@@ -7,6 +7,7 @@ The public API: subclass :class:`Spout` and :class:`Bolt`, wire them with a
 import logging
 
 from nstorm.component import Batch, Bolt, Context, Spout, Tuple
+from nstorm.constraints import LatencyConstraint
 from nstorm.errors import NStormError, TopologyError
 from nstorm.topology import Topology, TopologyBuilder
 from nstorm.window import TupleWindow, Window, WindowedBolt
@@ -15,6 +16,7 @@ __all__ = [
     "Batch",
     "Bolt",
     "Context",
+    "LatencyConstraint",
     "NStormError",
     "Spout",
     "Topology",

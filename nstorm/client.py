@@ -20,6 +20,7 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 from nstorm import latency
 from nstorm.clusterstate import ClusterState
 from nstorm.config import merge_conf
+from nstorm.constraints import check_submit as check_constraints
 from nstorm.errors import ClusterError, ConfigError, NotFoundError, UsageError
 from nstorm.loader import load_topology, make_archive
 from nstorm.moves import MODES, RebalanceError, validate_moves
@@ -118,6 +119,7 @@ class ClusterClient:
             definition["workers"] = workers
         state = state_config(merge_conf(definition.get("conf"), conf))  # ConfigError: exit 2, one line
         check_windows(definition, merge_conf(definition.get("conf"), conf))
+        check_constraints(definition, merge_conf(definition.get("conf"), conf))  # TopologyError: exit 2
         if state.durable:
             for cname, comp in definition["components"].items():
                 if comp["kind"] != "spout" and int(comp["parallelism"]) > state.max_parallelism:

@@ -51,6 +51,9 @@ DEFAULTS: dict[str, Any] = {
     # windows (README "Windows")
     "topology.window.max.tuples": 100000,  # tuples a windowed bolt executor keeps at most; more are failed
     "topology.watermark.idle.secs": 5.0,  # an upstream task silent this long stops holding the watermark back
+    # latency constraints (nstorm/constraints.py; ARCHITECTURE.md 3.3)
+    "topology.latency.constraints": [],  # [{"path": [...], "p99_ms": 10, "window_secs"?: 5, "moves"?: false}] or JSON
+    "topology.latency.sample.ms": 5,  # an executor that starts a constrained path samples a tuple this often
     # daemons
     "supervisor.slots.port.base": 6700,  # 0 = pick free ports
     "supervisor.sync.interval.ms": 1000,  # TS: periodic ZooKeeper -> LMDB sync (a watch acts at once)

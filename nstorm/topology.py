@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nstorm.component import Bolt, Component, Spout
+from nstorm.constraints import DEFINITION_KEY, constraints_of, parse_constraints
 from nstorm.errors import TopologyError
 from nstorm.window.checks import declare_late_streams, is_windowed, window_definition
 
@@ -153,7 +154,8 @@ class Topology:
     """A validated topology: a JSON definition plus the component classes.
 
     :ivar name: the topology's name.
-    :ivar definition: ``{"name", "workers", "conf", "components": {name: {...}}}``.
+    :ivar definition: ``{"name", "workers", "conf", "components": {name: {...}}}``, plus
+        ``"latency_constraints"`` (a list of ``LatencyConstraint.to_json()``) when there are any.
     :ivar classes: component name -> Spout or Bolt subclass.
     """
 
@@ -193,6 +195,7 @@ class TopologyBuilder:
     def __init__(self, name: str) -> None:
         self.name = name
         self._components: list[_Declared] = []
+        self._constraints: list[dict[str, Any]] = []  # as given: build() checks them against the DAG
 
     def set_spout(
         self, name: str, spout: type[Spout], parallelism: int = 1, conf: Mapping[str, Any] | None = None
@@ -207,6 +210,36 @@ class TopologyBuilder:
         declared = _Declared(name, bolt, parallelism, "bolt", conf)
         self._components.append(declared)
         return BoltDeclarer(declared)
+
+    def latency_constraint(
+        self, path: Sequence[str], p99_ms: float, window_secs: float = 5.0, moves: bool = False
+    ) -> TopologyBuilder:
+        """Ask that the 99th percentile latency along ``path`` stay under ``p99_ms``.
+
+        The latency runs from a tuple's emit at the first component of ``path`` to the
+        processing of it (or of a descendant) at the last, over each window of ``window_secs``;
+        the latency controller holds the bound at runtime by buffer sizing, chaining and
+        placement. ``build()`` checks the path against the DAG, which is only whole then.
+        ``-c topology.latency.constraints=[...]`` overrides a constraint on the same path.
+
+        Example::
+
+            builder = TopologyBuilder("wordcount")
+            builder.set_spout("sentences", Sentences)
+            builder.set_bolt("split", Split).shuffle_grouping("sentences")
+            builder.set_bolt("count", Count).fields_grouping("split", ["word"])
+            builder.latency_constraint(["sentences", "split", "count"], p99_ms=10)
+            topology = builder.build()
+
+        :arg path: component names, each with an input from the one before (any stream or
+            grouping); at least two.
+        :arg p99_ms: the bound, in milliseconds (positive).
+        :arg window_secs: the window each percentile covers, in seconds (positive).
+        :arg moves: let the controller move executors even without ``topology.scheduler=otd``.
+        :returns: this builder, to chain calls.
+        """
+        self._constraints.append({"path": path, "p99_ms": p99_ms, "window_secs": window_secs, "moves": moves})
+        return self
 
     # -- validation -------------------------------------------------------------------
     def _check_names(self) -> None:
@@ -291,7 +324,7 @@ class TopologyBuilder:
 
         :arg workers: worker processes to spread the executors over (``topology.workers``).
         :arg conf: topology configuration, overriding the defaults.
-        :raises TopologyError: naming the first problem found.
+        :raises TopologyError: naming the first problem found (a latency constraint's too).
         """
         self._check_names()
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
@@ -327,10 +360,14 @@ class TopologyBuilder:
             }
             if c.name in windows:
                 components[c.name]["window"] = windows[c.name]
-        definition = {
+        definition: dict[str, Any] = {
             "name": self.name,
             "workers": workers,
             "conf": {**dict(conf or {}), "topology.workers": workers},
             "components": components,
         }
+        if self._constraints:  # only then: a definition without constraints stays as it was
+            checked = parse_constraints(self._constraints, definition, source="latency_constraint")
+            definition[DEFINITION_KEY] = [c.to_json() for c in checked]
+        constraints_of(definition, definition["conf"])  # build(conf=...) may set them too
         return Topology(self.name, definition, {c.name: c.cls for c in self._components})

@@ -121,13 +121,15 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run a topology on an embedded cluster (ZooKeeper, Nimbus, supervisors), print progress, tear down."""
         from nstorm.client import ClusterClient
-        from nstorm.config import parse_conf_options, security_conf
+        from nstorm.config import merge_conf, parse_conf_options, security_conf
+        from nstorm.constraints import check_submit as check_constraints
         from nstorm.loader import load_topology
         from nstorm.localcluster import LocalCluster
         from nstorm.zkauth import AUTH_KEY
 
         overrides = parse_conf_options(conf or [])
         topology = load_topology(file, overrides)  # bad input: exit 2 before anything starts
+        check_constraints(topology.definition, merge_conf(topology.conf, overrides))  # latency constraints too
         workers = int(overrides.get("topology.workers", topology.workers))
         slots = slots or max(1, -(-workers // supervisors))
         # ZooKeeper ACLs and CurveZMQ are the daemons' settings (checked here: exit 2 on bad keys)
