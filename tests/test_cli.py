@@ -87,6 +87,20 @@ def test_local_rejects_bad_file_before_starting_anything(home: Path) -> None:
     assert not _processes_of(home)
 
 
+_NON_PATH = 'topology.latency.constraints=[{"path": ["sentences", "count"], "p99_ms": 10}]'
+
+
+@pytest.mark.parametrize("command", ["submit", "local"])
+def test_a_latency_constraint_on_a_non_path_is_exit_2_before_any_cluster(home: Path, command: str) -> None:
+    # no cluster runs in `home`: the check comes before connecting (submit) or starting one (local)
+    result = _nstorm(home, command, str(ROOT / "topologies" / "wordcount.py"), "-c", _NON_PATH, timeout=60)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "'sentences>count' is not a path of the topology: 'count' has no input from 'sentences'" in lines[0]
+    assert not _processes_of(home) and not any(home.iterdir())  # nothing started, nothing written
+
+
 def test_cluster_up_submit_status_down(home: Path) -> None:
     up = _nstorm(home, "cluster", "up", "--supervisors", "2", "--slots", "2", "--port-base", "0")
     try:
