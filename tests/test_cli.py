@@ -114,7 +114,8 @@ def test_cluster_up_submit_status_down(home: Path) -> None:
         with urllib.request.urlopen(ui_url + "api/v1/cluster/summary", timeout=10) as resp:
             assert json.loads(resp.read())["supervisors"] == 2
         assert _nstorm(home, "zookeeper", "status").returncode == 0
-        sub = _nstorm(home, "submit", str(ROOT / "topologies" / "linear.py"), "-c", "linear.rate=100")
+        sub = _nstorm(home, "submit", str(ROOT / "topologies" / "linear.py"), "-c", "linear.rate=100", "-c",
+                      'topology.latency.constraints=[{"path": ["source", "stage1"], "p99_ms": 50}]')
         assert sub.returncode == 0, sub.stderr
 
         def running():

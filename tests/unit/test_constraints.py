@@ -222,3 +222,12 @@ def test_conf_errors_at_submit_check() -> None:
     for bad in (0, -1, "fast", None, float("nan")):
         with pytest.raises(ConfigError, match="topology.latency.sample.ms must be a positive"):
             check_submit(definition, merge_conf({"topology.latency.sample.ms": bad}))
+
+
+def test_client_submit_checks_before_touching_zookeeper() -> None:
+    from nstorm.client import ClusterClient
+
+    client = object.__new__(ClusterClient)  # no connection: the check must come before any use of it
+    with pytest.raises(TopologyError, match="'sentences>count' is not a path"):
+        client.submit(ROOT / "topologies" / "wordcount.py", conf={
+            "topology.latency.constraints": [{"path": ["sentences", "count"], "p99_ms": 10}]})
