@@ -29,6 +29,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from nimbus.checkpoints import CheckpointCoordinator, drop_checkpoints
+from nimbus.latency import LatencyController
 from nimbus.rebalance import (
     apply_moves,
     drained_workers,
@@ -42,7 +43,7 @@ from nimbus.watchdog import StallWatchdog
 from nstorm.clusterstate import ClusterState
 from nstorm.config import merge_conf
 from nstorm.moves import MODES, RebalanceError, validate_moves
-from nstorm.plan import Plan, Slot, interleave_slots
+from nstorm.plan import Plan, PlanError, Slot, interleave_slots
 from nstorm.records import MigrationRecord, MoveMode, TopologyStatus
 from nstorm.rescale import gaining_executors, rescale_plan, validate_rescale
 from nstorm.ticker import passes
@@ -316,6 +317,8 @@ class Nimbus:
             msg = f"unknown mode {mode!r}: use one of {', '.join(MODES)}"
             raise RebalanceError(msg)
         mode = MoveMode(mode)
+        if request.get("tuning") is not None:
+            return self._tune(name, plan, zk_version, request)
         if request.get("parallelism"):
             return self._rescale(name, plan, zk_version, request, live, mode)
         busy = self.cluster.busy_executors(name)
@@ -415,6 +418,21 @@ class Nimbus:
                     for record in (rb.get("records") or {}).values():
                         self._complete_record(name, record)
 
+    def _tune(self, name: str, plan: Plan, zk_version: int, request: Mapping[str, Any]) -> dict[str, Any]:
+        """A latency constraint's output-buffer sizes (``tuning``, nimbus/latency.py) into the next plan."""
+        tuning = request["tuning"]
+        new = plan.next(tuning=tuning)
+        try:
+            Plan.from_json(name, new.to_json())
+        except PlanError as exc:
+            raise RebalanceError(str(exc)) from None
+        if not self.write_plan(name, new, zk_version):
+            msg = "the plan changed while the request was applied; try again"
+            raise RebalanceError(msg)
+        log.info("topology %s: output buffers sized (v%d, by %s): %s", name, new.version,
+                 request.get("by", "user"), tuning)
+        return {"ok": True, "version": new.version, "tuning": tuning}
+
     def _complete_record(self, name: str, record: str) -> None:
         """Mark a migration record completed (a stop-mode parallelism change has restarted)."""
         assert self.zk is not None
@@ -451,7 +469,7 @@ class Nimbus:
         else:
             drop_checkpoints(topo, name)
         for path in (self.paths.checkpoints(name), self.paths.assignment(name), self.paths.code(name), self.paths.requests(name),
-                     self.paths.migrations(name), self.paths.otd(name),
+                     self.paths.migrations(name), self.paths.otd(name), self.paths.latency(name),
                      self.paths.workerbeats(name), self.paths.topology(name), self.paths.status(name)):
             self._delete(path)
         self.watchdog.forget(name)
@@ -485,6 +503,8 @@ class Nimbus:
         self.state = "LEADING"
         otd = OtdRunner(self.zk, self.paths, self.conf)
         otd.start()
+        qos = LatencyController(self.zk, self.paths, self.conf)
+        qos.start()
         self.checkpoints = CheckpointCoordinator(self.zk, self.paths, self.conf)
         self.checkpoints.start()
         interval = float(self.conf["nimbus.monitor.interval.secs"])
@@ -499,6 +519,7 @@ class Nimbus:
                     log.exception("reconcile failed")
         finally:
             otd.stop()
+            qos.stop()
             self.checkpoints.stop()
             self.checkpoints = None
             self.state = "STANDBY"

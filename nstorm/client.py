@@ -21,6 +21,7 @@ from nstorm import latency
 from nstorm.clusterstate import ClusterState
 from nstorm.config import merge_conf
 from nstorm.constraints import check_submit as check_constraints
+from nstorm.constraints import constraints_of
 from nstorm.errors import ClusterError, ConfigError, NotFoundError, UsageError
 from nstorm.loader import load_topology, make_archive
 from nstorm.moves import MODES, RebalanceError, validate_moves
@@ -441,7 +442,22 @@ class ClusterClient:
                 for r in self.migrations(name)
             ],
             "checkpoints": self.checkpoints(name, topo),
+            "constraints": self.constraints(name, topo),
         }
+
+    def constraints(self, name: str, topo: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+        """The ``constraints`` field of ``status --json``: every latency constraint of ``name`` with
+        what the controller (nimbus/latency.py) has measured and done so far."""
+        topo = topo or self._require(name)
+        declared = constraints_of(topo["definition"], merge_conf(topo["definition"].get("conf"), topo.get("conf")))
+        raw, _ = self.cluster.read(self.paths.latency(name))
+        recorded = {}
+        if isinstance(raw, dict) and raw.get("submission") == topo.get("submission"):
+            recorded = {tuple(c.get("path") or ()): c for c in raw.get("constraints") or () if isinstance(c, dict)}
+        return [recorded.get(c.path) or {"path": list(c.path), "p99_ms": c.p99_ms, "window_secs": c.window_secs,
+                                         "measured_p99_ms": None, "met": None, "windows_met": 0, "windows": 0,
+                                         "actions": []}
+                for c in declared]
 
     def checkpoints(self, name: str, topo: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """The ``checkpoints`` field of ``status --json`` (see :class:`nstorm.state.record.CheckpointRecord`)."""

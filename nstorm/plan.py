@@ -12,6 +12,7 @@ A plan is versioned; each version is a whole :class:`Plan`. In JSON::
      "retiring": {"count:7": "n2:6701"},                  # removed by a rescale, handing its key groups over
      "rescale": {"count": {"from": ["count:0", ...], "to": [...], "version": 5, "record": "m-0000000007"}},
      "missing_workers": 1,                                 # lost with a node, no slot to replace them
+     "tuning": {"split>count": {"latency_ms": 2.5, "cap": 512}},   # a latency constraint's buffer sizes
      "rebalance": {...}}                                   # stop mode: the phase Nimbus is in
 
 Nimbus is the only writer of plans, but ZooKeeper is shared: a plan damaged by hand, by a
@@ -159,6 +160,8 @@ class Plan:
     rescales: Mapping[str, Rescale] = field(default_factory=dict)  # component -> its rescale in progress
     rebalance: Mapping[str, Any] | None = None
     updated_at: float | None = None
+    # channel "src>dst" -> {"latency_ms", "cap"}: output buffers a latency constraint's controller sized
+    tuning: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
 
     def replace(self, **changes: Any) -> Plan:
         return replace(self, **changes)
@@ -228,12 +231,19 @@ class Plan:
         missing = data.get("missing_workers", 0)
         if not isinstance(missing, int) or isinstance(missing, bool) or missing < 0:
             raise _fail(name, f"missing_workers must be a count, got {missing!r}")
+        tuning = data.get("tuning") or {}
+        if not isinstance(tuning, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, Mapping) and all(
+                    key in ("latency_ms", "cap") and isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0
+                    for key, x in v.items()) for k, v in tuning.items()):
+            raise _fail(name, "tuning must map channels to positive latency_ms and cap")
         return cls(topology=str(data.get("topology") or name), version=version, tasks=tuple(tasks),
                    executors=dict(executors), workers=workers, status=status, code_sha256=data["code_sha256"],
                    submission=submission, moved={e: Move.from_json(name, e, m) for e, m in moved.items()},
                    restart=dict(restart), missing_workers=missing, retiring=dict(retiring), rescales=steps,
                    rebalance=dict(rebalance) if rebalance else None,
-                   updated_at=float(updated) if isinstance(updated, (int, float)) else None)
+                   updated_at=float(updated) if isinstance(updated, (int, float)) else None,
+                   tuning={k: dict(v) for k, v in tuning.items()})
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -251,6 +261,8 @@ class Plan:
             data["rebalance"] = dict(self.rebalance)
         if self.updated_at is not None:
             data["updated_at"] = self.updated_at
+        if self.tuning:
+            data["tuning"] = {k: dict(v) for k, v in self.tuning.items()}
         return data
 
     @classmethod

@@ -12,6 +12,7 @@ Layout under the root (``nstorm.zookeeper.root``, default ``/nstorm``)::
     migrations/<name>/m-N     JSON: one record per executor move (the new copy completes it)
     otd/<name>                JSON: the last OTD round (case, move, warning, inter-node ratio)
     otd/<name>/rounds         JSON: the last otd.history.size rounds in short, and rounds per case
+    latency/<name>            JSON: the latency constraints' controller record (windows, actions, warnings)
 
 Everything is JSON: nothing read from ZooKeeper is ever unpickled.
 
@@ -117,6 +118,10 @@ class ZkPaths:
 
     def migrations(self, name: str) -> str:
         return self._p("migrations", name)
+
+    def latency(self, name: str) -> str:
+        """The latency constraints' controller record of ``name`` (nimbus/latency.py)."""
+        return self._p("latency", name)
 
     def otd(self, name: str) -> str:
         return self._p("otd", name)

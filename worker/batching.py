@@ -91,6 +91,19 @@ class BatchPolicy:
         self.adaptive = bool(adaptive) and not self.per_tuple
         self.fill = self.max_latency / 2 if fill is None else float(fill)
         self.control_latency = self.max_latency * CONTROL_SHARE
+        self.configured = (self.max_latency, self.cap)  # what tune(None, None) goes back to
+
+    def tune(self, max_latency: float | None, cap: int | None) -> None:
+        """Sizes a latency constraint's controller set for this executor's output buffers (None:
+        back to the configured ones): the latency bound (and with it the fill time and the acker
+        entries' bound) and the largest batch."""
+        if self.per_tuple:
+            return
+        base = self.configured
+        self.max_latency = base[0] if max_latency is None else max(0.0, float(max_latency))
+        self.cap = base[1] if cap is None else max(1, int(cap))
+        self.fill = self.max_latency / 2
+        self.control_latency = self.max_latency * CONTROL_SHARE
 
     @classmethod
     def from_conf(cls, conf: Mapping[str, Any], unit: int = 1) -> BatchPolicy:

@@ -22,6 +22,7 @@ from worker import wire
 from worker.checkpoint import BarrierAligner
 from worker.executor import UserExecutor
 from worker.host import Host
+from worker.qos import Traced
 from worker.rescale import KeyGroupShift, split_batch
 from worker.runs import BatchLedger, InputRun
 
@@ -30,6 +31,7 @@ __all__ = ["BoltExecutor"]
 log = logging.getLogger(__name__)
 STAMPED = latency.STAMPED  # roots at or above carry their spout emit time (nstorm.latency)
 _ShiftMark = wire.ShiftMark
+_Traced = Traced
 
 
 class BoltExecutor(UserExecutor):
@@ -141,6 +143,9 @@ class BoltExecutor(UserExecutor):
         if type(batch) is _ShiftMark:  # ``src`` routes by a rescale's new layout from here on
             self.on_shift_mark(src, batch.version)
             return
+        if type(batch) is _Traced:  # a latency constraint's sampled batch (worker.qos)
+            self.take_traced(src, batch)
+            return
         decoded = self.decode(batch) if type(batch) is bytes else batch
         if decoded is None:
             return
@@ -245,6 +250,23 @@ class BoltExecutor(UserExecutor):
         self.acked += acked
         self.executed += len(values)
 
+    def take_traced(self, src: int, traced: Traced) -> None:
+        """Process a sampled batch: count its channel's parts and this executor's time, pass the
+        trace on along its paths (worker.qos)."""
+        batch = traced.batch
+        qos = self.qos
+        routing = self.routing
+        if qos is None or routing is None or src >= len(routing.task_component):
+            self._process_batch(src, batch)
+            return
+        origin, buffered, sent, cids = traced.trace
+        taken = time.time_ns() // 1000
+        qos.record_channel(routing.task_component[src], buffered, sent, taken)
+        qos.arm(origin, cids)
+        self._process_batch(src, batch)
+        qos.record_done(origin, cids, taken, time.time_ns() // 1000)
+        qos.resolve()
+
     # -- checkpoints (worker.checkpoint) ------------------------------------------------------
     def _take_aligning(self, src: int, batch: Any) -> None:
         """While aligning: what comes after a barrier waits; markers never wait."""
@@ -323,6 +345,8 @@ class BoltExecutor(UserExecutor):
 
     def _take_shifting(self, src: int, batch: Any) -> None:
         shift = self.shift
+        if type(batch) is _Traced:
+            batch = batch.batch  # a key group's tuples may be held: the trace stays behind
         if shift is None or batch is None or type(batch) is int or type(batch) is wire.ShiftMark:
             self._process_batch(src, batch)
             return
@@ -538,6 +562,7 @@ class BoltExecutor(UserExecutor):
         handover = self.handover
         handover.announce()
         began = 0.0
+        qos = self.qos if self.qos is not None and self.qos.starts else None  # this bolt starts a constrained path
         while self._running:
             self.refresh_routing()
             if handover.awaiting:
@@ -575,6 +600,8 @@ class BoltExecutor(UserExecutor):
                 armed = deadline.at is not None
                 deadline.worked(began)
                 ctl_deadline.worked(began)  # acks
+                if qos is not None and qos.sample_due(began):
+                    qos.start()
                 try:
                     self.take(src, batch)  # (a barrier may switch ``take`` for what follows)
                     # Keep taking input while more waits, up to the deadline.
@@ -588,6 +615,8 @@ class BoltExecutor(UserExecutor):
                 except Exception as exc:  # a batch that decoded but is not what it claims: drop it
                     outbox.current = None
                     self.record_error("batch", exc)
+                if qos is not None and qos.pending:
+                    qos.resolve()
                 if not armed and not outbox.holding():
                     deadline.flushed()  # everything left at once (low rates): no wake-up to send nothing
                 if self.inbox.batch_avg < 2.0 and empty():

@@ -33,6 +33,7 @@ from nstorm.state.keyed import (
 )
 from nstorm.state.store import StateError, unpack_snapshot
 from worker import wire
+from worker.qos import Traced
 
 __all__ = ["BarrierAligner", "Snapshotter"]
 
@@ -295,6 +296,8 @@ class BarrierAligner:
             return None
         held = []
         for src, batch in self.held:
+            if type(batch) is Traced:
+                batch = batch.batch  # the trace stays behind (worker.qos)
             if batch is not None and type(batch) is not bytes and type(batch) is not int:
                 batch = wire.pack(batch)
             held.append([src, batch])

@@ -27,6 +27,7 @@ from dataclasses import replace
 from typing import Any
 
 from nstorm.component import Context
+from nstorm.constraints import constraints_of
 from nstorm.state.keyed import KeyedState, as_key, key_group
 from worker import wire
 from worker.checkpoint import Snapshotter
@@ -34,6 +35,7 @@ from worker.delivery import Courier, Inbox
 from worker.host import Host
 from worker.migration import READY_RESEND_SECS, Handover
 from worker.outbox import Outbox
+from worker.qos import QosTracer, Traced
 from worker.rescale import KeyGroupShift
 
 __all__ = ["Executor", "ExecutorState", "UserExecutor"]
@@ -140,6 +142,8 @@ class Executor:
     def decode(self, batch: Any) -> tuple[Any, Any, Any] | None:
         """``(values, runs, streams)`` of a queued batch; None (counted, logged) for garbage."""
         if type(batch) is not bytes:
+            if type(batch) is Traced:  # a sampled batch taken apart from its trace (worker.qos)
+                return self.decode(batch.batch)
             return batch  # type: ignore[no-any-return]  # from this worker: built by an outbox
         try:
             return wire.decode_batch(batch)
@@ -216,6 +220,9 @@ class UserExecutor(Executor):
         self.settled = False  # the open steps were settled by a restore (settle_shifts)
         self.ready_sent_at = float("-inf")  # when this executor last said READY (rescale_tick)
         self.context = replace(self.context, owner=self.owns)
+        # This executor's part in the topology's latency constraints (worker.qos); None if it has none.
+        self.qos = QosTracer.for_executor(self.component, constraints_of(definition, self.conf), self.outbox,
+                                          self.conf)
 
     @property
     def courier(self) -> Courier:
@@ -622,4 +629,7 @@ class UserExecutor(Executor):
         if cp.written or cp.last_error:
             data["checkpoint"] = {"last": cp.last, "written": cp.written, "bytes": cp.last_bytes,
                                   "error": cp.last_error}
+        qos = self.qos
+        if qos is not None and qos.hists:
+            data["qos"] = {key: dict(hist) for key, hist in dict(qos.hists).items()}  # copies: another thread counts
         return data

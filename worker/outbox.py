@@ -96,6 +96,7 @@ class Outbox:
         self.emit_tracked = self.emit_tracked_general
         self.emit_many = self.emit_many_general
         self.routing: RoutingTable | None = None
+        self.tuned: Mapping[str, Mapping[str, float]] = {}  # the plan's tuning applied last (tune)
         self.targets: dict[str, list[Target]] = {}
         self.direct_targets: dict[str, list[tuple[str, list[Buffer]]]] = {}
         self.buffers: dict[int, Buffer] = {}
@@ -129,7 +130,27 @@ class Outbox:
         self.routing = routing
         self.downstream = sorted({t for name in self.subscribers for t in routing.component_tasks.get(name, ())})
         self.courier.routing = routing
+        if routing.tuning is not self.tuned:
+            self.tune(routing.tuning)
         self._compile(routing)
+
+    def tune(self, tuning: Mapping[str, Mapping[str, float]]) -> None:
+        """Size the output buffers as a latency constraint's controller asked for the channels
+        that leave this component (the tightest of them, for all of its buffers: they share one
+        deadline); the configured sizes where it asks nothing."""
+        self.tuned = tuning
+        prefix = self.component + ">"
+        mine = [v for k, v in tuning.items() if k.startswith(prefix)]
+        latencies = [float(v["latency_ms"]) / 1000.0 for v in mine if "latency_ms" in v]
+        caps = [int(v["cap"]) for v in mine if "cap" in v]
+        policy = self.policy
+        policy.tune(min(latencies) if latencies else None, min(caps) if caps else None)
+        self.deadline.max_latency = policy.max_latency
+        self.ctl_deadline.max_latency = policy.control_latency
+        top = policy.cap * policy.unit
+        for buf in self.buffers.values():
+            if buf.limit > top:
+                buf.limit = top
 
     def shift_ready(self, src: int, version: int) -> bool:
         """An executor of a rescaled component holds its key groups (SHIFT_READY); True if the
@@ -488,7 +509,13 @@ class Outbox:
         traffic = buf.traffic
         traffic[0] += n
         dst = buf.dst
-        traffic[1] += self.courier.batch(dst, self.routing.location[dst], (values, runs, streams), n)  # type: ignore[union-attr]
+        trace = buf.trace
+        if trace is None:
+            traffic[1] += self.courier.batch(dst, self.routing.location[dst], (values, runs, streams), n)  # type: ignore[union-attr]
+        else:
+            buf.trace = None
+            traffic[1] += self.courier.traced_batch(dst, self.routing.location[dst], (values, runs, streams), n,  # type: ignore[union-attr]
+                                                    trace)
 
     def send_barrier(self, cid: int) -> None:
         """Checkpoint ``cid``'s barrier to every downstream task, each behind what its buffer held."""

@@ -68,6 +68,7 @@ class RoutingTable:
     restart: Mapping[str, int] = field(default_factory=dict)  # worker id -> version (process mode)
     rescales: Mapping[str, RescaleStep] = field(default_factory=dict)  # component -> its rescale in progress
     retiring: frozenset[int] = frozenset()  # removed by a rescale: they still have a place (acks, markers)
+    tuning: Mapping[str, Mapping[str, float]] = field(default_factory=dict)  # channel -> buffer sizes (plan)
 
     @classmethod
     def from_plan(cls, plan: Plan) -> RoutingTable:
@@ -98,6 +99,7 @@ class RoutingTable:
             restart=dict(plan.restart),
             rescales=rescales,
             retiring=frozenset(tid_of[e] for e in plan.retiring),
+            tuning=plan.tuning,
         )
 
     def position(self, task: int) -> int:

@@ -79,7 +79,7 @@ class Buffer(list):
     """
 
     __slots__ = ("dst", "streams", "limit", "rate", "last", "traffic", "runs", "owner", "run_start", "run_anchor",
-                 "sent")
+                 "sent", "trace")
 
     def __init__(self, dst: int, src: int, limit: int, now: float, traffic: list[int]) -> None:
         super().__init__()
@@ -94,6 +94,7 @@ class Buffer(list):
         self.run_start = 0
         self.run_anchor: Any = None
         self.sent = 0  # batches sent: a run's anchor may change only while its batch is here
+        self.trace: Any = None  # a latency constraint's trace that leaves with this batch (worker.qos)
 
     def note_stream(self, stream: str) -> None:
         """The tuple about to be appended goes on ``stream`` (not ``default``)."""

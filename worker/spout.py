@@ -316,6 +316,7 @@ class SpoutExecutor(UserExecutor):
         idle = 0.0
         handover = self.handover
         handover.announce()
+        qos = self.qos if self.qos is not None and self.qos.starts else None  # this spout starts a constrained path
         while self._running:
             self.refresh_routing()
             if handover.awaiting:
@@ -352,6 +353,8 @@ class SpoutExecutor(UserExecutor):
                        or (courier.backlog and not courier.drain())
                        or (self.shift is not None and not self.shift.released))  # giving key groups away
             if not blocked:
+                if qos is not None and qos.sample_due(now):
+                    qos.start()  # a latency constraint's sample: the first tuple this iteration emits
                 for _ in range(calls):
                     last = self.emit_calls
                     try:
@@ -364,6 +367,8 @@ class SpoutExecutor(UserExecutor):
                         break
                     if self.emit_calls == last:
                         break
+                if qos is not None and qos.pending:
+                    qos.resolve()
             if self.group is not None:
                 self._close_group()
             emitted = self.emit_calls != before

@@ -22,6 +22,7 @@ import zmq
 from worker import wire
 from worker.delivery import CONTROL, DATA, DATA_HWM, Sockets, bind_address
 from worker.host import Host
+from worker.qos import Traced, trace_from_header
 
 __all__ = ["Transport"]
 
@@ -134,6 +135,10 @@ class Transport:
             payload = None
         inbox = host.inbox(dst)
         if inbox is not None:
+            if len(header) > 6 and kind == wire.DATA:  # a latency constraint's sampled batch (worker.qos)
+                trace = trace_from_header(header[6])
+                if trace is not None:
+                    payload = Traced(payload, trace)
             inbox.put_data(src, payload, count)
             return
         if not (0 <= dst < wire.MAX_TASKS) or not (0 <= src < wire.MAX_TASKS):

@@ -37,6 +37,7 @@ from nstorm.window.watermark import Watermarks
 from worker import wire
 from worker.bolt import BoltExecutor
 from worker.host import Host
+from worker.qos import Traced
 from worker.runs import InputRun
 
 __all__ = ["WindowedBoltExecutor"]
@@ -114,6 +115,9 @@ class WindowedBoltExecutor(BoltExecutor):
         """Every tuple of the batch into its windows (or the late stream); then the watermark."""
         if batch is None or type(batch) is int or type(batch) is wire.ShiftMark:  # a marker, a barrier
             super()._process_batch(src, batch)
+            return
+        if type(batch) is Traced:  # a latency constraint's sampled batch (worker.qos)
+            self.take_traced(src, batch)
             return
         decoded = self.decode(batch) if type(batch) is bytes else batch
         if decoded is None:

@@ -114,6 +114,12 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"  STALLED: no ack since {since} with {stalled['pending']} tuples pending; "
                        f"holding input: {', '.join(stalled['holding_input']) or '-'}; "
                        f"waiting for a state: {', '.join(stalled['waiting_for_state']) or '-'}")
+        for c in info.get("constraints") or ():
+            measured = c.get("measured_p99_ms")
+            typer.echo(f"  latency {'>'.join(c['path'])}: p99 {'-' if measured is None else f'{measured:.1f}'} ms "
+                       f"(bound {c['p99_ms']:g} ms, {'met' if c.get('met') else 'not met' if measured is not None else 'no sample yet'}; "
+                       f"{c['windows_met']}/{c['windows']} windows met; {len(c['actions'])} actions)"
+                       + (f"; warning: {c['warning']}" if c.get("warning") else ""))
         cp = info.get("checkpoints") or {}
         if cp.get("provider", "memory") != "memory":
             last = cp.get("last_committed")

@@ -1,0 +1,207 @@
+"""The latency constraints' controller the leading Nimbus runs (Nephele's QoS manager).
+
+Every half second it looks at each topology that has latency constraints
+(:func:`nstorm.constraints.constraints_of`); once a constraint's window (``window_secs``) has
+passed, it sums the ``qos`` histograms of every executor's last heartbeat (worker.qos),
+subtracts the sums it kept at the window's start, and hands the window to
+:func:`nstorm.qospolicy.decide`. A step becomes an ordinary rebalance request with
+``by: latency`` (new output-buffer sizes, ``tuning``, or a thread-mode move), so that Nimbus
+stays the only writer of plans. The record of every constraint (windows, windows met, the
+last p99, its parts, every action and warning) is kept in ``latency/<topology>`` for
+``nstorm status``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kazoo.client import KazooClient
+
+from nstorm import latency
+from nstorm.clusterstate import ClusterState
+from nstorm.config import merge_conf
+from nstorm.constraints import LatencyConstraint, constraints_of
+from nstorm.plan import Plan
+from nstorm.qospolicy import (
+    ConstraintState,
+    Decision,
+    PathWindow,
+    decide,
+    path_window,
+    status_entry,
+)
+from nstorm.topology import is_acker
+from nstorm.zkschema import ZkPaths, encode
+
+__all__ = ["LatencyController", "colocating_move"]
+
+log = logging.getLogger(__name__)
+MAX_ACTIONS = 50  # actions kept per constraint in the record
+
+
+@dataclass
+class _Tracked:
+    """One constraint of one topology: its state, the sums at its window's start, its actions."""
+
+    constraint: LatencyConstraint
+    state: ConstraintState = field(default_factory=ConstraintState)
+    since: float = 0.0
+    start: dict[str, dict[int, int]] = field(default_factory=dict)
+    last: PathWindow | None = None
+    primed: bool = False  # its window's start sums are taken
+    actions: list[dict[str, Any]] = field(default_factory=list)
+
+
+def colocating_move(plan: Plan, channel: str) -> tuple[str, str] | None:
+    """A move that keeps more of ``channel`` ("a>b") inside one worker: an executor of ``b`` on a
+    worker without an executor of ``a`` goes to the worker with the most executors of ``a``."""
+    a, _, b = channel.partition(">")
+    ups: dict[str, int] = {}
+    for e, w in plan.executors.items():
+        if e.rpartition(":")[0] == a:
+            ups[w] = ups.get(w, 0) + 1
+    if not ups:
+        return None
+    target = max(sorted(ups), key=lambda w: ups[w])
+    for e, w in sorted(plan.executors.items()):
+        if e.rpartition(":")[0] == b and w not in ups and not is_acker(e):
+            return e, target
+    return None
+
+
+def _sums(beats: Mapping[str, Any]) -> dict[str, dict[int, int]]:
+    """The ``qos`` histograms of every executor of the heartbeats, summed per key."""
+    out: dict[str, dict[int, int]] = {}
+    for beat in beats.values():
+        for counters in beat.executors.values():
+            for key, hist in (counters.get("qos") or {}).items():
+                if isinstance(hist, Mapping):
+                    out[key] = latency.merge(out.get(key, {}), hist)
+    return out
+
+
+class LatencyController:
+    """A thread beside Nimbus's loop. See the module docstring."""
+
+    def __init__(self, zk: KazooClient, paths: ZkPaths, conf: Mapping[str, Any]) -> None:
+        self.zk = zk
+        self.paths = paths
+        self.cluster = ClusterState(zk, paths)
+        self.conf = conf
+        self.tracked: dict[str, dict[str, _Tracked]] = {}  # topology -> constraint name -> its state
+        self.submissions: dict[str, Any] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="latency", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.5):
+            try:
+                names = self.cluster.names()
+            except Exception:  # noqa: BLE001 - ZooKeeper trouble: try again
+                log.warning("latency controller: cannot list topologies", exc_info=True)
+                continue
+            for name in set(self.tracked) - set(names):
+                del self.tracked[name]
+            for name in names:
+                try:
+                    self.tick(name, time.monotonic())
+                except Exception:  # noqa: BLE001 - one bad window must not stop the loop
+                    log.exception("latency controller: window of %s failed", name)
+
+    def tick(self, name: str, now: float) -> None:
+        """Judge the constraints of ``name`` whose window has passed."""
+        topo = self.cluster.topology(name)
+        if not topo:
+            return
+        conf = merge_conf(topo["definition"].get("conf"), topo.get("conf"))
+        try:
+            constraints = constraints_of(topo["definition"], conf)
+        except Exception:  # noqa: BLE001 - checked at submit; a damaged record is not ours to fix
+            return
+        if not constraints:
+            self.tracked.pop(name, None)
+            return
+        if self.submissions.get(name) != topo.get("submission"):
+            self.submissions[name] = topo.get("submission")
+            self.tracked[name] = {}
+        tracked = self.tracked.setdefault(name, {})
+        due = []
+        for c in constraints:
+            t = tracked.get(c.name)
+            if t is None or t.constraint != c:
+                t = tracked[c.name] = _Tracked(c, since=now)
+            if not t.primed or now - t.since >= c.window_secs:
+                due.append(t)
+        if not due:
+            return
+        sums = _sums(self.cluster.heartbeats(name))
+        plan, _ = self.cluster.plan(name)
+        moves_ok = conf.get("topology.scheduler") == "otd"
+        base = float(conf.get("topology.batch.max.latency.ms") or 5)
+        tuning = dict(plan.tuning) if plan is not None else {}
+        acted = False
+        for t in due:
+            window = {k: latency.subtract(v, t.start.get(k, {})) for k, v in sums.items()}
+            t.start, t.since = sums, now
+            if not t.primed:
+                t.primed = True  # the window starts now
+                continue
+            c = t.constraint
+            win = path_window(c.path, c.name, window)
+            t.last = win if win.p99_ms is not None else t.last
+            step = decide(c.path, c.p99_ms, win, t.state, tuning, base, c.moves or moves_ok) if not acted else None
+            if step is None or plan is None:
+                continue
+            if self._act(name, plan, step, t):
+                acted = True  # one step per topology and window: the next window shows its effect
+                if step.tuning is not None:
+                    tuning = step.tuning
+        self._write(name, constraints)
+
+    def _act(self, name: str, plan: Plan, step: Decision, t: _Tracked) -> bool:
+        """Turn a step into a request to Nimbus and note it; False if there was nothing to ask."""
+        request: dict[str, Any] = {"mode": "thread", "moves": [], "random": 0, "by": "latency",
+                                   "requested_at": time.time()}
+        kind, detail = step.kind, step.detail
+        if kind == "buffer":
+            request["tuning"] = step.tuning
+        elif kind == "move":
+            move = colocating_move(plan, step.channel or "")
+            if move is None:
+                kind, detail = "warn", f"{detail}; no executor to move"
+                t.state.warning = detail
+            else:
+                request["moves"] = [list(move)]
+                detail = f"{detail}: {move[0]} -> {move[1]}"
+        t.actions.append({"at": time.time(), "kind": kind, "detail": detail})
+        del t.actions[:-MAX_ACTIONS]
+        log.info("latency %s [%s]: %s %s", name, t.constraint.name, kind, detail)
+        if kind == "warn":
+            return False
+        self.zk.create(f"{self.paths.requests(name)}/req-", encode(request), sequence=True, makepath=True)
+        return True
+
+    def _write(self, name: str, constraints: Sequence[LatencyConstraint]) -> None:
+        tracked = self.tracked.get(name, {})
+        record = {"at": time.time(), "submission": self.submissions.get(name),
+                  "constraints": [status_entry(c, tracked[c.name].state, tracked[c.name].last, tracked[c.name].actions)
+                                  for c in constraints if c.name in tracked]}
+        path = self.paths.latency(name)
+        data = json.dumps(record).encode()
+        if self.zk.exists(path):
+            self.zk.set(path, data)
+        else:
+            self.zk.create(path, data, makepath=True)

@@ -1,0 +1,173 @@
+"""What a latency constraint's controller decides from one window (Nephele's QoS manager).
+
+Pure functions over plain data, so that every rule is unit tested without a cluster; the
+thread that feeds them heartbeats and writes their actions is :mod:`nimbus.latency`.
+
+One window of a constraint gives its end-to-end p99 and, per channel of its path, the mean
+time a sampled tuple waited in the sender's output buffer and in the receiver's queue (with
+the wire), and per component the time it took to process a batch. The rules, one step a
+window at most:
+
+- **violated** (p99 over the bound): shrink the output buffers of the channel whose buffer
+  wait is the largest, halving its latency bound (down to :data:`FLOOR_MS`); a smaller bound
+  means smaller batches that leave sooner. If no buffer can shrink, or the buffers are not
+  what dominates, ask to *move* one executor so that the path's channel that waits longest
+  stays inside one worker, if the constraint may move executors; else warn, naming the channel
+  that dominates, and back off (1, 2, 4, 8 windows between tries).
+- **slack** (p99 under :data:`SLACK_SHARE` of the bound for :data:`SLACK_WINDOWS` windows in a
+  row): grow the tightest buffer back by half again (throughput), until it is the
+  configured one and its entry is dropped.
+- otherwise nothing. A window right after an action is not judged (it mixes both sizes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from nstorm import latency
+
+__all__ = ["FLOOR_MS", "SLACK_SHARE", "SLACK_WINDOWS", "Decision", "PathWindow", "ConstraintState", "decide",
+           "mean_secs", "path_window", "status_entry"]
+
+FLOOR_MS = 0.5  # the smallest output-buffer bound the controller sets
+SLACK_SHARE = 0.5  # a window whose p99 is under this share of the bound has slack
+SLACK_WINDOWS = 2  # windows of slack in a row before a buffer grows back
+MAX_BACKOFF = 8  # windows between two tries at most, once nothing helps
+
+
+def mean_secs(hist: Mapping[int, int]) -> float:
+    """The mean of a bucket histogram, each count at its bucket's upper bound (0 if empty)."""
+    total = sum(hist.values())
+    if not total:
+        return 0.0
+    return sum(latency.upper_bound(i) * n for i, n in hist.items()) / total
+
+
+@dataclass
+class PathWindow:
+    """One window of one constraint: its p99 and its parts, in milliseconds."""
+
+    p99_ms: float | None
+    samples: int
+    buffer_ms: dict[str, float] = field(default_factory=dict)  # channel -> mean buffer wait
+    queue_ms: dict[str, float] = field(default_factory=dict)  # channel -> mean queue + wire
+    exec_ms: dict[str, float] = field(default_factory=dict)  # component -> mean batch processing
+
+    def dominant(self) -> tuple[str, str, float] | None:
+        """``(channel or component, part, ms)`` of the largest part, None with no parts."""
+        parts = [(c, "buffer wait", v) for c, v in self.buffer_ms.items()]
+        parts += [(c, "queue wait", v) for c, v in self.queue_ms.items()]
+        parts += [(c, "processing", v) for c, v in self.exec_ms.items()]
+        return max(parts, key=lambda p: p[2]) if parts else None
+
+
+def path_window(path: Sequence[str], name: str, window: Mapping[str, Mapping[int, int]]) -> PathWindow:
+    """A :class:`PathWindow` from one window's histograms (``qos`` keys of :mod:`worker.qos`)."""
+    e2e = window.get("e2e/" + name) or {}
+    p99 = latency.percentile(e2e, 0.99)
+    out = PathWindow(round(p99 * 1000, 3) if p99 is not None else None, sum(e2e.values()))
+    for a, b in zip(path, path[1:], strict=False):
+        ch = f"{a}>{b}"
+        out.buffer_ms[ch] = round(mean_secs(window.get("buffer/" + ch) or {}) * 1000, 3)
+        out.queue_ms[ch] = round(mean_secs(window.get("queue/" + ch) or {}) * 1000, 3)
+    for comp in path[1:]:
+        out.exec_ms[comp] = round(mean_secs(window.get("exec/" + comp) or {}) * 1000, 3)
+    return out
+
+
+@dataclass
+class ConstraintState:
+    """What the controller remembers of one constraint between windows."""
+
+    windows: int = 0
+    windows_met: int = 0
+    slack: int = 0  # windows of slack in a row
+    skip: int = 0  # windows not to act in (after an action, or backing off)
+    backoff: int = 1
+    warning: str | None = None
+
+
+@dataclass
+class Decision:
+    """One step: ``kind`` ``buffer`` (with the new ``tuning``), ``move`` (the ``channel`` to keep in
+    one worker) or ``warn``; ``detail`` says why in words."""
+
+    kind: str
+    detail: str
+    tuning: dict[str, dict[str, float]] | None = None
+    channel: str | None = None
+
+
+def decide(path: Sequence[str], bound_ms: float, win: PathWindow, state: ConstraintState,
+           tuning: Mapping[str, Mapping[str, float]], base_latency_ms: float, moves: bool) -> Decision | None:
+    """Judge one window (updating ``state``) and return the step to take, if any."""
+    if win.p99_ms is None:
+        return None  # no sample came through: nothing to judge
+    state.windows += 1
+    met = win.p99_ms <= bound_ms
+    state.windows_met += met
+    if state.skip > 0:
+        state.skip -= 1
+        return None
+    channels = [f"{a}>{b}" for a, b in zip(path, path[1:], strict=False)]
+    current = {ch: float((tuning.get(ch) or {}).get("latency_ms", base_latency_ms)) for ch in channels}
+    if met:
+        state.warning = None
+        state.backoff = 1
+        state.slack = state.slack + 1 if win.p99_ms < SLACK_SHARE * bound_ms else 0
+        tuned = [ch for ch in channels if current[ch] < base_latency_ms]
+        if state.slack < SLACK_WINDOWS or not tuned:
+            return None
+        state.slack = 0
+        ch = min(tuned, key=lambda c: current[c])
+        grown = round(min(base_latency_ms, current[ch] * 1.5), 3)
+        new = {k: dict(v) for k, v in tuning.items()}
+        if grown >= base_latency_ms:
+            new.pop(ch, None)
+        else:
+            new[ch] = {**new.get(ch, {}), "latency_ms": grown}
+        state.skip = 1
+        return Decision("buffer", f"{ch}: buffer bound {current[ch]:g} -> {grown:g} ms "
+                                  f"(p99 {win.p99_ms:g} ms, under half of {bound_ms:g} ms)", new, ch)
+    state.slack = 0
+    dominant = win.dominant()
+    shrinkable = sorted((ch for ch in channels if current[ch] > FLOOR_MS), key=lambda c: -win.buffer_ms.get(c, 0.0))
+    buffers_matter = dominant is not None and dominant[1] in ("buffer wait", "queue wait")
+    if shrinkable and buffers_matter:
+        ch = shrinkable[0]
+        smaller = round(max(FLOOR_MS, current[ch] / 2), 3)
+        new = {k: dict(v) for k, v in tuning.items()}
+        new[ch] = {**new.get(ch, {}), "latency_ms": smaller}
+        state.skip = 1
+        return Decision("buffer", f"{ch}: buffer bound {current[ch]:g} -> {smaller:g} ms (p99 {win.p99_ms:g} ms "
+                                  f"over {bound_ms:g} ms; buffer wait {win.buffer_ms.get(ch, 0):g} ms)", new, ch)
+    where = f"{dominant[0]} ({dominant[1]} {dominant[2]:g} ms)" if dominant else "no part measured"
+    if moves and win.queue_ms:
+        ch = max(win.queue_ms, key=lambda c: win.queue_ms[c])
+        state.skip = state.backoff
+        state.backoff = min(MAX_BACKOFF, state.backoff * 2)
+        return Decision("move", f"p99 {win.p99_ms:g} ms over {bound_ms:g} ms with the buffers at their floor: "
+                                f"keep {ch} in one worker (queue wait {win.queue_ms[ch]:g} ms)", channel=ch)
+    state.warning = f"p99 {win.p99_ms:g} ms over {bound_ms:g} ms: {where} dominates"
+    state.skip = state.backoff
+    state.backoff = min(MAX_BACKOFF, state.backoff * 2)
+    return Decision("warn", state.warning)
+
+
+def status_entry(constraint: Any, state: ConstraintState, win: PathWindow | None,
+                 actions: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """A constraint's entry in ``status --json`` ``constraints``."""
+    measured = win.p99_ms if win is not None else None
+    entry: dict[str, Any] = {
+        "path": list(constraint.path), "p99_ms": constraint.p99_ms, "window_secs": constraint.window_secs,
+        "measured_p99_ms": measured, "met": None if measured is None else measured <= constraint.p99_ms,
+        "windows_met": state.windows_met, "windows": state.windows, "actions": list(actions),
+    }
+    if win is not None:
+        entry["samples"] = win.samples
+        entry["parts_ms"] = {"buffer": win.buffer_ms, "queue": win.queue_ms, "processing": win.exec_ms}
+    if state.warning:
+        entry["warning"] = state.warning
+    return entry

@@ -1,0 +1,178 @@
+"""QoS reporting for latency constraints (Nephele's QoS reporters): sampled traces along a path.
+
+A latency constraint (:mod:`nstorm.constraints`) names a path of components. An executor of
+its first component *samples* a tuple every ``topology.latency.sample.ms``: it notes the wall
+clock (the trace's origin) and which output buffers of the path's next component hold what,
+and once the unit of work that may emit the tuple is done (a spout's iteration, a bolt's
+batch) it hangs the trace on the first of those buffers that grew. The trace leaves with that
+buffer's batch (:class:`Traced` on a local queue, a seventh header element over the wire) and
+says when the tuple was buffered and when the batch left. The receiver counts the channel's
+parts (buffer wait: sent - buffered; queue and wire: taken - sent), the time it took to
+process the batch, and passes the trace on the same way to the path's next component; the
+last one counts the end-to-end latency (origin to the end of processing).
+
+Everything is per batch, never per tuple: an executor that takes part in no constraint pays a
+type check per batch and an attribute read per sent buffer. Traces follow the oldest tuple a
+sampled batch can hold, so they err on the high side by at most one batch's processing.
+
+The counts are cumulative log-bucket histograms (:mod:`nstorm.latency`) in the heartbeat, under
+``qos``: ``e2e/<constraint>``, ``buffer/<src>><dst>``, ``queue/<src>><dst>``, ``exec/<component>``;
+the controller in Nimbus subtracts two of them to get a window.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from nstorm import latency
+from nstorm.constraints import LatencyConstraint
+
+__all__ = ["Traced", "QosTracer", "channel_key", "trace_from_header"]
+
+_time_ns = time.time_ns
+
+
+def channel_key(src: str, dst: str) -> str:
+    """The name of the channel from component ``src`` to ``dst`` (heartbeats, tuning)."""
+    return f"{src}>{dst}"
+
+
+class Traced:
+    """A batch on a local queue that carries a trace ``(origin_us, buffered_us, sent_us, cids)``."""
+
+    __slots__ = ("batch", "trace")
+
+    def __init__(self, batch: Any, trace: tuple[int, int, int, tuple[int, ...]]) -> None:
+        self.batch = batch
+        self.trace = trace
+
+
+def trace_from_header(value: Any) -> tuple[int, int, int, tuple[int, ...]] | None:
+    """A trace from a data header's seventh element; None for anything that is not one
+    (garbage from the network loses its trace, never its tuples)."""
+    try:
+        origin, buffered, sent, cids = value
+        if type(origin) is not int or type(buffered) is not int or type(sent) is not int:
+            return None
+        cids = tuple(cids)
+        if not cids or any(type(c) is not int for c in cids):
+            return None
+        return origin, buffered, sent, cids
+    except (TypeError, ValueError):
+        return None
+
+
+class QosTracer:
+    """One executor's part in its topology's latency constraints. See the module docstring.
+
+    :arg component: the executor's component.
+    :arg constraints: every constraint of the topology, in the order all workers agree on.
+    :arg outbox: the executor's outbox (its ``buffers`` and ``routing``).
+    :arg sample_secs: how often an executor that starts a path samples a tuple.
+    """
+
+    def __init__(self, component: str, constraints: Sequence[LatencyConstraint], outbox: Any,
+                 sample_secs: float) -> None:
+        self.component = component
+        self.outbox = outbox
+        self.sample_secs = max(0.0, sample_secs)
+        self.starts: tuple[int, ...] = tuple(i for i, c in enumerate(constraints) if c.path[0] == component)
+        self.next_of: dict[int, str] = {}
+        self.ends: dict[int, str] = {}
+        for i, c in enumerate(constraints):
+            if component in c.path[1:]:
+                k = c.path.index(component)
+                if k == len(c.path) - 1:
+                    self.ends[i] = c.name
+                else:
+                    self.next_of[i] = c.path[k + 1]
+        for i in self.starts:
+            self.next_of[i] = constraints[i].path[1]
+        self.next_at = 0.0  # monotonic clock of the next sample (starting executors)
+        self.pending: list[tuple[int, int, dict[str, tuple[list[int], list[tuple[Any, int, int]]]]]] = []
+        self.hists: dict[str, dict[int, int]] = {}
+        self.samples = 0
+
+    @classmethod
+    def for_executor(cls, component: str, constraints: Sequence[LatencyConstraint], outbox: Any,
+                     conf: Mapping[str, Any]) -> QosTracer | None:
+        """A tracer if ``component`` is on a constraint's path, else None (nothing to pay)."""
+        if not any(component in c.path for c in constraints):
+            return None
+        sample_ms = float(conf.get("topology.latency.sample.ms") or 5)
+        return cls(component, constraints, outbox, sample_ms / 1000.0)
+
+    # -- counting --------------------------------------------------------------------------
+    def _add(self, key: str, secs: float) -> None:
+        hist = self.hists.get(key)
+        if hist is None:
+            hist = self.hists[key] = {}
+        latency.add(hist, secs if secs > 0 else 0.0)
+
+    def record_channel(self, src: str, buffered_us: int, sent_us: int, taken_us: int) -> None:
+        """A traced batch from component ``src`` was taken here: the channel's two parts."""
+        key = channel_key(src, self.component)
+        self._add("buffer/" + key, (sent_us - buffered_us) / 1e6)
+        self._add("queue/" + key, (taken_us - sent_us) / 1e6)
+
+    def record_done(self, origin_us: int, cids: Sequence[int], taken_us: int, done_us: int) -> None:
+        """The traced batch was processed: this executor's processing time, and the end-to-end
+        latency of every constraint whose path ends here."""
+        self._add("exec/" + self.component, (done_us - taken_us) / 1e6)
+        ends = self.ends
+        for c in cids:
+            name = ends.get(c)
+            if name is not None:
+                self._add("e2e/" + name, (done_us - origin_us) / 1e6)
+                self.samples += 1
+
+    # -- passing traces on -----------------------------------------------------------------
+    def sample_due(self, now: float) -> bool:
+        """True (and the next sample scheduled) if an executor that starts a path samples now."""
+        if now < self.next_at or not self.starts:
+            return False
+        self.next_at = now + self.sample_secs
+        return True
+
+    def arm(self, origin_us: int, cids: Sequence[int]) -> None:
+        """Note the output buffers of the path's next components before a unit of work that may
+        emit the traced tuple; :meth:`resolve` after it hangs the trace on one that grew."""
+        routing = self.outbox.routing
+        if routing is None:
+            return
+        buffers = self.outbox.buffers
+        by_next: dict[str, tuple[list[int], list[tuple[Any, int, int]]]] = {}
+        for c in cids:
+            nxt = self.next_of.get(c)
+            if nxt is None:
+                continue
+            entry = by_next.get(nxt)
+            if entry is None:
+                seen = []
+                for t in routing.component_tasks.get(nxt, ()):
+                    buf = buffers.get(t)
+                    if buf is not None:
+                        seen.append((buf, buf.sent, len(buf)))
+                entry = by_next[nxt] = ([], seen)
+            entry[0].append(c)
+        if by_next:
+            self.pending.append((origin_us, _time_ns() // 1000, by_next))
+
+    def start(self) -> None:
+        """Sample a tuple here (this executor starts a path): its origin is now."""
+        now_us = _time_ns() // 1000
+        self.arm(now_us, self.starts)
+
+    def resolve(self) -> None:
+        """Hang each armed trace on the first buffer of its next component that grew (dropped if
+        none did, or if what grew has left already)."""
+        pending = self.pending
+        self.pending = []
+        for origin, buffered, by_next in pending:
+            for cids, seen in by_next.values():
+                for buf, sent, n in seen:
+                    if (buf.sent != sent or len(buf) > n) and len(buf) and buf.trace is None:
+                        buf.trace = (origin, buffered, tuple(cids))
+                        break
