@@ -150,6 +150,7 @@ class LatencyController:
         sums = _sums(self.cluster.heartbeats(name))
         plan, _ = self.cluster.plan(name)
         moves_ok = conf.get("topology.scheduler") == "otd"
+        control = conf.get("topology.latency.control", True) not in (False, "false", 0, "0")
         base = float(conf.get("topology.batch.max.latency.ms") or 5)
         tuning = dict(plan.tuning) if plan is not None else {}
         acted = False
@@ -163,6 +164,8 @@ class LatencyController:
             win = path_window(c.path, c.name, window)
             t.last = win if win.p99_ms is not None else t.last
             step = decide(c.path, c.p99_ms, win, t.state, tuning, base, c.moves or moves_ok) if not acted else None
+            if step is not None and not control:
+                continue  # measured and reported, never acted on (topology.latency.control=false)
             if step is None or plan is None:
                 continue
             if self._act(name, plan, step, t):
