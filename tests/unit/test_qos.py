@@ -1,0 +1,179 @@
+"""Latency constraints without a cluster: the tracer's traces (worker.qos), the controller's
+rules (nstorm.qospolicy), buffer sizes in the plan and the batching policy."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from nstorm import latency
+from nstorm.constraints import LatencyConstraint
+from nstorm.plan import Plan, PlanError, Slot
+from nstorm.qospolicy import FLOOR_MS, ConstraintState, PathWindow, decide, path_window
+from worker import wire
+from worker.batching import BatchPolicy
+from worker.qos import QosTracer, trace_from_header
+from worker.runs import Buffer
+
+PATH = ("sentences", "split", "count")
+WORDCOUNT = LatencyConstraint(PATH, 10.0)
+
+
+def _outbox(tasks: dict[str, list[int]]) -> Any:
+    buffers = {t: Buffer(t, 0, 100, 0.0, [0, 0]) for ts in tasks.values() for t in ts}
+    return SimpleNamespace(routing=SimpleNamespace(component_tasks=tasks), buffers=buffers)
+
+
+def test_a_trace_goes_with_the_first_buffer_of_the_next_component_that_grew() -> None:
+    outbox = _outbox({"split": [1, 2, 3]})
+    tracer = QosTracer("sentences", [WORDCOUNT], outbox, 0.005)
+    assert tracer.starts == (0,) and tracer.next_of == {0: "split"}
+    outbox.buffers[1].append(("old",))  # held before the sample: not the sampled tuple's
+    tracer.start()
+    outbox.buffers[2].append(("new",))
+    tracer.resolve()
+    assert outbox.buffers[1].trace is None
+    origin, buffered, cids = outbox.buffers[2].trace
+    assert cids == (0,) and origin == buffered
+    assert not tracer.pending
+
+
+def test_a_trace_is_dropped_when_what_grew_has_left_already() -> None:
+    outbox = _outbox({"split": [1]})
+    tracer = QosTracer("sentences", [WORDCOUNT], outbox, 0.005)
+    tracer.start()
+    buf = outbox.buffers[1]
+    buf.append(("x",))
+    buf.clear()
+    buf.sent += 1  # sent within the unit of work
+    tracer.resolve()
+    assert buf.trace is None
+
+
+def test_the_last_component_counts_end_to_end_and_its_parts() -> None:
+    tracer = QosTracer("count", [WORDCOUNT], _outbox({}), 0.005)
+    assert tracer.ends == {0: "sentences>split>count"} and not tracer.starts
+    tracer.record_channel("split", 1_000, 3_000, 4_000)
+    tracer.record_done(0, (0,), 4_000, 9_000)
+    hists = tracer.hists
+    assert latency.percentile(hists["buffer/split>count"], 0.5) == pytest.approx(0.002, rel=0.1)
+    assert latency.percentile(hists["queue/split>count"], 0.5) == pytest.approx(0.001, rel=0.1)
+    assert latency.percentile(hists["exec/count"], 0.5) == pytest.approx(0.005, rel=0.1)
+    assert latency.percentile(hists["e2e/sentences>split>count"], 0.5) == pytest.approx(0.009, rel=0.1)
+
+
+def test_an_executor_off_every_path_has_no_tracer() -> None:
+    assert QosTracer.for_executor("other", [WORDCOUNT], _outbox({}), {}) is None
+    assert QosTracer.for_executor("split", [WORDCOUNT], _outbox({}), {}) is not None
+
+
+def test_sampling_waits_its_interval() -> None:
+    tracer = QosTracer("sentences", [WORDCOUNT], _outbox({}), 0.005)
+    assert tracer.sample_due(1.0)
+    assert not tracer.sample_due(1.004)
+    assert tracer.sample_due(1.005)
+    assert not QosTracer("split", [WORDCOUNT], _outbox({}), 0.005).sample_due(9.0)  # starts nothing
+
+
+@pytest.mark.parametrize("value", [None, 3, [1, 2, 3], [1, 2, 3, []], [1, "2", 3, [0]], [1, 2, 3, ["x"]]])
+def test_a_header_trace_that_is_not_one_is_ignored(value: Any) -> None:
+    assert trace_from_header(value) is None
+
+
+def test_a_header_carries_a_trace_as_its_seventh_element() -> None:
+    header = wire.unpack(wire.data_header(5, 6, 0, 10, 0, (1, 2, 3, (0,))))
+    assert len(header) == 7 and trace_from_header(header[6]) == (1, 2, 3, (0,))
+    assert len(wire.unpack(wire.data_header(5, 6, 0, 10, 0))) == 6  # untraced batches are unchanged
+
+
+def _window(e2e_ms: list[float], buffer_ms: dict[str, float]) -> dict[str, dict[int, int]]:
+    w: dict[str, dict[int, int]] = {"e2e/sentences>split>count": {}}
+    for ms in e2e_ms:
+        latency.add(w["e2e/sentences>split>count"], ms / 1000)
+    for ch, ms in buffer_ms.items():
+        w[f"buffer/{ch}"] = {}
+        latency.add(w[f"buffer/{ch}"], ms / 1000)
+    return w
+
+
+def test_a_violated_bound_shrinks_the_channel_that_waits_longest() -> None:
+    win = path_window(PATH, "sentences>split>count", _window([20.0] * 100, {"sentences>split": 2.0, "split>count": 8.0}))
+    state = ConstraintState()
+    step = decide(PATH, 10.0, win, state, {}, 5.0, moves=False)
+    assert step is not None and step.kind == "buffer"
+    assert step.tuning == {"split>count": {"latency_ms": 2.5}}
+    assert state.windows == 1 and state.windows_met == 0
+    assert decide(PATH, 10.0, win, state, step.tuning, 5.0, moves=False) is None  # the next window mixes both
+    step = decide(PATH, 10.0, win, state, step.tuning, 5.0, moves=False)
+    assert step is not None and step.tuning == {"split>count": {"latency_ms": 1.25}}
+
+
+def test_with_every_buffer_at_its_floor_it_warns_and_backs_off() -> None:
+    tuning = {"sentences>split": {"latency_ms": FLOOR_MS}, "split>count": {"latency_ms": FLOOR_MS}}
+    win = path_window(PATH, "sentences>split>count", _window([20.0] * 100, {"split>count": 0.4}))
+    state = ConstraintState()
+    steps = [decide(PATH, 10.0, win, state, tuning, 5.0, moves=False) for _ in range(12)]
+    warnings = [s for s in steps if s is not None]
+    assert all(s.kind == "warn" for s in warnings)
+    assert "split>count" in warnings[0].detail and "dominates" in warnings[0].detail
+    assert len(warnings) == 4  # after 0, then 1, 2 and 4 windows of backing off
+    assert state.warning is not None
+
+
+def test_with_moves_allowed_the_longest_queue_is_kept_in_one_worker() -> None:
+    tuning = {"sentences>split": {"latency_ms": FLOOR_MS}, "split>count": {"latency_ms": FLOOR_MS}}
+    win = PathWindow(20.0, 100, {"sentences>split": 0.1, "split>count": 0.1}, {"sentences>split": 1.0, "split>count": 9.0},
+                     {"split": 0.1, "count": 0.1})
+    step = decide(PATH, 10.0, win, ConstraintState(), tuning, 5.0, moves=True)
+    assert step is not None and step.kind == "move" and step.channel == "split>count"
+
+
+def test_slack_grows_the_tightest_buffer_back_to_the_configured_one() -> None:
+    tuning = {"split>count": {"latency_ms": 4.0}}
+    win = path_window(PATH, "sentences>split>count", _window([2.0] * 100, {}))
+    state = ConstraintState()
+    assert decide(PATH, 10.0, win, state, tuning, 5.0, moves=False) is None  # one window of slack
+    step = decide(PATH, 10.0, win, state, tuning, 5.0, moves=False)
+    assert step is not None and step.kind == "buffer" and step.tuning == {}  # 4 * 1.5 > 5: back to the configured
+    assert state.windows_met == 2
+
+
+def test_a_window_without_samples_is_not_judged() -> None:
+    state = ConstraintState()
+    assert decide(PATH, 10.0, PathWindow(None, 0), state, {}, 5.0, moves=False) is None
+    assert state.windows == 0
+
+
+def _plan(**extra: Any) -> Plan:
+    slot = Slot("n1", "127.0.0.1", 6700, 7700)
+    return Plan.first("t", ["a:0", "b:0"], {"a:0": slot.worker_id, "b:0": slot.worker_id}, [slot], code_sha256="x",
+                      **extra)
+
+
+def test_buffer_sizes_travel_in_the_plan() -> None:
+    plan = _plan(tuning={"a>b": {"latency_ms": 2.5, "cap": 256}})
+    again = Plan.from_json("t", plan.to_json())
+    assert again.tuning == {"a>b": {"latency_ms": 2.5, "cap": 256}}
+    assert again.next().tuning == again.tuning  # kept from version to version
+    assert "tuning" not in _plan().to_json()
+
+
+@pytest.mark.parametrize("tuning", [{"a>b": {"latency_ms": 0}}, {"a>b": {"other": 1}}, {"a>b": 3}, [1]])
+def test_a_damaged_tuning_is_refused(tuning: Any) -> None:
+    data = _plan().to_json()
+    data["tuning"] = tuning
+    with pytest.raises(PlanError, match="tuning"):
+        Plan.from_json("t", data)
+
+
+def test_the_batching_policy_takes_a_tuned_bound_and_goes_back() -> None:
+    policy = BatchPolicy(cap=4096, max_latency=0.005)
+    policy.tune(0.001, 128)
+    assert (policy.max_latency, policy.fill, policy.cap) == (0.001, 0.0005, 128)
+    policy.tune(None, None)
+    assert (policy.max_latency, policy.cap) == (0.005, 4096)
+    per_tuple = BatchPolicy(cap=1, max_latency=0.005)
+    per_tuple.tune(0.001, 8)
+    assert per_tuple.cap == 1
