@@ -36,7 +36,7 @@ def test_a_trace_goes_with_the_first_buffer_of_the_next_component_that_grew() ->
     tracer.resolve()
     assert outbox.buffers[1].trace is None
     origin, buffered, cids = outbox.buffers[2].trace
-    assert cids == (0,) and origin == buffered
+    assert cids == (0,) and 0 <= buffered - origin < 1_000_000
     assert not tracer.pending
 
 
