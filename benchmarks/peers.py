@@ -458,7 +458,7 @@ def main(argv: list[str] | None = None) -> None:
     for goal, met in goals["met"].items():
         where = f" ({ratios[goal]:.2f}x)" if ratios.get(goal) is not None else ""
         out.print(f"target {goal}: {'-' if met is None else ('met' if met else 'NOT met')}{where}")
-    loads = [x for r in results for x in r.details.get("load_1min", [])]
+    loads = [x for r in every for x in r.details.get("load_1min", [])]  # every round (medians keep none)
     if loads:
         out.print(f"1-min load average of the machine around the runs: {min(loads):.1f} to {max(loads):.1f} "
                   f"({machine()['cpus']} cores; other work on the machine makes the figures noisy)")
