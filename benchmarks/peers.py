@@ -1,7 +1,7 @@
 """Word count side by side: nstorm, a hand-made pyzmq pipeline, bytewax and Spark Structured Streaming, in one run.
 
 ``python -m benchmarks.peers [--duration S] [--warmup W] [--rounds R] [--sentences N]
-[--only nstorm,handmade,bytewax,spark] [--no-acking-off] [--no-plain] [--handmade PATH]``
+[--only nstorm,handmade,bytewax,spark] [--no-acking-off] [--no-plain] [--no-handmade] [--handmade PATH]``
 
 Every system counts the same words: two sentence streams (seeds 42 and 43, 10 Zipf-weighted
 words of ``w0``..``w9999`` a sentence, ``topologies/sentences.py``), as the two spout
