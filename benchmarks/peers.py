@@ -1,6 +1,7 @@
-"""Word count side by side: nstorm, bytewax and Spark Structured Streaming, in one run.
+"""Word count side by side: nstorm, a hand-made pyzmq pipeline, bytewax and Spark Structured Streaming, in one run.
 
-``python -m benchmarks.peers [--duration S] [--warmup W] [--rounds R] [--sentences N] [--only nstorm,bytewax,spark]``
+``python -m benchmarks.peers [--duration S] [--warmup W] [--rounds R] [--sentences N]
+[--only nstorm,handmade,bytewax,spark] [--no-acking-off] [--no-plain] [--no-handmade] [--handmade PATH]``
 
 Every system counts the same words: two sentence streams (seeds 42 and 43, 10 Zipf-weighted
 words of ``w0``..``w9999`` a sentence, ``topologies/sentences.py``), as the two spout
@@ -19,7 +20,20 @@ acking on (at-least-once: every sentence tracked and replayed if lost) and, as a
 configuration, with acking off (nothing replayed after a failure, which is what bytewax gives
 here: it runs without its recovery store); bytewax with 1 worker and with 2 worker
 processes; Spark in local[2] with a checkpoint location (offsets and state recovered after a
-failure).
+failure). A third nstorm configuration, ``nstorm (plain)`` (``--no-plain`` skips it), is word
+count written the plain way most users write it (``wordcount.plain``): per-tuple ``process``,
+one ``emit`` per word, no ``process_batch`` and no ``emit_many``, acking on.
+
+``handmade`` is the hand-made pyzmq pipeline of ``../shared/reference/`` (next to the
+repository, or ``--handmade PATH``; :mod:`benchmarks._peers_handmade`): word count hand-rolled
+on pyzmq and msgpack, one process per stage (3 stages: spout -> split -> count), batches of
+100, nothing tracked or replayed: the floor nstorm is measured against. It runs as a
+subprocess with a temporary ``PEERS_DIR``; its data file is generated once per run (untimed)
+and a peak run counts enough sentences to last about ``--duration`` s; its ``words_per_s`` is
+words counted per second at the count stage, as nstorm's. It has no fixed (checked) run. The
+targets: nstorm's peak words/s at least 0.75x the pipeline's with acking on, 1.0x with acking
+off, and 0.6x for ``nstorm (plain)``; the table's ``this / hand-made`` column and the ``met``
+lines say where each stands (the medians of the rounds; the per-round ratios are in the JSON).
 The peers are optional (``pip install -e '.[bench]'``): one that cannot run is reported
 with the reason, and the others still run. Prints a table, writes
 ``benchmarks/results/peers.json`` and ``benchmarks/results/peers.png``.
@@ -40,13 +54,15 @@ from rich.console import Console
 from rich.table import Table
 
 from benchmarks._common import RESULTS, machine, write_json
+from benchmarks._peers_handmade import SYSTEM as HANDMADE
 from benchmarks._workload import POOL, SAMPLE_EVERY, SEED, STREAMS, RunResult
 
 __all__ = ["main"]
 
-SYSTEMS = ("nstorm", "bytewax", "spark")
+SYSTEMS = ("nstorm", "handmade", "bytewax", "spark")
 TARGET_P99_MS = 20.0
 LATENCY_NOTE = ("latency: nstorm = spout emit -> count processes the words (stamped sentences, about one a ms); "
+                "hand-made = oldest sentence of a message -> count stage (1 message in 10); "
                 "bytewax = source emit -> count of each word (1 sentence in 16); "
                 "Spark = row timestamp -> end of its micro-batch")
 
@@ -56,7 +72,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--duration", type=float, default=30.0, help="measurement window of each peak and half run, s")
     parser.add_argument("--warmup", type=float, default=10.0, help="time before each window, s")
     parser.add_argument("--sentences", type=int, default=100_000, help="sentences of the fixed (checked) run")
-    parser.add_argument("--only", default=",".join(SYSTEMS), help="systems to run, comma-separated: nstorm,bytewax,spark")
+    parser.add_argument("--only", default=",".join(SYSTEMS),
+                        help=f"systems to run, comma-separated: {','.join(SYSTEMS)}")
     parser.add_argument("--half-rate", type=float, default=0.0,
                         help="sentences/s of the half runs (default: half of nstorm's measured peak)")
     parser.add_argument("--bytewax-procs", default="1,2", help="bytewax worker processes, one configuration each")
@@ -66,6 +83,12 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="peak and half runs of every system, interleaved; the table shows medians")
     parser.add_argument("--no-acking-off", dest="nstorm_no_acks", action="store_false",
                         help="skip nstorm with acking off (run only the at-least-once configuration)")
+    parser.add_argument("--no-plain", dest="nstorm_plain", action="store_false",
+                        help="skip nstorm (plain): word count with per-tuple process and one emit per word")
+    parser.add_argument("--no-handmade", dest="handmade_on", action="store_false",
+                        help="skip the hand-made pyzmq pipeline (as leaving handmade out of --only does)")
+    parser.add_argument("--handmade", metavar="PATH", default=None,
+                        help="handmade_pipeline.py (default: ../shared/reference/ next to the repository)")
     parser.add_argument("--name", default="peers", help="results/<name>.json and .png")
     parser.add_argument("-c", "--conf", action="append", default=[], help="extra key=value for nstorm's runs")
     parser.add_argument("--plot", metavar="JSON", help="only draw the PNG of an earlier run's results file")
@@ -99,6 +122,10 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.conf = parse_conf_options(args.conf)
     except ConfigError as exc:
         parser.error(str(exc))
+    if not args.handmade_on:
+        only = [s for s in only if s != "handmade"]
+        if not only:
+            parser.error("--no-handmade leaves no system to run")
     args.only, args.runs, args.bytewax_procs = only, runs, procs
     return args
 
@@ -139,15 +166,30 @@ def _ms(x: float | None) -> str:
 NSTORM = "nstorm"
 NSTORM_NO_ACKS = "nstorm (acking off)"
 NO_ACKS = {"topology.acker.executors": 0, "wordcount.reliable": False}
+NSTORM_PLAIN = "nstorm (plain)"
+PLAIN = {"wordcount.plain": True}
+# nstorm's peak words/s as a ratio to the hand-made pipeline's: the goal of each configuration
+HANDMADE_GOALS = ((NSTORM, "acking on", 0.75), (NSTORM_NO_ACKS, "acking off", 1.0),
+                  (NSTORM_PLAIN, "plain, acking on", 0.6))
+
+Runner = Callable[[str, float], RunResult]
+ALL_RUNS = frozenset({"peak", "half", "fixed"})
 
 
-def _runners(args: argparse.Namespace) -> list[tuple[str, Callable[[str, float], RunResult]]]:
-    """One ``(system, run(kind, rate))`` per configuration to measure, in the order they run."""
-    out: list[tuple[str, Callable[[str, float], RunResult]]] = []
+def _runners(args: argparse.Namespace,
+             cleanup: list[Callable[[], None]] | None = None) -> list[tuple[str, Runner, frozenset[str]]]:
+    """One ``(system, run(kind, rate), kinds it has)`` per configuration to measure, in the order
+    they run; what must be cleaned up after the last run is appended to ``cleanup``."""
+    out: list[tuple[str, Runner, frozenset[str]]] = []
     if "nstorm" in args.only:
         from benchmarks import _peers_nstorm as ns
 
-        for system, extra in ((NSTORM, {}), (NSTORM_NO_ACKS, NO_ACKS))[: 2 if args.nstorm_no_acks else 1]:
+        configs = [(NSTORM, {})]
+        if args.nstorm_no_acks:
+            configs.append((NSTORM_NO_ACKS, NO_ACKS))
+        if args.nstorm_plain:
+            configs.append((NSTORM_PLAIN, PLAIN))
+        for system, extra in configs:
             conf = {**extra, **args.conf}
 
             def nstorm_run(kind: str, rate: float, system: str = system, conf: dict[str, Any] = conf) -> RunResult:
@@ -155,7 +197,19 @@ def _runners(args: argparse.Namespace) -> list[tuple[str, Callable[[str, float],
                     return ns.run_fixed(args.sentences, extra=conf, system=system)
                 return ns.run_rate(rate, args.warmup, args.duration, extra=conf, system=system)
 
-            out.append((system, nstorm_run))
+            out.append((system, nstorm_run, ALL_RUNS))
+    if "handmade" in args.only:
+        from benchmarks import _peers_handmade as hm
+
+        pipeline = hm.Handmade(Path(args.handmade) if args.handmade else hm.locate(Path(__file__).parents[1]))
+        if cleanup is not None:
+            cleanup.append(pipeline.close)
+
+        def handmade_run(kind: str, rate: float) -> RunResult:
+            return pipeline.run(kind, rate, args.duration)
+
+        # no fixed run: it prints the total of words and w0's count, not the counts
+        out.append((hm.SYSTEM, handmade_run, frozenset({"peak", "half"})))
     if "bytewax" in args.only:
         from benchmarks import _peers_bytewax as bw
 
@@ -164,7 +218,7 @@ def _runners(args: argparse.Namespace) -> list[tuple[str, Callable[[str, float],
                 total = args.sentences if kind == "fixed" else 0
                 return bw.run(procs, rate if kind == "half" else 0.0, args.warmup, args.duration, total=total)
 
-            out.append((f"bytewax ({procs} proc)", bytewax_run))
+            out.append((f"bytewax ({procs} proc)", bytewax_run, ALL_RUNS))
     if "spark" in args.only:
         from benchmarks import _peers_spark as sp
 
@@ -172,7 +226,7 @@ def _runners(args: argparse.Namespace) -> list[tuple[str, Callable[[str, float],
             results = sp.run([kind], rate, args.warmup, args.duration, args.sentences, args.spark_rows_per_batch)
             return results[0] if results else RunResult(system=sp.SYSTEM, run=kind, error="no result")
 
-        out.append((sp.SYSTEM, spark_run))
+        out.append((sp.SYSTEM, spark_run, ALL_RUNS))
     return out
 
 
@@ -181,22 +235,35 @@ def measure(args: argparse.Namespace, log: Console) -> tuple[list[RunResult], fl
     machine hits them alike), then the half-rate runs the same way, then one fixed run each.
     Returns every result and the half rate (half of nstorm's median peak, acking on)."""
     results: list[RunResult] = []
-    runners = _runners(args)
+    cleanup: list[Callable[[], None]] = []
+    runners = _runners(args, cleanup)
+    try:
+        return _measure_all(args, runners, results, log)
+    finally:
+        for close in cleanup:
+            close()
+
+
+def _measure_all(args: argparse.Namespace, runners: list[tuple[str, Runner, frozenset[str]]],
+                 results: list[RunResult], log: Console) -> tuple[list[RunResult], float]:
     half_rate = args.half_rate
+
+    def each(kind: str, label: str, rate: float) -> None:
+        for system, fn, kinds in runners:
+            if kind in kinds:
+                results.append(_guarded(system, label, lambda fn=fn: fn(kind, rate), log))
+
     if "peak" in args.runs:
         for r in range(args.rounds):
-            for system, fn in runners:
-                results.append(_guarded(system, f"peak (round {r + 1})", lambda fn=fn: fn("peak", 0.0), log))
+            each("peak", f"peak (round {r + 1})", 0.0)
         peaks = [x.sentences_per_sec for x in results if x.system == NSTORM and x.run == "peak" and x.sentences_per_sec]
         if not half_rate and peaks:
             half_rate = round(statistics.median(peaks) / 2, -1)
     if "half" in args.runs and half_rate:
         for r in range(args.rounds):
-            for system, fn in runners:
-                results.append(_guarded(system, f"half (round {r + 1})", lambda fn=fn: fn("half", half_rate), log))
+            each("half", f"half (round {r + 1})", half_rate)
     if "fixed" in args.runs:
-        for system, fn in runners:
-            results.append(_guarded(system, "fixed", lambda fn=fn: fn("fixed", 0.0), log))
+        each("fixed", "fixed", 0.0)
     return results, half_rate
 
 
@@ -260,25 +327,56 @@ def targets(results: list[RunResult]) -> dict[str, Any]:
         out["met"][f"2x bytewax ({label})"] = nstorm / bytewax >= 2 if bytewax else None
         out["met"][f">= Spark SS ({label})"] = nstorm / spark >= 1 if spark else None
     out["met"][f"p99 < {TARGET_P99_MS:.0f} ms at half peak (acking on)"] = p99 < TARGET_P99_MS if p99 is not None else None
+    handmade = peak(HANDMADE)
+    out["vs_handmade"] = {}
+    for system, label, goal in HANDMADE_GOALS:
+        nstorm = peak(system)
+        if nstorm is None:
+            continue
+        ratio = nstorm / handmade if handmade else None
+        out["vs_handmade"][system] = {"goal": goal, "ratio": ratio, "rounds": _round_ratios(systems, system)}
+        out["met"][f">= {goal:.2f}x hand-made pyzmq ({label})"] = ratio >= goal if ratio is not None else None
     return out
 
 
+def _round_ratios(systems: dict[str, dict[str, RunResult]], system: str) -> list[float | None]:
+    """``system``'s peak words/s over the hand-made pipeline's, round by round (they ran side by side)."""
+
+    def rounds(name: str) -> list[float | None]:
+        r = systems.get(name, {}).get("peak")
+        if r is None:
+            return []
+        each = [RunResult.from_dict(d) for d in r.details["rounds"]] if "rounds" in r.details else [r]
+        return [x.words_per_sec if not x.error else None for x in each]
+
+    return [a / b if a and b else None for a, b in zip(rounds(system), rounds(HANDMADE), strict=False)]
+
+
 def render(results: list[RunResult], half_rate: float, args: argparse.Namespace) -> Table:
-    """One row per system: peak throughput, latency at peak and at the half rate, correctness."""
+    """One row per system: peak throughput (also as a ratio to the hand-made pipeline's), latency
+    at peak and at the half rate, correctness."""
     systems = _by_system(results)
     ns = systems.get(NSTORM, {}).get("peak")
     base = ns.words_per_sec if ns and ns.words_per_sec else None
+    hm = systems.get(HANDMADE, {}).get("peak")
+    floor = hm.words_per_sec if hm and not hm.error and hm.words_per_sec else None
+    goals = {system: goal for system, _, goal in HANDMADE_GOALS}
     table = Table(title=f"word count, {args.duration:.0f} s windows, {machine()['cpus']} cores "
                         f"(half rate = {_num(half_rate)} sentences/s)")
-    for col in ("system", "peak sentences/s", "peak words/s", "nstorm / this", "p50 / p99 ms at peak",
+    for col in ("system", "peak sentences/s", "peak words/s", "nstorm / this", "this / hand-made", "p50 / p99 ms at peak",
                 "sentences/s at half rate", "p50 / p99 ms at half rate", "counts = Counter", "not measured"):
         table.add_column(col, justify="left" if col in ("system", "not measured") else "right")
     for name, runs in systems.items():
         peak, half, fixed = runs.get("peak"), runs.get("half"), runs.get("fixed")
         ratio = f"{base / peak.words_per_sec:.2f}" if base and peak and peak.words_per_sec else "-"
+        vs = "-"
+        if floor and peak and peak.words_per_sec:
+            vs = f"{peak.words_per_sec / floor:.2f}x"
+            if name in goals:
+                vs += f" ({'met' if peak.words_per_sec / floor >= goals[name] else 'NOT met'}: >= {goals[name]:.2f}x)"
         problems = "; ".join(f"{r.run}: {r.error}" for r in runs.values() if r.error)
         table.add_row(
-            name, _num(peak.sentences_per_sec) if peak else "-", _num(peak.words_per_sec) if peak else "-", ratio,
+            name, _num(peak.sentences_per_sec) if peak else "-", _num(peak.words_per_sec) if peak else "-", ratio, vs,
             f"{_ms(peak.latency_p50_ms)} / {_ms(peak.latency_p99_ms)}" if peak else "-",
             _num(half.sentences_per_sec) if half else "-",
             f"{_ms(half.latency_p50_ms)} / {_ms(half.latency_p99_ms)}" if half else "-",
@@ -300,7 +398,8 @@ def plot(results: list[RunResult], half_rate: float, path: Path, title: str) -> 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.8))
     peaks = [systems[n].get("peak") for n in names]
     values = [r.words_per_sec if r and r.words_per_sec else 0 for r in peaks]
-    bars = ax1.bar(labels, values, color=["#d62728" if n.startswith("nstorm") else "#7f7f7f" for n in names])
+    colors = ["#d62728" if n.startswith("nstorm") else "#2ca02c" if n == HANDMADE else "#7f7f7f" for n in names]
+    bars = ax1.bar(labels, values, color=colors)
     for bar, v in zip(bars, values, strict=True):
         ax1.annotate(f"{v / 1e3:,.0f}k" if v else "not run", (bar.get_x() + bar.get_width() / 2, v),
                      ha="center", va="bottom", fontsize=9)
@@ -354,9 +453,12 @@ def main(argv: list[str] | None = None) -> None:
     table = render(results, half_rate, args)
     out.print(table)
     goals = targets(results)
+    ratios = {f">= {v['goal']:.2f}x hand-made pyzmq ({label})": v["ratio"]
+              for system, label, _ in HANDMADE_GOALS if (v := goals["vs_handmade"].get(system))}
     for goal, met in goals["met"].items():
-        out.print(f"target {goal}: {'-' if met is None else ('met' if met else 'NOT met')}")
-    loads = [x for r in results for x in r.details.get("load_1min", [])]
+        where = f" ({ratios[goal]:.2f}x)" if ratios.get(goal) is not None else ""
+        out.print(f"target {goal}: {'-' if met is None else ('met' if met else 'NOT met')}{where}")
+    loads = [x for r in every for x in r.details.get("load_1min", [])]  # every round (medians keep none)
     if loads:
         out.print(f"1-min load average of the machine around the runs: {min(loads):.1f} to {max(loads):.1f} "
                   f"({machine()['cpus']} cores; other work on the machine makes the figures noisy)")

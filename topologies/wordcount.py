@@ -13,7 +13,11 @@ Run it: ``nstorm local topologies/wordcount.py``. Settings (``-c key=value``):
 - ``wordcount.workers``: worker processes (default 2);
 - ``wordcount.reliable``: emit with message ids, tracked by the acker (default true);
 - ``wordcount.batched``: count whole batches with ``process_batch`` (default true) or
-  call ``process`` per word (false), to compare the two APIs.
+  call ``process`` per word (false), to compare the two APIs (the split still emits a
+  sentence's words with one ``emit_many``);
+- ``wordcount.plain``: word count written the plain way most users write it (default false):
+  the split emits one ``emit`` per word and the count calls ``process`` per word, no
+  ``emit_many`` and no ``process_batch`` (overrides ``wordcount.batched``).
 """
 
 from __future__ import annotations
@@ -90,6 +94,16 @@ class Split(Bolt):
         self.emit_many(zip(tup.values[0].split()))
 
 
+class PlainSplit(Bolt):
+    """Splits a sentence into words the plain way: one ``emit`` per word."""
+
+    outputs = ("word",)
+
+    def process(self, tup: Tuple) -> None:
+        for word in tup.values[0].split():
+            self.emit((word,))
+
+
 class TupleCount(Bolt):
     """Counts words in ``self.keyed_state``, a tuple at a time: the words are the key the input is
     fields-grouped on, so the counts move with the executor on migration, are split and merged
@@ -115,17 +129,26 @@ class Count(TupleCount):
             state[word] = get(word, 0) + 1
 
 
+def is_plain(conf: Mapping[str, Any], prefix: str = "wordcount") -> bool:
+    """``<prefix>.plain``: the split emits per word and the count processes per word."""
+    return conf.get(f"{prefix}.plain", False) in (True, "true", "True", 1, "1")
+
+
 def build_wordcount(conf: Mapping[str, Any], spout: type[Spout] | None = None, count: type[Bolt] | None = None,
                     name: str = "wordcount", prefix: str = "wordcount", workers: int = 2) -> Topology:
     """sentences -> split -> count, sized by ``<prefix>.spouts|splits|counts|workers`` in ``conf``.
 
     The variants (``wordcount_checked.py``, ``audited.py``) swap in their own spout or count bolt.
+    With ``<prefix>.plain`` the split is :class:`PlainSplit` and the count :class:`TupleCount`.
     """
+    plain = is_plain(conf, prefix)
     builder = TopologyBuilder(name)
     builder.set_spout("sentences", spout or Sentences, parallelism=int(conf.get(f"{prefix}.spouts", 2)))
-    builder.set_bolt("split", Split, parallelism=int(conf.get(f"{prefix}.splits", 4))).shuffle_grouping("sentences")
+    builder.set_bolt("split", PlainSplit if plain else Split,
+                     parallelism=int(conf.get(f"{prefix}.splits", 4))).shuffle_grouping("sentences")
     if count is None:
-        count = Count if conf.get(f"{prefix}.batched", True) not in (False, "false", 0) else TupleCount
+        batched = conf.get(f"{prefix}.batched", True) not in (False, "false", 0)
+        count = Count if batched and not plain else TupleCount
     builder.set_bolt("count", count, parallelism=int(conf.get(f"{prefix}.counts", 4))).fields_grouping(
         "split", ["word"]
     )

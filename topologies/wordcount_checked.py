@@ -1,6 +1,6 @@
 """Word count whose count executors write their counts to files, so a run can be checked.
 
-The topology of ``wordcount.py`` (same spout, split and settings) with a count bolt
+The topology of ``wordcount.py`` (same spout, split and settings, ``wordcount.plain`` too) with a count bolt
 that also writes its ``keyed_state`` (its counts) to ``<wordcount.output.dir>/count-<task>.json`` five
 times a second when it changed. Run it with ``-c wordcount.sentences=N`` and compare
 the files with a ``Counter`` of the same sentences (``benchmarks.peers`` does).
@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from nstorm import Batch, Context, Topology, Tuple
-from topologies.wordcount import Count, build_wordcount
+from nstorm import Batch, Bolt, Context, Topology, Tuple
+from topologies.wordcount import Count, build_wordcount, is_plain
 
 
 class WritingCount(Count):
@@ -45,9 +45,15 @@ class WritingCount(Count):
         self.dirty = True
 
 
+class PlainWritingCount(WritingCount):
+    """:class:`WritingCount` with ``process`` per word (``wordcount.plain``): no ``process_batch``."""
+
+    process_batch = Bolt.process_batch
+
+
 def make_topology(conf: Mapping[str, Any]) -> Topology:
     """``wordcount.py``'s topology with :class:`WritingCount`; needs ``wordcount.output.dir``."""
     if not conf.get("wordcount.output.dir"):
         msg = "wordcount_checked.py needs -c wordcount.output.dir=DIR"
         raise ValueError(msg)
-    return build_wordcount(conf, count=WritingCount)
+    return build_wordcount(conf, count=PlainWritingCount if is_plain(conf) else WritingCount)
