@@ -177,3 +177,15 @@ def test_the_batching_policy_takes_a_tuned_bound_and_goes_back() -> None:
     per_tuple = BatchPolicy(cap=1, max_latency=0.005)
     per_tuple.tune(0.001, 8)
     assert per_tuple.cap == 1
+
+
+def test_a_latency_move_brings_a_downstream_executor_to_its_upstream_worker() -> None:
+    from nimbus.latency import colocating_move
+
+    a, b = Slot("n1", "127.0.0.1", 6700, 7700), Slot("n2", "127.0.0.1", 6701, 7701)
+    plan = Plan.first("t", ["split:0", "split:1", "count:0", "count:1"],
+                      {"split:0": a.worker_id, "split:1": a.worker_id, "count:0": a.worker_id, "count:1": b.worker_id},
+                      [a, b], code_sha256="x")
+    assert colocating_move(plan, "split>count") == ("count:1", a.worker_id)
+    together = plan.replace(executors={**plan.executors, "count:1": a.worker_id})
+    assert colocating_move(together, "split>count") is None
