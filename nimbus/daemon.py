@@ -40,6 +40,7 @@ from nimbus.rebalance import (
 )
 from nimbus.scheduler import EvenScheduler, Scheduler
 from nimbus.watchdog import StallWatchdog
+from nstorm.chaining import kept_chains
 from nstorm.clusterstate import ClusterState
 from nstorm.config import merge_conf
 from nstorm.moves import MODES, RebalanceError, validate_moves
@@ -319,6 +320,8 @@ class Nimbus:
         mode = MoveMode(mode)
         if request.get("tuning") is not None:
             return self._tune(name, plan, zk_version, request)
+        if request.get("chains") is not None:
+            return self._chain(name, plan, zk_version, request)
         if request.get("parallelism"):
             return self._rescale(name, plan, zk_version, request, live, mode)
         busy = self.cluster.busy_executors(name)
@@ -433,6 +436,27 @@ class Nimbus:
                  request.get("by", "user"), tuning)
         return {"ok": True, "version": new.version, "tuning": tuning}
 
+    def _chain(self, name: str, plan: Plan, zk_version: int, request: Mapping[str, Any]) -> dict[str, Any]:
+        """Chains (downstream executor -> upstream executor, nstorm.chaining) into the next plan:
+        ``chains`` is the whole new set; a pair that may not be chained is refused."""
+        chains = request["chains"]
+        if not isinstance(chains, Mapping) or not all(isinstance(d, str) and isinstance(u, str) for d, u in chains.items()):
+            msg = "chains must map executors to executors"
+            raise RebalanceError(msg)
+        topo = self.cluster.topology(name) if self.cluster is not None else None
+        new = plan.next(chains=dict(chains))
+        kept = kept_chains(topo["definition"], new) if topo else {}
+        refused = sorted(set(chains) - set(kept))
+        if refused:
+            msg = (f"cannot chain {', '.join(f'{d} to {chains[d]}' for d in refused)}: a chained executor's only input "
+                   "must be that executor, in its worker (local_or_shuffle)")
+            raise RebalanceError(msg)
+        if not self.write_plan(name, new, zk_version):
+            msg = "the plan changed while the request was applied; try again"
+            raise RebalanceError(msg)
+        log.info("topology %s: chains (v%d, by %s): %s", name, new.version, request.get("by", "user"), kept)
+        return {"ok": True, "version": new.version, "chains": kept}
+
     def _complete_record(self, name: str, record: str) -> None:
         """Mark a migration record completed (a stop-mode parallelism change has restarted)."""
         assert self.zk is not None
@@ -445,8 +469,12 @@ class Nimbus:
             pass
 
     def write_plan(self, name: str, plan: Plan, expected_zk_version: int) -> bool:
-        """Write ``plan`` if nobody wrote the assignment since we read it."""
+        """Write ``plan`` if nobody wrote the assignment since we read it (with the chains that
+        still hold in it: a moved executor leaves its chain in the plan that moves it)."""
         assert self.zk is not None
+        if plan.chains:
+            topo = self.cluster.topology(name) if self.cluster is not None else None
+            plan = plan.replace(chains=kept_chains(topo["definition"], plan) if topo else {})
         data = plan.replace(updated_at=time.time()).to_json()
         try:
             self.zk.set(self.paths.assignment(name), encode(data), version=expected_zk_version)

@@ -274,6 +274,19 @@ class ClusterClient:
                    "requested_at": time.time()}
         if parallelism:
             request.update(parallelism=dict(parallelism), workers=workers)
+        return self._request(name, request, timeout)
+
+    def chain(self, name: str, chains: Mapping[str, str], by: str = "user", timeout: float = 30.0) -> dict[str, Any]:
+        """Run each downstream executor of ``chains`` in its upstream executor's thread, live
+        (nstorm.chaining): ``chains`` is the whole new set, ``{}`` ends every chain. Nimbus refuses
+        a pair whose downstream executor has other inputs than that one executor."""
+        self._require(name)
+        request = {"mode": "thread", "moves": [], "random": 0, "chains": dict(chains), "by": by,
+                   "requested_at": time.time()}
+        return self._request(name, request, timeout)
+
+    def _request(self, name: str, request: Mapping[str, Any], timeout: float) -> dict[str, Any]:
+        """Put a request for Nimbus and wait for its result (RebalanceError if refused)."""
         path = self.zk.create(f"{self.paths.requests(name)}/req-", encode(request), sequence=True, makepath=True)
         deadline = time.monotonic() + timeout
         try:
@@ -443,6 +456,7 @@ class ClusterClient:
             ],
             "checkpoints": self.checkpoints(name, topo),
             "constraints": self.constraints(name, topo),
+            "chains": dict(plan.chains) if plan else {},
         }
 
     def constraints(self, name: str, topo: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:

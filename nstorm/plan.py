@@ -13,6 +13,7 @@ A plan is versioned; each version is a whole :class:`Plan`. In JSON::
      "rescale": {"count": {"from": ["count:0", ...], "to": [...], "version": 5, "record": "m-0000000007"}},
      "missing_workers": 1,                                 # lost with a node, no slot to replace them
      "tuning": {"split>count": {"latency_ms": 2.5, "cap": 512}},   # a latency constraint's buffer sizes
+     "chains": {"split:0": "sentences:0"},                 # split:0 runs in sentences:0's thread
      "rebalance": {...}}                                   # stop mode: the phase Nimbus is in
 
 Nimbus is the only writer of plans, but ZooKeeper is shared: a plan damaged by hand, by a
@@ -162,6 +163,8 @@ class Plan:
     updated_at: float | None = None
     # channel "src>dst" -> {"latency_ms", "cap"}: output buffers a latency constraint's controller sized
     tuning: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    # downstream executor -> the upstream executor whose thread runs it (nstorm.chaining)
+    chains: Mapping[str, str] = field(default_factory=dict)
 
     def replace(self, **changes: Any) -> Plan:
         return replace(self, **changes)
@@ -237,13 +240,17 @@ class Plan:
                     key in ("latency_ms", "cap") and isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0
                     for key, x in v.items()) for k, v in tuning.items()):
             raise _fail(name, "tuning must map channels to positive latency_ms and cap")
+        chains = data.get("chains") or {}
+        if not isinstance(chains, Mapping) or not all(
+                isinstance(d, str) and isinstance(u, str) and d in known and u in known for d, u in chains.items()):
+            raise _fail(name, "chains must map executors to executors of the plan")
         return cls(topology=str(data.get("topology") or name), version=version, tasks=tuple(tasks),
                    executors=dict(executors), workers=workers, status=status, code_sha256=data["code_sha256"],
                    submission=submission, moved={e: Move.from_json(name, e, m) for e, m in moved.items()},
                    restart=dict(restart), missing_workers=missing, retiring=dict(retiring), rescales=steps,
                    rebalance=dict(rebalance) if rebalance else None,
                    updated_at=float(updated) if isinstance(updated, (int, float)) else None,
-                   tuning={k: dict(v) for k, v in tuning.items()})
+                   tuning={k: dict(v) for k, v in tuning.items()}, chains=dict(chains))
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -263,6 +270,8 @@ class Plan:
             data["updated_at"] = self.updated_at
         if self.tuning:
             data["tuning"] = {k: dict(v) for k, v in self.tuning.items()}
+        if self.chains:
+            data["chains"] = dict(self.chains)
         return data
 
     @classmethod

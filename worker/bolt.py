@@ -19,6 +19,7 @@ from nstorm import latency
 from nstorm.component import TICK_STREAM, Batch, Bolt, Tuple, TupleMeta, delivered_tuple_class
 from nstorm.topology import FIELDS
 from worker import wire
+from worker.chaining import ChainMark
 from worker.checkpoint import BarrierAligner
 from worker.executor import UserExecutor
 from worker.host import Host
@@ -32,6 +33,7 @@ log = logging.getLogger(__name__)
 STAMPED = latency.STAMPED  # roots at or above carry their spout emit time (nstorm.latency)
 _ShiftMark = wire.ShiftMark
 _Traced = Traced
+_ChainMark = ChainMark
 
 
 class BoltExecutor(UserExecutor):
@@ -66,6 +68,7 @@ class BoltExecutor(UserExecutor):
         # loop makes anyway, never per tuple: with ``executed`` it gives Storm's execute latency
         # and capacity (worker.stats).
         self.busy_secs = 0.0
+        self.guest_pending = -1  # the host whose CHAIN_MARK was taken, until the loop accepts it (worker.chaining)
 
     def setup(self) -> None:
         bolt: Bolt = self.instance
@@ -145,6 +148,9 @@ class BoltExecutor(UserExecutor):
             return
         if type(batch) is _Traced:  # a latency constraint's sampled batch (worker.qos)
             self.take_traced(src, batch)
+            return
+        if type(batch) is _ChainMark:  # ``src`` asks to run this executor in its thread (worker.chaining)
+            self.guest_pending = src
             return
         decoded = self.decode(batch) if type(batch) is bytes else batch
         if decoded is None:
@@ -249,6 +255,80 @@ class BoltExecutor(UserExecutor):
         outbox.current = None
         self.acked += acked
         self.executed += len(values)
+
+    # -- chaining (worker.chaining) ----------------------------------------------------------
+    def take_chained(self, src: int, item: Any) -> None:
+        """What the host ``src`` hands this chained executor, in the host's thread: anything still
+        queued first, then ``item``; this executor's buffers leave at their deadline as ever."""
+        inbox = self.inbox
+        with inbox.lock:
+            if inbox.host != src:  # released meanwhile: the queue again
+                inbox.data.put((src, item))
+                return
+            self._drain_queued()
+            outbox = self.outbox
+            began = time.monotonic()
+            outbox.deadline.worked(began)
+            outbox.ctl_deadline.worked(began)
+            try:
+                self.take(src, item)
+            except Exception as exc:  # a batch that decoded but is not what it claims: dropped
+                outbox.current = None
+                self.record_error("batch", exc)
+            if outbox.guest_bufs:
+                outbox.flush_guests()
+            now = time.monotonic()
+            self.busy_secs += now - began
+            if outbox.deadline.due(now):
+                outbox.flush()
+
+    def _drain_queued(self) -> None:
+        """Take what waits on the queue (the caller holds the inbox's lock)."""
+        get = self.data_q.get_nowait
+        while True:
+            try:
+                src, batch = get()
+            except queue.Empty:
+                return
+            self.take(src, batch)
+
+    def _guest_pass(self) -> None:
+        """One pass of the loop while chained (or about to be): everything that needs no input,
+        under the inbox's lock, then a wait for control messages or the next deadline."""
+        inbox = self.inbox
+        outbox = self.outbox
+        first = None
+        with inbox.lock:
+            if self.guest_pending >= 0:
+                src, self.guest_pending = self.guest_pending, -1
+                if inbox.offer == src:  # still offered: from now on the host's thread runs this one
+                    inbox.host = src
+                    inbox.guest = self
+            self.refresh_routing()
+            if not self.ctl_q.empty():
+                self._handle_control()
+            if self.shift is not None:
+                self.shift_step()
+            if self.routing is not None and self.routing.rescales:
+                self.rescale_tick()
+            if outbox.courier.backlog:
+                outbox.courier.drain()
+            self._drain_queued()  # from elsewhere than the host (a plan on its way), or left when it let go
+            now = time.monotonic()
+            if outbox.deadline.due(now):
+                outbox.flush()
+            elif outbox.ctl_deadline.due(now):
+                outbox.flush_control()
+            wait = outbox.ctl_deadline.wait(now, outbox.deadline.wait(now, 0.02))
+            chained = inbox.host >= 0
+        if not chained:
+            return
+        try:
+            first = self.ctl_q.get(timeout=wait)
+        except queue.Empty:
+            return
+        with inbox.lock:
+            self._handle_control(first)
 
     def take_traced(self, src: int, traced: Traced) -> None:
         """Process a sampled batch: count its channel's parts and this executor's time, pass the
@@ -535,6 +615,9 @@ class BoltExecutor(UserExecutor):
     def counters(self) -> dict[str, Any]:
         data = super().counters()
         data["busy_secs"] = round(self.busy_secs, 6)
+        host, routing = self.inbox.host, self.routing
+        if host >= 0 and routing is not None and host < len(routing.tasks):
+            data["chained_to"] = routing.tasks[host]  # runs in that executor's thread (worker.chaining)
         arrival = self.arrival
         if arrival.hist:
             data["arrival_hist"] = dict(arrival.hist)
@@ -563,7 +646,11 @@ class BoltExecutor(UserExecutor):
         handover.announce()
         began = 0.0
         qos = self.qos if self.qos is not None and self.qos.starts else None  # this bolt starts a constrained path
+        inbox = self.inbox
         while self._running:
+            if self.guest_pending >= 0 or inbox.host >= 0:  # chained: the host's thread takes the input
+                self._guest_pass()
+                continue
             self.refresh_routing()
             if handover.awaiting:
                 handover.wait()
@@ -604,14 +691,18 @@ class BoltExecutor(UserExecutor):
                     qos.start()
                 try:
                     self.take(src, batch)  # (a barrier may switch ``take`` for what follows)
-                    # Keep taking input while more waits, up to the deadline.
+                    if outbox.guest_bufs:
+                        outbox.flush_guests()
+                    # Keep taking input while more waits, up to the deadline (or a chain's mark).
                     at = deadline.at  # None if what was taken sent everything (a checkpoint's barrier)
-                    while at is not None and clock() < at:
+                    while at is not None and self.guest_pending < 0 and clock() < at:
                         try:
                             src, batch = get_nowait()
                         except queue.Empty:
                             break
                         self.take(src, batch)
+                        if outbox.guest_bufs:
+                            outbox.flush_guests()
                 except Exception as exc:  # a batch that decoded but is not what it claims: drop it
                     outbox.current = None
                     self.record_error("batch", exc)
@@ -640,14 +731,21 @@ class BoltExecutor(UserExecutor):
                 outbox.flush()
             elif ctl_deadline.due(now) and empty():
                 outbox.flush_control()
-        outbox.flush()
+        with inbox.lock:  # a host may still hand over what it sends until it sees this one gone
+            inbox.offer = inbox.host = -1
+            inbox.guest = None
+            outbox.flush()
 
-    def _handle_control(self) -> None:
+    def _handle_control(self, first: Any = None) -> None:
         while True:
-            try:
-                kind, _src, entries = self.ctl_q.get_nowait()
-            except queue.Empty:
-                return
+            if first is not None:
+                kind, _src, entries = first
+                first = None
+            else:
+                try:
+                    kind, _src, entries = self.ctl_q.get_nowait()
+                except queue.Empty:
+                    return
             if kind == wire.COMMITTED:
                 self.committed(int(entries))
             elif kind == wire.GROUPS:
@@ -666,7 +764,7 @@ class BoltExecutor(UserExecutor):
             except queue.Empty:
                 return dropped
             decoded = self.decode(batch) if batch is not None and type(batch) is not int \
-                and type(batch) is not wire.ShiftMark else None
+                and type(batch) is not wire.ShiftMark and type(batch) is not ChainMark else None
             if decoded is not None:
                 dropped += len(decoded[0])
                 if self.host.checkpoints is not None:

@@ -33,6 +33,7 @@ from nstorm.state.keyed import (
 )
 from nstorm.state.store import StateError, unpack_snapshot
 from worker import wire
+from worker.chaining import ChainMark
 from worker.qos import Traced
 
 __all__ = ["BarrierAligner", "Snapshotter"]
@@ -298,6 +299,8 @@ class BarrierAligner:
         for src, batch in self.held:
             if type(batch) is Traced:
                 batch = batch.batch  # the trace stays behind (worker.qos)
+            elif type(batch) is ChainMark:
+                continue  # a chain is not moved with its executor (worker.chaining)
             if batch is not None and type(batch) is not bytes and type(batch) is not int:
                 batch = wire.pack(batch)
             held.append([src, batch])

@@ -28,6 +28,7 @@ import collections
 import ipaddress
 import logging
 import queue
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -36,6 +37,7 @@ from typing import Any
 import zmq
 
 from worker import wire
+from worker.chaining import CHAIN_MARK
 from worker.host import Host
 from worker.qos import Traced
 from worker.routing import Endpoint, RoutingTable
@@ -90,19 +92,36 @@ class Inbox:
         what backpressure counts queued tuples by.
     """
 
-    __slots__ = ("data", "control", "in_size", "batch_avg")
+    __slots__ = ("data", "control", "in_size", "batch_avg", "offer", "host", "guest", "lock")
 
     def __init__(self, batch_size: int, control: Any = None) -> None:
         self.data: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.control: Any = control if control is not None else queue.SimpleQueue()
         self.in_size = 0
         self.batch_avg = float(max(1, batch_size))  # starts at a full batch
+        # Chaining (worker.chaining): while ``host`` is a task, this executor runs in that upstream
+        # executor's thread: what the host sends it is taken at once by ``guest.take_chained``
+        # (under ``lock``, which the executor's own thread holds for everything else it does).
+        self.offer = -1  # the upstream task that asked to run this executor (its CHAIN_MARK is on the way)
+        self.host = -1
+        self.guest: Any = None
+        self.lock = threading.Lock()
 
     def put_data(self, src: int, batch: Any, n: int) -> None:
         """A batch of ``n`` tuples (raw bytes from the network, or columns from a local outbox)."""
         if n:
             self.in_size = n
+        if src == self.host:
+            self.guest.take_chained(src, batch)
+            return
         self.data.put((src, batch))
+
+    def put_signal(self, src: int, item: Any) -> None:
+        """An in-band signal behind what ``src`` sent (a marker, a barrier, a rescale's marker)."""
+        if src == self.host:
+            self.guest.take_chained(src, item)
+            return
+        self.data.put((src, item))
 
     def put_control(self, kind: int, src: int, entries: Any) -> None:
         self.control.put((kind, src, entries))
@@ -236,9 +255,33 @@ class Courier:
         a move's marker, an int: a barrier, a ShiftMark), else a frame with ``header`` and no payload."""
         inbox = self.host.inbox(dst, wid)
         if inbox is not None:
-            inbox.data.put((self.src, item[0]))
+            inbox.put_signal(self.src, item[0])
             return
         self._send(wid, header, b"", 0)
+
+    def chain_mark(self, dst: int, wid: str) -> bool:
+        """Ask ``dst`` (in this worker) to run in this sender's thread from here on, behind what it
+        sent (worker.chaining); False if ``dst`` is not here."""
+        inbox = self.host.inbox(dst, wid)
+        if inbox is None:
+            return False
+        with inbox.lock:
+            inbox.offer = self.src
+        inbox.data.put((self.src, CHAIN_MARK))
+        return True
+
+    def release(self, dst: int) -> None:
+        """End the chain of ``dst`` to this sender (or withdraw the offer): what it sends ``dst``
+        goes through the queue again (worker.chaining)."""
+        inbox = self.host.inbox(dst)
+        if inbox is None:
+            return
+        with inbox.lock:
+            if inbox.offer == self.src:
+                inbox.offer = -1
+            if inbox.host == self.src:
+                inbox.host = -1
+                inbox.guest = None
 
     def retire(self) -> None:
         """This sender belongs to a rolled-back epoch: whatever it still sends goes out over the

@@ -97,6 +97,8 @@ class Outbox:
         self.emit_many = self.emit_many_general
         self.routing: RoutingTable | None = None
         self.tuned: Mapping[str, Mapping[str, float]] = {}  # the plan's tuning applied last (tune)
+        self.guests: set[int] = set()  # tasks chained to this executor (asked or running in its thread)
+        self.guest_bufs: list[Buffer] = []  # their buffers, flushed after each unit of work
         self.targets: dict[str, list[Target]] = {}
         self.direct_targets: dict[str, list[tuple[str, list[Buffer]]]] = {}
         self.buffers: dict[int, Buffer] = {}
@@ -133,6 +135,35 @@ class Outbox:
         if routing.tuning is not self.tuned:
             self.tune(routing.tuning)
         self._compile(routing)
+        if routing.chains or self.guests:
+            self._rechain(routing)
+
+    # -- chaining (worker.chaining) -------------------------------------------------------
+    def _rechain(self, routing: RoutingTable) -> None:
+        """Ask the executors the plan chains to this one to run in its thread, release the others."""
+        me = self.host.worker_id
+        want = {d for d, u in routing.chains.items() if u == self.task and routing.location[d] == me}
+        for d in self.guests - want:
+            self.courier.release(d)
+            self.guests.discard(d)
+        for d in want - self.guests:
+            if self.courier.chain_mark(d, me):
+                self.guests.add(d)
+        self.guest_bufs = [self.buffers[d] for d in sorted(self.guests) if d in self.buffers]
+
+    def flush_guests(self) -> None:
+        """Hand what the chained executors' buffers hold to them now (after each unit of work:
+        a call costs no queue put and no wake-up, so nothing waits for a deadline)."""
+        for buf in self.guest_bufs:
+            if buf:
+                self.flush_buffer(buf)
+
+    def release_guests(self) -> None:
+        """End every chain to this executor (it stops)."""
+        for d in self.guests:
+            self.courier.release(d)
+        self.guests = set()
+        self.guest_bufs = []
 
     def tune(self, tuning: Mapping[str, Mapping[str, float]]) -> None:
         """Size the output buffers as a latency constraint's controller asked for the channels
@@ -534,4 +565,5 @@ class Outbox:
 
     def close(self) -> None:
         """Close the sockets (after a last try at what a peer's full pipe did not take)."""
+        self.release_guests()
         self.courier.close()

@@ -69,6 +69,7 @@ class RoutingTable:
     rescales: Mapping[str, RescaleStep] = field(default_factory=dict)  # component -> its rescale in progress
     retiring: frozenset[int] = frozenset()  # removed by a rescale: they still have a place (acks, markers)
     tuning: Mapping[str, Mapping[str, float]] = field(default_factory=dict)  # channel -> buffer sizes (plan)
+    chains: Mapping[int, int] = field(default_factory=dict)  # downstream task -> the upstream task running it
 
     @classmethod
     def from_plan(cls, plan: Plan) -> RoutingTable:
@@ -100,6 +101,7 @@ class RoutingTable:
             rescales=rescales,
             retiring=frozenset(tid_of[e] for e in plan.retiring),
             tuning=plan.tuning,
+            chains={tid_of[d]: tid_of[u] for d, u in plan.chains.items()},
         )
 
     def position(self, task: int) -> int:

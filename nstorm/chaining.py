@@ -1,0 +1,82 @@
+"""Which executors may be chained (Nephele's dynamic task chaining, Flink's operator chains).
+
+A chained executor runs in its upstream executor's thread: the upstream hands it each batch
+by a call instead of a queue put and a thread wake-up (worker/chaining.py does it live). That
+is only right when the downstream executor's *only* input is that one upstream executor, on
+one worker, so that nothing about routing changes: its component's single input is
+``local_or_shuffle`` from the upstream component, and its worker holds exactly one executor
+of the upstream component, while every worker that holds an upstream executor also holds a
+downstream one (else that upstream executor would shuffle to every downstream executor).
+Shuffle and fields groupings are never changed to make a chain. A component opts out with
+``chainable = False`` (Flink's ``disableChaining``); windowed bolts, bolts with tick tuples
+and components in a rescale are never chained.
+
+The plan carries the chains (``chains``: downstream executor -> upstream executor); Nimbus
+keeps only those that still hold in every plan it writes (:func:`kept_chains`), so a moved
+executor leaves its chain in the very plan that moves it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from nstorm.plan import Plan
+from nstorm.topology import LOCAL_OR_SHUFFLE
+
+__all__ = ["chainable_channel", "kept_chains", "pointwise_pairs"]
+
+
+def _component(executor: str) -> str:
+    return executor.rpartition(":")[0]
+
+
+def chainable_channel(definition: Mapping[str, Any], upstream: str, downstream: str) -> bool:
+    """True if the channel ``upstream>downstream`` is pointwise by its grouping (placement aside)."""
+    spec = (definition.get("components") or {}).get(downstream)
+    if not spec or spec.get("kind") != "bolt" or spec.get("chainable") is False:
+        return False
+    if spec.get("tick_secs") or spec.get("window"):
+        return False
+    inputs = spec.get("inputs") or []
+    return len(inputs) == 1 and inputs[0].get("component") == upstream and inputs[0].get("grouping") == LOCAL_OR_SHUFFLE
+
+
+def pointwise_pairs(definition: Mapping[str, Any], plan: Plan, upstream: str, downstream: str) -> dict[str, str]:
+    """Downstream executor -> the one upstream executor that feeds it, for every pair of the channel
+    that may be chained in ``plan`` (empty if the channel may not be chained at all)."""
+    if not chainable_channel(definition, upstream, downstream):
+        return {}
+    if upstream in plan.rescales or downstream in plan.rescales:
+        return {}
+    ups: dict[str, list[str]] = {}
+    downs: dict[str, list[str]] = {}
+    for e, w in plan.executors.items():
+        c = _component(e)
+        if c == upstream:
+            ups.setdefault(w, []).append(e)
+        elif c == downstream:
+            downs.setdefault(w, []).append(e)
+    if any(w not in downs for w in ups):
+        return {}  # an upstream executor with no local downstream one shuffles to all of them
+    pairs = {}
+    for w, here in downs.items():
+        feeding = ups.get(w, [])
+        if len(feeding) == 1:
+            for d in here:
+                pairs[d] = feeding[0]
+    return pairs
+
+
+def kept_chains(definition: Mapping[str, Any], plan: Plan) -> dict[str, str]:
+    """The chains of ``plan`` that still hold in it (none with an executor this version moves)."""
+    if not plan.chains:
+        return {}
+    moving = {e for e, m in plan.moved.items() if m.version == plan.version} | set(plan.retiring)
+    kept = {}
+    for d, u in plan.chains.items():
+        if d in moving or u in moving:
+            continue
+        if pointwise_pairs(definition, plan, _component(u), _component(d)).get(d) == u:
+            kept[d] = u
+    return kept

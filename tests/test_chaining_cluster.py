@@ -1,0 +1,91 @@
+"""Live task chaining on a real cluster: chain, unchain and move a chained executor, counts exact."""
+
+from __future__ import annotations
+
+import collections
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nstorm.moves import RebalanceError
+from topologies.sentences import sentences
+
+from conftest import TOPOLOGIES, read_outputs, wait_until
+
+PER_SPOUT = 4000
+
+
+def _expected() -> collections.Counter[str]:
+    expected: collections.Counter[str] = collections.Counter()
+    for i in range(2):
+        for s in sentences(PER_SPOUT, seed=100 + i):
+            expected.update(s.split())
+    return expected
+
+
+def _chained(client: Any, name: str) -> dict[str, str]:
+    """Executor -> its host, as the workers report it (the chain runs, not only planned)."""
+    return {eid: c["chained_to"] for beat in client.heartbeats(name).values()
+            for eid, c in beat.executors.items() if c.get("chained_to")}
+
+
+def _pairs(plan: Any) -> dict[str, str]:
+    """split executor -> the spout executor of its worker (one of each per worker)."""
+    spout_of = {w: e for e, w in plan.executors.items() if e.startswith("sentences:")}
+    return {e: spout_of[w] for e, w in plan.executors.items() if e.startswith("split:")}
+
+
+def _wait_exact(client: Any, directory: Path, expected: collections.Counter[str]) -> None:
+    def finished() -> dict[str, Any] | None:
+        out = read_outputs(directory)
+        acked = sum(len(v["acks"]) for k, v in out.items() if k.startswith("spout-"))
+        counted = sum(sum(v.values()) for k, v in out.items() if k.startswith("count-"))
+        return out if acked >= 2 * PER_SPOUT and counted >= sum(expected.values()) else None
+
+    out = wait_until(finished, 180, interval=0.5, what="every sentence acked and counted")
+    counts: collections.Counter[str] = collections.Counter()
+    for k, v in out.items():
+        if k.startswith("count-"):
+            counts.update(v)
+    assert counts == expected  # nothing lost, nothing counted twice
+    for i in range(2):
+        acks = out[f"spout-{i}"]["acks"]
+        assert sorted(int(k) for k in acks) == list(range(PER_SPOUT))
+        assert set(acks.values()) == {1}  # every sentence acked exactly once
+
+
+def test_chain_unchain_and_move_a_chained_executor_live_with_exact_counts(client, tmp_path: Path) -> None:
+    name = "chainwc"
+    client.submit(TOPOLOGIES / "chained_wordcount.py", name=name,
+                  conf={"test.output.dir": str(tmp_path), "test.sentences": PER_SPOUT, "test.rate": 400})
+    try:
+        plan = client.wait_running(name, 60)
+        pairs = _pairs(plan)
+        assert len(pairs) == 2 and len(set(pairs.values())) == 2, plan.executors
+        wait_until(lambda: any(k.startswith("count-") for k in read_outputs(tmp_path)), 30, what="counting to start")
+        pids = {w["id"]: w["pid"] for w in client.status(name)["workers"]}
+
+        client.chain(name, pairs)
+        wait_until(lambda: _chained(client, name) == pairs, 30, what="both splits running in their spouts' threads")
+        assert client.status(name)["chains"] == pairs
+
+        with pytest.raises(RebalanceError, match="cannot chain"):  # count's input is fields-grouped
+            client.chain(name, {"count:0": "split:0"})
+
+        client.chain(name, {})  # unchain live
+        wait_until(lambda: not _chained(client, name), 30, what="every chain ended")
+
+        client.chain(name, pairs)
+        wait_until(lambda: _chained(client, name) == pairs, 30, what="chained again")
+        moved = sorted(pairs)[0]
+        target = next(w for w in sorted(plan.workers) if w != plan.executors[moved])
+        result = client.rebalance(name, moves=[(moved, target)])
+        client.wait_migrations(name, result["records"], timeout=30)
+        assert client.plan(name).chains == {}  # the move ended the chains (split is no longer pointwise)
+        wait_until(lambda: not _chained(client, name), 30, what="the moved executor left its chain")
+
+        _wait_exact(client, tmp_path, _expected())
+        assert {w["id"]: w["pid"] for w in client.status(name)["workers"]} == pids  # no worker restarted
+    finally:
+        client.kill(name, wait_secs=0)

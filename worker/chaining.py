@@ -1,0 +1,38 @@
+"""Live task chaining in a worker: a downstream executor run by its upstream executor's thread.
+
+Which pairs may be chained, and when, is Nimbus's business (:mod:`nstorm.chaining`; the plan's
+``chains``). Here is how a chain starts and ends without a tuple lost, reordered or acked twice:
+
+1. The upstream executor (the *host*) finds the pair in its routing table and puts a
+   :data:`CHAIN_MARK` on the downstream executor's queue, behind everything it sent before; it
+   goes on sending through the queue.
+2. The downstream executor (the *guest*) takes the mark after all of that, stops taking from
+   its queue and, under its inbox's lock, names the host in its inbox (``Inbox.host``).
+3. From then on whatever the host sends it (batches, a move's markers, barriers) is handed to
+   the guest's ``take_chained`` in the host's thread, under the same lock, after anything still
+   queued: no queue put, no thread wake-up. The guest's own thread only does what needs no input
+   (control messages, its buffers' deadlines), under the lock.
+4. The host ends the chain (the plan dropped it, or the host stops) by clearing ``Inbox.host``
+   under the lock; it sends through the queue again, and the guest's thread takes it up. A moved
+   executor leaves its chain in the plan that moves it, so the move's markers are the last
+   thing the host hands over directly.
+
+Only executors the plan chains are touched: every other executor pays an attribute check per
+local put and per loop pass.
+"""
+
+from __future__ import annotations
+
+__all__ = ["CHAIN_MARK", "ChainMark"]
+
+
+class ChainMark:
+    """The in-band request of step 1 (its own type, so a loop tells it from a batch by ``type``)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "CHAIN_MARK"
+
+
+CHAIN_MARK = ChainMark()
