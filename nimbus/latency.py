@@ -4,8 +4,10 @@ Every half second it looks at each topology that has latency constraints
 (:func:`nstorm.constraints.constraints_of`); once a constraint's window (``window_secs``) has
 passed, it sums the ``qos`` histograms of every executor's last heartbeat (worker.qos),
 subtracts the sums it kept at the window's start, and hands the window to
-:func:`nstorm.qospolicy.decide`. A step becomes an ordinary rebalance request with
-``by: latency`` (new output-buffer sizes, ``tuning``, or a thread-mode move), so that Nimbus
+:func:`nstorm.qospolicy.decide`, with the path's channels that could be chained now and the
+chained ones whose host thread saturates a core (the executors' CPU in the heartbeats). A step
+becomes an ordinary request with ``by: latency`` (new output-buffer sizes, ``tuning``; new
+``chains``, :mod:`nstorm.chaining`; or a thread-mode move), so that Nimbus
 stays the only writer of plans. The record of every constraint (windows, windows met, the
 last p99, its parts, every action and warning) is kept in ``latency/<topology>`` for
 ``nstorm status``.
@@ -24,6 +26,7 @@ from typing import Any
 from kazoo.client import KazooClient
 
 from nstorm import latency
+from nstorm.chaining import pointwise_pairs
 from nstorm.clusterstate import ClusterState
 from nstorm.config import merge_conf
 from nstorm.constraints import LatencyConstraint, constraints_of
@@ -43,6 +46,8 @@ __all__ = ["LatencyController", "colocating_move"]
 
 log = logging.getLogger(__name__)
 MAX_ACTIONS = 50  # actions kept per constraint in the record
+CHAIN_CPU = 0.6  # a channel is chained only while each host thread uses less of a core than this
+SATURATED_CPU = 0.9  # a chain whose host thread uses this much of a core is undone
 
 
 @dataclass
@@ -84,6 +89,31 @@ def _sums(beats: Mapping[str, Any]) -> dict[str, dict[int, int]]:
                 if isinstance(hist, Mapping):
                     out[key] = latency.merge(out.get(key, {}), hist)
     return out
+
+
+def _executor_cpu(beats: Mapping[str, Any]) -> dict[str, float]:
+    """Executor id -> the cores its thread used over the last metrics interval."""
+    return {eid: float(c["cpu"]) for beat in beats.values() for eid, c in beat.executors.items()
+            if isinstance(c.get("cpu"), (int, float))}
+
+
+def _chain_options(definition: Mapping[str, Any], plan: Plan, path: Sequence[str],
+                   cpu: Mapping[str, float]) -> tuple[list[str], list[str]]:
+    """``(chainable, hot)`` channels of ``path``: those that could be chained now (pointwise in this
+    plan, not chained yet, every host under :data:`CHAIN_CPU`), and chained ones whose host thread
+    is above :data:`SATURATED_CPU`."""
+    chainable, hot = [], []
+    for a, b in zip(path, path[1:], strict=False):
+        pairs = pointwise_pairs(definition, plan, a, b)
+        if not pairs:
+            continue
+        ch = f"{a}>{b}"
+        chained = {d: u for d, u in plan.chains.items() if d in pairs}
+        if any(cpu.get(u, 0.0) >= SATURATED_CPU for u in chained.values()):
+            hot.append(ch)
+        elif len(chained) < len(pairs) and all(cpu.get(u, 0.0) < CHAIN_CPU for u in pairs.values()):
+            chainable.append(ch)
+    return chainable, hot
 
 
 class LatencyController:
@@ -147,13 +177,15 @@ class LatencyController:
                 due.append(t)
         if not due:
             return
-        sums = _sums(self.cluster.heartbeats(name))
+        beats = self.cluster.heartbeats(name)
+        sums = _sums(beats)
         plan, _ = self.cluster.plan(name)
         moves_ok = conf.get("topology.scheduler") == "otd"
         control = conf.get("topology.latency.control", True) not in (False, "false", 0, "0")
         base = float(conf.get("topology.batch.max.latency.ms") or 5)
         tuning = dict(plan.tuning) if plan is not None else {}
         acted = False
+        cpu = _executor_cpu(beats)
         for t in due:
             window = {k: latency.subtract(v, t.start.get(k, {})) for k, v in sums.items()}
             t.start, t.since = sums, now
@@ -163,24 +195,36 @@ class LatencyController:
             c = t.constraint
             win = path_window(c.path, c.name, window)
             t.last = win if win.p99_ms is not None else t.last
-            step = decide(c.path, c.p99_ms, win, t.state, tuning, base, c.moves or moves_ok) if not acted else None
+            chainable, hot = _chain_options(topo["definition"], plan, c.path, cpu) if plan else ([], [])
+            step = decide(c.path, c.p99_ms, win, t.state, tuning, base, c.moves or moves_ok, chainable, hot) \
+                if not acted else None
             if step is not None and not control:
                 continue  # measured and reported, never acted on (topology.latency.control=false)
             if step is None or plan is None:
                 continue
-            if self._act(name, plan, step, t):
+            if self._act(name, plan, step, t, topo["definition"]):
                 acted = True  # one step per topology and window: the next window shows its effect
                 if step.tuning is not None:
                     tuning = step.tuning
         self._write(name, constraints)
 
-    def _act(self, name: str, plan: Plan, step: Decision, t: _Tracked) -> bool:
+    def _act(self, name: str, plan: Plan, step: Decision, t: _Tracked, definition: Mapping[str, Any]) -> bool:
         """Turn a step into a request to Nimbus and note it; False if there was nothing to ask."""
         request: dict[str, Any] = {"mode": "thread", "moves": [], "random": 0, "by": "latency",
                                    "requested_at": time.time()}
         kind, detail = step.kind, step.detail
         if kind == "buffer":
             request["tuning"] = step.tuning
+        elif kind in ("chain", "unchain"):
+            a, _, b = (step.channel or "").partition(">")
+            pairs = pointwise_pairs(definition, plan, a, b)
+            chains = dict(plan.chains)
+            if kind == "chain":
+                chains.update(pairs)
+            else:
+                chains = {d: u for d, u in chains.items() if d not in pairs}
+            request["chains"] = chains
+            detail = f"{detail}: {', '.join(f'{d} in {u}' for d, u in sorted(pairs.items()))}"
         elif kind == "move":
             move = colocating_move(plan, step.channel or "")
             if move is None:

@@ -380,6 +380,9 @@ class Bolt(Component):
     :ivar auto_ack: ack each input after ``process`` returns (default True).
     :ivar auto_anchor: anchor emits to the tuple being processed (default True).
     :ivar auto_fail: fail the input if ``process`` raises (default True).
+    :ivar chainable: a latency constraint's controller may run this bolt in its upstream
+        executor's thread when that executor is its only input (default True; False is Flink's
+        ``disableChaining``).
     :ivar state: see :class:`Component` (``keyed_state`` too).
 
     Example::
@@ -395,6 +398,7 @@ class Bolt(Component):
     auto_ack: ClassVar[bool] = True
     auto_anchor: ClassVar[bool] = True
     auto_fail: ClassVar[bool] = True
+    chainable: ClassVar[bool] = True
     state: dict[Any, Any]
 
     def prepare(self, conf: Mapping[str, Any], context: Context) -> None:

@@ -8,7 +8,11 @@ time a sampled tuple waited in the sender's output buffer and in the receiver's 
 the wire), and per component the time it took to process a batch. The rules, one step a
 window at most:
 
-- **violated** (p99 over the bound): shrink the output buffers of the channel whose buffer
+- **a chain whose host thread saturates a core** is undone first, met or not (its guest goes back
+  to a thread of its own: throughput).
+- **violated** (p99 over the bound): chain a channel of the path that may be chained (a
+  pointwise channel inside one worker, :mod:`nstorm.chaining`), the one that waits longest;
+  else shrink the output buffers of the channel whose buffer
   wait is the largest, halving its latency bound (down to :data:`FLOOR_MS`); a smaller bound
   means smaller batches that leave sooner. If no buffer can shrink, or the buffers are not
   what dominates, ask to *move* one executor so that the path's channel that waits longest
@@ -91,8 +95,8 @@ class ConstraintState:
 
 @dataclass
 class Decision:
-    """One step: ``kind`` ``buffer`` (with the new ``tuning``), ``move`` (the ``channel`` to keep in
-    one worker) or ``warn``; ``detail`` says why in words."""
+    """One step: ``kind`` ``buffer`` (with the new ``tuning``), ``chain`` / ``unchain`` (the
+    ``channel``), ``move`` (the ``channel`` to keep in one worker) or ``warn``; ``detail`` says why."""
 
     kind: str
     detail: str
@@ -101,8 +105,13 @@ class Decision:
 
 
 def decide(path: Sequence[str], bound_ms: float, win: PathWindow, state: ConstraintState,
-           tuning: Mapping[str, Mapping[str, float]], base_latency_ms: float, moves: bool) -> Decision | None:
-    """Judge one window (updating ``state``) and return the step to take, if any."""
+           tuning: Mapping[str, Mapping[str, float]], base_latency_ms: float, moves: bool,
+           chainable: Sequence[str] = (), hot: Sequence[str] = ()) -> Decision | None:
+    """Judge one window (updating ``state``) and return the step to take, if any.
+
+    ``chainable``: channels of the path that could be chained now (pointwise, co-located, their
+    hosts not busy); ``hot``: chained channels whose host thread saturates a core.
+    """
     if win.p99_ms is None:
         return None  # no sample came through: nothing to judge
     state.windows += 1
@@ -111,7 +120,16 @@ def decide(path: Sequence[str], bound_ms: float, win: PathWindow, state: Constra
     if state.skip > 0:
         state.skip -= 1
         return None
+    if hot:  # a chain that saturates its thread costs throughput: undone whatever the bound says
+        state.skip = 1
+        return Decision("unchain", f"{hot[0]}: its host thread saturates a core (p99 {win.p99_ms:g} ms)",
+                        channel=hot[0])
     channels = [f"{a}>{b}" for a, b in zip(path, path[1:], strict=False)]
+    if not met and chainable:
+        ch = max(chainable, key=lambda c: win.buffer_ms.get(c, 0.0) + win.queue_ms.get(c, 0.0))
+        state.skip = 1
+        return Decision("chain", f"{ch}: chained (p99 {win.p99_ms:g} ms over {bound_ms:g} ms; buffer and queue wait "
+                                 f"{win.buffer_ms.get(ch, 0) + win.queue_ms.get(ch, 0):g} ms)", channel=ch)
     current = {ch: float((tuning.get(ch) or {}).get("latency_ms", base_latency_ms)) for ch in channels}
     if met:
         state.warning = None

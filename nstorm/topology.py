@@ -360,6 +360,8 @@ class TopologyBuilder:
             }
             if c.name in windows:
                 components[c.name]["window"] = windows[c.name]
+            if getattr(c.cls, "chainable", True) is False:
+                components[c.name]["chainable"] = False  # never run in its upstream's thread (nstorm.chaining)
         definition: dict[str, Any] = {
             "name": self.name,
             "workers": workers,

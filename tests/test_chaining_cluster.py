@@ -89,3 +89,27 @@ def test_chain_unchain_and_move_a_chained_executor_live_with_exact_counts(client
         assert {w["id"]: w["pid"] for w in client.status(name)["workers"]} == pids  # no worker restarted
     finally:
         client.kill(name, wait_secs=0)
+
+
+def test_a_broken_constraint_makes_the_controller_chain_the_pointwise_channel(client, tmp_path: Path) -> None:
+    """A bound no buffer size can meet at first: the controller's first step is the chain, by: latency."""
+    name = "chainlat"
+    constraint = {"path": ["sentences", "split", "count"], "p99_ms": 1, "window_secs": 1}
+    client.submit(TOPOLOGIES / "chained_wordcount.py", name=name,
+                  conf={"test.output.dir": str(tmp_path), "test.sentences": PER_SPOUT, "test.rate": 400,
+                        "topology.batch.max.latency.ms": 50, "topology.latency.constraints": [constraint]})
+    try:
+        plan = client.wait_running(name, 60)
+        pairs = _pairs(plan)
+
+        def chained_by_the_controller() -> dict[str, Any] | None:
+            c = client.status(name)["constraints"][0]
+            return c if any(a["kind"] == "chain" for a in c["actions"]) else None
+
+        c = wait_until(chained_by_the_controller, 60, interval=0.5, what="a chain action")
+        first = next(a for a in c["actions"] if a["kind"] == "chain")
+        assert "sentences>split" in first["detail"]
+        wait_until(lambda: _chained(client, name) == pairs, 30, what="the splits running in their spouts' threads")
+        _wait_exact(client, tmp_path, _expected())
+    finally:
+        client.kill(name, wait_secs=0)

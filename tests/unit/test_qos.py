@@ -189,3 +189,65 @@ def test_a_latency_move_brings_a_downstream_executor_to_its_upstream_worker() ->
     assert colocating_move(plan, "split>count") == ("count:1", a.worker_id)
     together = plan.replace(executors={**plan.executors, "count:1": a.worker_id})
     assert colocating_move(together, "split>count") is None
+
+
+def _definition(grouping: str = "local_or_shuffle", chainable: bool = True) -> dict[str, Any]:
+    from nstorm import Bolt, Spout, TopologyBuilder
+
+    class Src(Spout):
+        outputs = ("x",)
+
+    class Op(Bolt):
+        outputs = ("x",)
+
+    Op.chainable = chainable
+    builder = TopologyBuilder("t")
+    builder.set_spout("src", Src, parallelism=2)
+    getattr(builder.set_bolt("op", Op, parallelism=2), f"{grouping}_grouping")("src")
+    return builder.build(workers=2).definition
+
+
+def _two_workers(placement: dict[str, str]) -> Plan:
+    slots = [Slot("n1", "127.0.0.1", 6700, 7700), Slot("n2", "127.0.0.1", 6701, 7701)]
+    return Plan.first("t", sorted(placement), placement, slots, code_sha256="x")
+
+
+def test_only_a_pointwise_channel_is_chained() -> None:
+    from nstorm.chaining import kept_chains, pointwise_pairs
+
+    spread = {"src:0": "n1:6700", "src:1": "n2:6701", "op:0": "n1:6700", "op:1": "n2:6701"}
+    plan = _two_workers(spread)
+    assert pointwise_pairs(_definition(), plan, "src", "op") == {"op:0": "src:0", "op:1": "src:1"}
+    assert pointwise_pairs(_definition("shuffle"), plan, "src", "op") == {}  # routing is never changed
+    assert pointwise_pairs(_definition(chainable=False), plan, "src", "op") == {}
+    crowded = _two_workers({**spread, "src:1": "n1:6700"})  # n1: two spouts feed op:0; n2's op gets nothing
+    assert pointwise_pairs(_definition(), crowded, "src", "op") == {}
+    lonely = _two_workers({**spread, "op:1": "n1:6700"})  # src:1 has no local op: it shuffles to both
+    assert pointwise_pairs(_definition(), lonely, "src", "op") == {}
+    chained = plan.replace(chains={"op:0": "src:0", "op:1": "src:1"})
+    assert kept_chains(_definition(), chained) == chained.chains
+    assert kept_chains(_definition(), lonely.replace(chains={"op:0": "src:0"})) == {}
+
+
+def test_a_violated_bound_chains_a_chainable_channel_before_touching_buffers() -> None:
+    win = PathWindow(20.0, 100, {"sentences>split": 3.0, "split>count": 1.0}, {"sentences>split": 2.0, "split>count": 0.5},
+                     {"split": 0.1, "count": 0.1})
+    step = decide(PATH, 10.0, win, ConstraintState(), {}, 5.0, moves=False, chainable=["sentences>split"])
+    assert step is not None and step.kind == "chain" and step.channel == "sentences>split"
+
+
+def test_a_chain_whose_thread_saturates_a_core_is_undone_even_when_met() -> None:
+    win = path_window(PATH, "sentences>split>count", _window([2.0] * 100, {}))
+    step = decide(PATH, 10.0, win, ConstraintState(), {}, 5.0, moves=False, hot=["sentences>split"])
+    assert step is not None and step.kind == "unchain" and step.channel == "sentences>split"
+
+
+def test_the_controller_offers_only_channels_it_may_chain() -> None:
+    from nimbus.latency import _chain_options
+
+    plan = _two_workers({"src:0": "n1:6700", "src:1": "n2:6701", "op:0": "n1:6700", "op:1": "n2:6701"})
+    assert _chain_options(_definition(), plan, ("src", "op"), {}) == (["src>op"], [])
+    assert _chain_options(_definition(), plan, ("src", "op"), {"src:0": 0.7}) == ([], [])  # a busy host
+    chained = plan.replace(chains={"op:0": "src:0", "op:1": "src:1"})
+    assert _chain_options(_definition(), chained, ("src", "op"), {"src:1": 0.95}) == ([], ["src>op"])
+    assert _chain_options(_definition(), chained, ("src", "op"), {"src:1": 0.5}) == ([], [])
