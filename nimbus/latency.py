@@ -30,6 +30,7 @@ from nstorm.chaining import pointwise_pairs
 from nstorm.clusterstate import ClusterState
 from nstorm.config import merge_conf
 from nstorm.constraints import LatencyConstraint, constraints_of
+from nstorm.moves import recently_moved
 from nstorm.plan import Plan
 from nstorm.qospolicy import (
     ConstraintState,
@@ -63,9 +64,10 @@ class _Tracked:
     actions: list[dict[str, Any]] = field(default_factory=list)
 
 
-def colocating_move(plan: Plan, channel: str) -> tuple[str, str] | None:
+def colocating_move(plan: Plan, channel: str, held: set[str] | frozenset[str] = frozenset()) -> tuple[str, str] | None:
     """A move that keeps more of ``channel`` ("a>b") inside one worker: an executor of ``b`` on a
-    worker without an executor of ``a`` goes to the worker with the most executors of ``a``."""
+    worker without an executor of ``a`` goes to the worker with the most executors of ``a``
+    (none of ``held``: OTD moved them within the cool-down)."""
     a, _, b = channel.partition(">")
     ups: dict[str, int] = {}
     for e, w in plan.executors.items():
@@ -75,7 +77,7 @@ def colocating_move(plan: Plan, channel: str) -> tuple[str, str] | None:
         return None
     target = max(sorted(ups), key=lambda w: ups[w])
     for e, w in sorted(plan.executors.items()):
-        if e.rpartition(":")[0] == b and w not in ups and not is_acker(e):
+        if e.rpartition(":")[0] == b and w not in ups and not is_acker(e) and e not in held:
             return e, target
     return None
 
@@ -226,7 +228,8 @@ class LatencyController:
             request["chains"] = chains
             detail = f"{detail}: {', '.join(f'{d} in {u}' for d, u in sorted(pairs.items()))}"
         elif kind == "move":
-            move = colocating_move(plan, step.channel or "")
+            move = colocating_move(plan, step.channel or "",
+                                   recently_moved(self.cluster.migrations(name), "otd", time.time()))
             if move is None:
                 kind, detail = "warn", f"{detail}; no executor to move"
                 t.state.warning = detail

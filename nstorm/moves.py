@@ -7,14 +7,15 @@ and Nimbus (which applies moves, :mod:`nimbus.rebalance`) check moves with
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from nstorm.errors import UsageError
 from nstorm.plan import Plan, Slot
 from nstorm.records import MoveMode
 from nstorm.topology import is_acker
 
-__all__ = ["MODES", "RebalanceError", "validate_moves"]
+__all__ = ["LATENCY_COOLDOWN_SECS", "MODES", "RebalanceError", "recently_moved", "validate_moves"]
 
 MODES = (MoveMode.THREAD.value, MoveMode.PROCESS.value, MoveMode.STOP.value)  # how executors move
 
@@ -73,3 +74,12 @@ def validate_moves(
         if plan.executors[executor] == target:
             msg = f"executor {executor!r} already runs on {target!r}"
             raise RebalanceError(msg)
+
+
+LATENCY_COOLDOWN_SECS = 60.0  # OTD and a latency constraint's controller leave each other's moves this long
+
+
+def recently_moved(records: Iterable[Any], by: str, now: float, within: float = LATENCY_COOLDOWN_SECS) -> set[str]:
+    """Executors that ``by`` (``otd``, ``latency``) moved less than ``within`` seconds before ``now``:
+    OTD and a latency constraint's controller never undo each other's moves within a cool-down."""
+    return {r.executor for r in records if r.by == by and now - float(r.requested_at or 0.0) < within}

@@ -30,6 +30,7 @@ from kazoo.client import KazooClient
 from nstorm.clusterstate import ClusterState
 from nstorm.config import merge_conf
 from nstorm.home import metrics_dir
+from nstorm.moves import recently_moved
 from nstorm.records import Heartbeat, TopologyStatus
 from nstorm.topology import is_acker
 from nstorm.zkschema import ZkPaths, encode
@@ -154,7 +155,12 @@ class OtdRunner:
                       for w in traffic["workers"] if w["id"] in worker_node})
         executors = sorted(plan.executors)
         edges = [(e["src"], e["dst"], float(e["tuples"])) for e in traffic["edges"]]
-        decision = otd_round(executors, plan.executors, worker_node, loads, edges, conf)
+        # A latency constraint wins: OTD moves no executor its controller moved within the cool-down,
+        # and breaks no chain (nimbus/latency.py).
+        held = recently_moved(self.cluster.migrations(name), "latency", time.time()) | set(plan.chains) \
+            | set(plan.chains.values())
+        movable = [e for e in executors if not is_acker(e) and e not in held]
+        decision = otd_round(executors, plan.executors, worker_node, loads, edges, conf, movable)
         elapsed = time.monotonic() - started
         record = {**decision.as_json(), "at": time.time(), "inter_node_ratio": traffic["inter_node_ratio"],
                   "window_tuples": traffic["total_tuples"], "engine": engine, "round_secs": round(elapsed, 3),

@@ -251,3 +251,19 @@ def test_the_controller_offers_only_channels_it_may_chain() -> None:
     chained = plan.replace(chains={"op:0": "src:0", "op:1": "src:1"})
     assert _chain_options(_definition(), chained, ("src", "op"), {"src:1": 0.95}) == ([], ["src>op"])
     assert _chain_options(_definition(), chained, ("src", "op"), {"src:1": 0.5}) == ([], [])
+
+
+def test_otd_and_the_controller_leave_each_other_s_moves_alone_for_a_cool_down() -> None:
+    from nimbus.latency import colocating_move
+    from nstorm.moves import recently_moved
+    from nstorm.records import MigrationRecord, MoveMode
+
+    records = [MigrationRecord("count:1", "n1:6700", "n2:6701", MoveMode.THREAD, by="otd", requested_at=100.0),
+               MigrationRecord("count:2", "n1:6700", "n2:6701", MoveMode.THREAD, by="latency", requested_at=100.0)]
+    assert recently_moved(records, "otd", 130.0) == {"count:1"}
+    assert recently_moved(records, "latency", 130.0) == {"count:2"}
+    assert recently_moved(records, "otd", 200.0) == set()
+    a, b = Slot("n1", "127.0.0.1", 6700, 7700), Slot("n2", "127.0.0.1", 6701, 7701)
+    plan = Plan.first("t", ["split:0", "count:1"], {"split:0": a.worker_id, "count:1": b.worker_id}, [a, b],
+                      code_sha256="x")
+    assert colocating_move(plan, "split>count", {"count:1"}) is None
