@@ -12,10 +12,12 @@ window at most:
   to a thread of its own: throughput).
 - **violated** (p99 over the bound): chain a channel of the path that may be chained (a
   pointwise channel inside one worker, :mod:`nstorm.chaining`), the one that waits longest;
-  else shrink the output buffers of the channel whose buffer
-  wait is the largest, halving its latency bound (down to :data:`FLOOR_MS`); a smaller bound
-  means smaller batches that leave sooner. If no buffer can shrink, or the buffers are not
-  what dominates, ask to *move* one executor so that the path's channel that waits longest
+  else, when tuples wait longer in output buffers than in queues, shrink the output buffers
+  of the channel whose buffer wait is the largest, halving its latency bound (down to
+  :data:`FLOOR_MS`); a smaller bound means smaller batches that leave sooner. When they wait
+  longer in queues, the receivers are short of CPU and smaller batches (a message and a
+  wake-up each) would make that worse: a buffer this controller shrank grows back. If
+  neither helps, ask to *move* one executor so that the path's channel that waits longest
   stays inside one worker, if the constraint may move executors; else warn, naming the channel
   that dominates, and back off (1, 2, 4, 8 windows between tries).
 - **slack** (p99 under :data:`SLACK_SHARE` of the bound for :data:`SLACK_WINDOWS` windows in a
@@ -151,9 +153,10 @@ def decide(path: Sequence[str], bound_ms: float, win: PathWindow, state: Constra
                                   f"(p99 {win.p99_ms:g} ms, under half of {bound_ms:g} ms)", new, ch)
     state.slack = 0
     dominant = win.dominant()
+    where = f"{dominant[0]} ({dominant[1]} {dominant[2]:g} ms)" if dominant else "no part measured"
+    buffered, queued = sum(win.buffer_ms.values()), sum(win.queue_ms.values())
     shrinkable = sorted((ch for ch in channels if current[ch] > FLOOR_MS), key=lambda c: -win.buffer_ms.get(c, 0.0))
-    buffers_matter = dominant is not None and dominant[1] in ("buffer wait", "queue wait")
-    if shrinkable and buffers_matter:
+    if shrinkable and buffered > 0 and buffered >= queued:
         ch = shrinkable[0]
         smaller = round(max(FLOOR_MS, current[ch] / 2), 3)
         new = {k: dict(v) for k, v in tuning.items()}
@@ -161,7 +164,21 @@ def decide(path: Sequence[str], bound_ms: float, win: PathWindow, state: Constra
         state.skip = 1
         return Decision("buffer", f"{ch}: buffer bound {current[ch]:g} -> {smaller:g} ms (p99 {win.p99_ms:g} ms "
                                   f"over {bound_ms:g} ms; buffer wait {win.buffer_ms.get(ch, 0):g} ms)", new, ch)
-    where = f"{dominant[0]} ({dominant[1]} {dominant[2]:g} ms)" if dominant else "no part measured"
+    tuned = [ch for ch in channels if current[ch] < base_latency_ms]
+    if queued > buffered and tuned:
+        # Tuples wait in queues, for a receiver short of CPU: smaller batches would cost it more
+        # (a message and a wake-up each), so a buffer this controller shrank grows back.
+        ch = min(tuned, key=lambda c: current[c])
+        grown = round(min(base_latency_ms, current[ch] * 2), 3)
+        new = {k: dict(v) for k, v in tuning.items()}
+        if grown >= base_latency_ms:
+            new.pop(ch, None)
+        else:
+            new[ch] = {**new.get(ch, {}), "latency_ms": grown}
+        state.skip = 1
+        return Decision("buffer", f"{ch}: buffer bound {current[ch]:g} -> {grown:g} ms (p99 {win.p99_ms:g} ms over "
+                                  f"{bound_ms:g} ms; queues wait {queued:g} ms, buffers {buffered:g} ms: the "
+                                  "receivers are short of CPU, smaller batches cost more of it)", new, ch)
     if moves and win.queue_ms:
         ch = max(win.queue_ms, key=lambda c: win.queue_ms[c])
         state.skip = state.backoff

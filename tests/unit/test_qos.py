@@ -122,8 +122,17 @@ def test_with_every_buffer_at_its_floor_it_warns_and_backs_off() -> None:
     assert state.warning is not None
 
 
+def test_queues_that_wait_longer_than_buffers_grow_a_shrunk_buffer_back() -> None:
+    tuning = {"sentences>split": {"latency_ms": 1.0}, "split>count": {"latency_ms": 2.0}}
+    win = PathWindow(20.0, 100, {"sentences>split": 0.3, "split>count": 0.5}, {"sentences>split": 6.0, "split>count": 3.0},
+                     {"split": 0.1, "count": 0.1})
+    step = decide(PATH, 10.0, win, ConstraintState(), tuning, 5.0, moves=False)
+    assert step is not None and step.kind == "buffer" and "short of CPU" in step.detail
+    assert step.tuning == {"sentences>split": {"latency_ms": 2.0}, "split>count": {"latency_ms": 2.0}}
+
+
 def test_with_moves_allowed_the_longest_queue_is_kept_in_one_worker() -> None:
-    tuning = {"sentences>split": {"latency_ms": FLOOR_MS}, "split>count": {"latency_ms": FLOOR_MS}}
+    tuning: dict[str, Any] = {}
     win = PathWindow(20.0, 100, {"sentences>split": 0.1, "split>count": 0.1}, {"sentences>split": 1.0, "split>count": 9.0},
                      {"split": 0.1, "count": 0.1})
     step = decide(PATH, 10.0, win, ConstraintState(), tuning, 5.0, moves=True)
