@@ -302,8 +302,8 @@ class BoltExecutor(UserExecutor):
             if self.guest_pending >= 0:
                 src, self.guest_pending = self.guest_pending, -1
                 if inbox.offer == src:  # still offered: from now on the host's thread runs this one
-                    inbox.host = src
                     inbox.guest = self
+                    inbox.host = src
             self.refresh_routing()
             if not self.ctl_q.empty():
                 self._handle_control()

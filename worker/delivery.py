@@ -112,15 +112,19 @@ class Inbox:
         if n:
             self.in_size = n
         if src == self.host:
-            self.guest.take_chained(src, batch)
-            return
+            guest = self.guest  # (read after host: the guest clears host first; take_chained checks again)
+            if guest is not None:
+                guest.take_chained(src, batch)
+                return
         self.data.put((src, batch))
 
     def put_signal(self, src: int, item: Any) -> None:
         """An in-band signal behind what ``src`` sent (a marker, a barrier, a rescale's marker)."""
         if src == self.host:
-            self.guest.take_chained(src, item)
-            return
+            guest = self.guest
+            if guest is not None:
+                guest.take_chained(src, item)
+                return
         self.data.put((src, item))
 
     def put_control(self, kind: int, src: int, entries: Any) -> None:
