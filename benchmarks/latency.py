@@ -19,7 +19,7 @@ acking on) on a fresh local cluster of real processes per run (ZooKeeper, Nimbus
 2. **bytewax**: bytewax's peak with 1 process (``benchmarks._peers_bytewax``), then, in the
    same run, bytewax and nstorm (constraint ``p99_ms=5``) at that rate: nstorm's p99 (the
    constraint's windows and the arrival histogram) against bytewax's (source emit -> count),
-   as a ratio, and nstorm's p99 parts (mean buffer wait and queue wait per channel, processing
+   as a ratio (bytewax waits only ``--peak-warmup`` s), and nstorm's p99 parts (mean buffer wait and queue wait per channel, processing
    per component) of the last window: what bounds it. Goal: ratio <= 1.
 3. **bursty**: the spouts' rate steps 10% -> 70% of nstorm's peak every ``--bursty-step`` s
    (``wordcount.rate.schedule``, cycled from the spouts' open), a constraint ``p99_ms=10,
@@ -287,7 +287,7 @@ def bytewax(args: argparse.Namespace, log: Console) -> dict[str, Any]:
     rounds = []
     for r in range(args.bytewax_rounds):
         b = _guarded(f"bytewax (1 proc) at {rate:,.0f} sentences/s, round {r + 1}",
-                     lambda: _bytewax_run(rate, args.warmup, args.duration), log)
+                     lambda: _bytewax_run(rate, args.peak_warmup, args.duration), log)
         n = _guarded(f"nstorm at {rate:,.0f} sentences/s, constraint p99 {BYTEWAX_BOUND_MS:g} ms, round {r + 1}",
                      lambda: run_nstorm({"wordcount.rate": rate / STREAMS, **args.conf,
                                          **constraint_conf(BYTEWAX_BOUND_MS, HALF_WINDOW)},
