@@ -18,9 +18,10 @@ acking on) on a fresh local cluster of real processes per run (ZooKeeper, Nimbus
    (a) / (b) < 1.05.
 2. **bytewax**: bytewax's peak with 1 process (``benchmarks._peers_bytewax``), then, in the
    same run, bytewax and nstorm (constraint ``p99_ms=5``) at that rate: nstorm's p99 (the
-   constraint's windows and the arrival histogram) against bytewax's (source emit -> count),
-   as a ratio (bytewax waits only ``--peak-warmup`` s), and nstorm's p99 parts (mean buffer wait and queue wait per channel, processing
-   per component) of the last window: what bounds it. Goal: ratio <= 1.
+   constraint's windows and the arrival histogram) against bytewax's (source emit -> count;
+   bytewax waits only ``--peak-warmup`` s), as a ratio, and nstorm's p99 parts (mean buffer
+   wait and queue wait per channel, processing per component) of the last window: what
+   bounds it. Goal: ratio <= 1.
 3. **bursty**: the spouts' rate steps 10% -> 70% of nstorm's peak every ``--bursty-step`` s
    (``wordcount.rate.schedule``, cycled from the spouts' open), a constraint ``p99_ms=10,
    window_secs=1``; the static configuration (``topology.latency.control=false``: measured, never
@@ -28,7 +29,9 @@ acking on) on a fresh local cluster of real processes per run (ZooKeeper, Nimbus
    second each) violating the bound over ``--bursty-duration`` s (a whole number of cycles).
 4. **chaining**: dynamic task chaining is not built: reported as such, no number.
 
-Every run notes the machine's 1-min load average before and after (the machine is shared).
+nstorm's percentiles come from log-bucket histograms (:mod:`nstorm.latency`): each is a bucket's
+upper bound, 10% apart, so two runs often show the very same value. Every run notes the
+machine's 1-min load average before and after (the machine is shared).
 Prints a table and writes ``benchmarks/results/<--name>.json`` (default ``latency``).
 """
 
