@@ -14,14 +14,14 @@ acking on) on a fresh local cluster of real processes per run (ZooKeeper, Nimbus
    of each window (polled), the count bolts' arrival histogram (spout emit -> count, stamped
    sentences, as ``benchmarks._peers_nstorm``), and worker CPU per word: the worker processes'
    CPU seconds (psutil on the pids of ``status()["workers"]``) over the words the count bolts
-   executed ((b) waits only ``--baseline-warmup`` s). Goal: windows met >= 95%, CPU per word
-   (a) / (b) < 1.05.
+   executed ((b) waits only ``--baseline-warmup`` s; the order alternates per round). Goal:
+   windows met >= 95%, CPU per word (a) / (b) < 1.05.
 2. **bytewax**: bytewax's peak with 1 process (``benchmarks._peers_bytewax``), then, in the
    same run, bytewax and nstorm (constraint ``p99_ms=5``) at that rate: nstorm's p99 (the
    constraint's windows and the arrival histogram) against bytewax's (source emit -> count;
-   bytewax waits only ``--peak-warmup`` s), as a ratio, and nstorm's p99 parts (mean buffer
-   wait and queue wait per channel, processing per component) of the last window: what
-   bounds it. Goal: ratio <= 1.
+   bytewax waits only ``--peak-warmup`` s), as a ratio (nstorm without a constraint at that
+   rate for reference), and nstorm's p99 parts (mean buffer wait and queue wait per channel,
+   processing per component) of the last window: what bounds it. Goal: ratio <= 1.
 3. **bursty**: the spouts' rate steps 10% -> 70% of nstorm's peak every ``--bursty-step`` s
    (``wordcount.rate.schedule``, cycled from the spouts' open), a constraint ``p99_ms=10,
    window_secs=1``; the static configuration (``topology.latency.control=false``: measured, never
@@ -133,7 +133,7 @@ def run_nstorm(extra: dict[str, Any], warmup: float, duration: float, poll: floa
         time.sleep(warmup)
         first = client.status(NAME)
         hist0, cpu0 = client.arrival_histogram(NAME, "count"), ns._worker_cpu(first)
-        t0 = time.monotonic()
+        t0, window_at = time.monotonic(), time.time()
         timeline: list[dict[str, Any]] = []
         seen = (first["constraints"][0]["windows"] if first["constraints"] else 0)
         while (left := duration - (time.monotonic() - t0)) > 0:
@@ -156,7 +156,7 @@ def run_nstorm(extra: dict[str, Any], warmup: float, duration: float, poll: floa
         return None if secs is None else round(1000 * secs, 3)
 
     out: dict[str, Any] = {
-        "conf": conf, "elapsed_secs": round(elapsed, 2), "load_1min": load, "words": words,
+        "conf": conf, "window_at": window_at, "elapsed_secs": round(elapsed, 2), "load_1min": load, "words": words,
         "words_per_sec": words / elapsed, "sentences_per_sec": words / elapsed / WORDS_PER_SENTENCE,
         "failed": last["spouts"]["failed"] - first["spouts"]["failed"],
         "worker_cpu_secs": cpu_secs, "worker_pids": sorted(cpu),
@@ -244,14 +244,19 @@ def half(args: argparse.Namespace, rate: float, log: Console) -> dict[str, Any]:
     base = {"wordcount.rate": rate / STREAMS, **args.conf}
     rounds = []
     for r in range(args.rounds):
-        a = _guarded(f"half, round {r + 1}: (a) constraint p99 {HALF_BOUND_MS:g} ms",
-                     lambda: run_nstorm({**base, **constraint_conf(HALF_BOUND_MS, HALF_WINDOW)},
-                                        args.warmup, args.duration), log)
-        b = _guarded(f"half, round {r + 1}: (b) no constraint", lambda: run_nstorm(base, args.baseline_warmup, args.duration), log)
+        runs = {
+            "a": (f"half, round {r + 1}: (a) constraint p99 {HALF_BOUND_MS:g} ms",
+                  lambda: run_nstorm({**base, **constraint_conf(HALF_BOUND_MS, HALF_WINDOW)}, args.warmup, args.duration)),
+            "b": (f"half, round {r + 1}: (b) no constraint",
+                  lambda: run_nstorm(base, args.baseline_warmup, args.duration)),
+        }
+        got = {key: _guarded(*runs[key], log) for key in ("ab" if r % 2 == 0 else "ba")}  # drift hits both alike
+        a, b = got["a"], got["b"]
         ca = a.get("constraint") or {}
         ratio = (a["cpu_us_per_word"] / b["cpu_us_per_word"]
                  if a.get("cpu_us_per_word") and b.get("cpu_us_per_word") else None)
-        rounds.append({"a": a, "b": b, "share_met": ca.get("share_met"), "cpu_ratio": ratio})
+        rounds.append({"a": a, "b": b, "order": "ab" if r % 2 == 0 else "ba", "share_met": ca.get("share_met"),
+                       "cpu_ratio": ratio})
         log.print(f"  round {r + 1}: windows met {_pct(ca.get('share_met'))}, CPU/word (a)/(b) "
                   f"{'-' if ratio is None else f'{ratio:.3f}'}")
     share, ratio = _med([x["share_met"] for x in rounds]), _med([x["cpu_ratio"] for x in rounds])
@@ -295,10 +300,13 @@ def bytewax(args: argparse.Namespace, log: Console) -> dict[str, Any]:
                      lambda: run_nstorm({"wordcount.rate": rate / STREAMS, **args.conf,
                                          **constraint_conf(BYTEWAX_BOUND_MS, HALF_WINDOW)},
                                         args.warmup, args.duration), log)
+        plain = _guarded(f"nstorm at {rate:,.0f} sentences/s, no constraint (reference), round {r + 1}",
+                         lambda: run_nstorm({"wordcount.rate": rate / STREAMS, **args.conf},
+                                            args.baseline_warmup, args.duration), log)
         c = n.get("constraint") or {}
         bp99 = b.get("latency_p99_ms")
         wp99, ap99 = (c.get("window_p99_ms") or {}).get("median"), (n.get("arrival_ms") or {}).get("p99")
-        rounds.append({"bytewax": b, "nstorm": n,
+        rounds.append({"bytewax": b, "nstorm": n, "nstorm_no_constraint": plain,
                        "ratio_window_p99": wp99 / bp99 if wp99 and bp99 else None,
                        "ratio_arrival_p99": ap99 / bp99 if ap99 and bp99 else None})
     last = (rounds[-1]["nstorm"].get("constraint") or {}).get("last") or {}
@@ -309,7 +317,9 @@ def bytewax(args: argparse.Namespace, log: Console) -> dict[str, Any]:
                                                       or {}).get("median") for x in rounds]),
                        "nstorm_arrival_p99_ms": _med([(x["nstorm"].get("arrival_ms") or {}).get("p99")
                                                       for x in rounds]),
-                       "ratio_window_p99": ratio, "ratio_arrival_p99": _med([x["ratio_arrival_p99"] for x in rounds])},
+                       "ratio_window_p99": ratio, "ratio_arrival_p99": _med([x["ratio_arrival_p99"] for x in rounds]),
+                       "nstorm_no_constraint_arrival_p99_ms": _med([(x["nstorm_no_constraint"].get("arrival_ms") or {})
+                                                                    .get("p99") for x in rounds])},
             "bounded_by": _dominant(last.get("parts_ms")), "parts_ms": last.get("parts_ms"),
             "gil_switch_interval_ms": _gil_interval(args.conf),
             "goals": {"nstorm p99 <= bytewax p99 (window p99s)": None if ratio is None else ratio <= 1}}
@@ -421,6 +431,8 @@ def render(results: dict[str, Any], args: argparse.Namespace) -> list[Table]:
                                  "nstorm window p99 / arrival p99 / bytewax p99, ms",
                       f"{_ms(m['nstorm_window_p99_ms'])} / {_ms(m['nstorm_arrival_p99_ms'])} / {_ms(m['bytewax_p99_ms'])}",
                       "")
+            t.add_row("bytewax", "nstorm without a constraint at that rate (reference): arrival p99, ms",
+                      _ms(m.get("nstorm_no_constraint_arrival_p99_ms")), "")
             t.add_row("bytewax", "nstorm / bytewax p99 (window; arrival)",
                       f"{_f2(m['ratio_window_p99'])}; {_f2(m['ratio_arrival_p99'])}", f"<= 1: {_met(b['goals'], 0)}")
             t.add_row("bytewax", "what bounds nstorm's (largest mean part, last window)", b.get("bounded_by") or "-",
