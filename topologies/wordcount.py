@@ -9,6 +9,8 @@ Run it: ``nstorm local topologies/wordcount.py``. Settings (``-c key=value``):
 - ``wordcount.pool``: sentences drawn once and then cycled (default 50000), so that
   drawing Zipf words (about 0.25 µs each) stays out of the measured path;
 - ``wordcount.rate``: sentences per second per spout executor (default 0: as fast as it can);
+- ``wordcount.rate.schedule``: a rate that changes over time, JSON ``[[seconds, rate], ...]``
+  (rate per spout executor), cycled from the spout's open; overrides ``wordcount.rate``;
 - ``wordcount.spouts``, ``wordcount.splits``, ``wordcount.counts``: parallelism;
 - ``wordcount.workers``: worker processes (default 2);
 - ``wordcount.reliable``: emit with message ids, tracked by the acker (default true);
@@ -22,12 +24,38 @@ Run it: ``nstorm local topologies/wordcount.py``. Settings (``-c key=value``):
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Mapping
 from typing import Any
 
 from nstorm import Batch, Bolt, Context, Spout, Topology, TopologyBuilder, Tuple
 from topologies.sentences import sentences
+
+
+def scheduled_sends(schedule: list[tuple[float, float]], elapsed: float) -> float:
+    """Sentences a spout following ``schedule`` (``[(seconds, rate), ...]``, cycled) has sent after
+    ``elapsed`` seconds: the integral of its rate."""
+    period = sum(secs for secs, _ in schedule)
+    cycles, rest = divmod(max(0.0, elapsed), period)
+    total = cycles * sum(secs * rate for secs, rate in schedule)
+    for secs, rate in schedule:
+        total += min(rest, secs) * rate
+        rest -= secs
+        if rest <= 0:
+            break
+    return total
+
+
+def rate_schedule(value: Any) -> list[tuple[float, float]]:
+    """``wordcount.rate.schedule`` (a JSON string or a list of ``[seconds, rate]``) as pairs; [] if unset."""
+    if isinstance(value, str):
+        value = json.loads(value) if value.strip() else []
+    steps = [(float(secs), float(rate)) for secs, rate in value or ()]
+    if steps and (any(secs <= 0 or rate < 0 for secs, rate in steps)):
+        msg = f"wordcount.rate.schedule needs [[seconds > 0, rate >= 0], ...], got {value!r}"
+        raise ValueError(msg)
+    return steps
 
 
 class Sentences(Spout):
@@ -45,6 +73,8 @@ class Sentences(Spout):
         size = self.limit if 0 < self.limit <= 10 * pool else pool
         self.pool = sentences(size, seed=int(conf.get("wordcount.seed", 42)) + context.task_index)
         self.rate = float(conf.get("wordcount.rate", 0))
+        self.schedule = rate_schedule(conf.get("wordcount.rate.schedule"))
+        self.base = 0.0  # sentences the schedule is behind or ahead of (re-anchored like the rate)
         self.reliable = bool(conf.get("wordcount.reliable", True))
         self.started = time.monotonic()
         self.state.setdefault("sent", 0)
@@ -60,7 +90,13 @@ class Sentences(Spout):
         sent = state["sent"]
         if self.limit and sent >= self.limit:
             return
-        if self.rate:
+        if self.schedule:
+            expected = self.base + scheduled_sends(self.schedule, time.monotonic() - self.started)
+            if abs(sent - expected) > max(rate for _, rate in self.schedule):
+                self.base += sent - expected  # a second off schedule: re-anchor, as for a fixed rate
+            elif sent >= expected:
+                return
+        elif self.rate:
             expected = self.rate * (time.monotonic() - self.started)
             if abs(sent - expected) > self.rate:
                 # More than a second off schedule (this copy was just moved here with the

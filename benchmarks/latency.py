@@ -1,0 +1,506 @@
+"""Latency constraints (issue 17): how well the controller holds a p99 bound, and at what cost.
+
+``python -m benchmarks.latency [--only half,bytewax,bursty,chaining] [--rounds R] [--peak-rate S] ...``
+
+Word count (``topologies/wordcount.py``, the two seeded sentence streams of ``benchmarks.peers``,
+acking on) on a fresh local cluster of real processes per run (ZooKeeper, Nimbus, 2 supervisors,
+2 worker processes), with a latency constraint on ``sentences > split > count``. Parts:
+
+1. **half**: nstorm's peak sentences/s (as fast as it goes, as ``benchmarks.peers``; or
+   ``--peak-rate``), then at half of it ``--rounds`` interleaved rounds of (a) with a constraint
+   ``p99_ms=5, window_secs=5`` and (b) without one. After ``--warmup`` s (time for the controller
+   to act), over ``--duration`` s: the share of the constraint's windows that met the bound
+   (differences of ``status()["constraints"]``' cumulative ``windows`` / ``windows_met``), the p99
+   of each window (polled), the count bolts' arrival histogram (spout emit -> count, stamped
+   sentences, as ``benchmarks._peers_nstorm``), and worker CPU per word: the worker processes'
+   CPU seconds (psutil on the pids of ``status()["workers"]``) over the words the count bolts
+   executed ((b) waits only ``--baseline-warmup`` s; the order alternates per round). Goal:
+   windows met >= 95%, CPU per word (a) / (b) < 1.05.
+2. **bytewax**: bytewax's peak with 1 process (``benchmarks._peers_bytewax``), then, in the
+   same run, bytewax and nstorm (constraint ``p99_ms=5``) at that rate: nstorm's p99 (the
+   constraint's windows and the arrival histogram) against bytewax's (source emit -> count;
+   bytewax waits only ``--peak-warmup`` s), as a ratio (nstorm without a constraint at that
+   rate for reference), and nstorm's p99 parts (mean buffer wait and queue wait per channel,
+   processing per component) of the last window: what bounds it. Goal: ratio <= 1.
+3. **bursty**: the spouts' rate steps 10% -> 70% of nstorm's peak every ``--bursty-step`` s
+   (``wordcount.rate.schedule``, cycled from the spouts' open), a constraint ``p99_ms=10,
+   window_secs=1``; the static configuration (``topology.latency.control=false``: measured, never
+   acted on) against the controller, ``--bursty-rounds`` interleaved rounds: windows (about a
+   second each) violating the bound over ``--bursty-duration`` s (a whole number of cycles).
+4. **chaining**: dynamic task chaining is not built: reported as such, no number.
+
+nstorm's percentiles come from log-bucket histograms (:mod:`nstorm.latency`): each is a bucket's
+upper bound, 10% apart, so two runs often show the very same value. Every run notes the
+machine's 1-min load average before and after (the machine is shared).
+Prints a table and writes ``benchmarks/results/<--name>.json`` (default ``latency``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from benchmarks._common import machine, write_json
+from benchmarks._workload import STREAMS, WORDS_PER_SENTENCE
+
+__all__ = ["main"]
+
+PARTS = ("half", "bytewax", "bursty", "chaining")
+PATH = ["sentences", "split", "count"]
+NAME = "wordcount"
+HALF_BOUND_MS, HALF_WINDOW = 5.0, 5
+BYTEWAX_BOUND_MS = 5.0
+BURSTY_BOUND_MS, BURSTY_WINDOW = 10.0, 1
+BURSTY_LOW, BURSTY_HIGH = 0.1, 0.7
+GOAL_WINDOWS_MET, GOAL_CPU_RATIO = 0.95, 1.05
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.latency", description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default=",".join(PARTS), help=f"parts to run, comma-separated: {','.join(PARTS)}")
+    parser.add_argument("--peak-rate", type=float, default=0.0,
+                        help="nstorm's peak sentences/s (default: measured first, acking on)")
+    parser.add_argument("--peak-warmup", type=float, default=10.0, help="time before each peak window, s")
+    parser.add_argument("--peak-duration", type=float, default=20.0, help="each peak window (nstorm, bytewax), s")
+    parser.add_argument("--rounds", type=int, default=5, help="half: interleaved rounds of (a) and (b)")
+    parser.add_argument("--warmup", type=float, default=30.0,
+                        help="half and bytewax: time before the window, for the controller to act, s")
+    parser.add_argument("--duration", type=float, default=30.0, help="half and bytewax: measurement window, s")
+    parser.add_argument("--baseline-warmup", type=float, default=10.0,
+                        help="half: time before the window of (b), with no controller to wait for, s")
+    parser.add_argument("--bytewax-rounds", type=int, default=1, help="bytewax: rounds of bytewax then nstorm")
+    parser.add_argument("--bursty-rounds", type=int, default=2, help="bursty: interleaved rounds of static, controller")
+    parser.add_argument("--bursty-step", type=float, default=20.0, help="bursty: seconds at each rate")
+    parser.add_argument("--bursty-warmup", type=float, default=40.0, help="bursty: time before the window, s")
+    parser.add_argument("--bursty-duration", type=float, default=80.0,
+                        help="bursty: measurement window, s (best a multiple of 2 x --bursty-step)")
+    parser.add_argument("--name", default="latency", help="results/<name>.json")
+    parser.add_argument("-c", "--conf", action="append", default=[], help="extra key=value for every nstorm run")
+    args = parser.parse_args(argv)
+    only = [s.strip() for s in args.only.split(",") if s.strip()]
+    if not only or set(only) - set(PARTS):
+        parser.error(f"--only takes some of {','.join(PARTS)}, got {args.only!r}")
+    if min(args.rounds, args.bytewax_rounds, args.bursty_rounds) < 1:
+        parser.error("--rounds, --bytewax-rounds and --bursty-rounds must be at least 1")
+    if min(args.duration, args.peak_duration, args.bursty_duration, args.bursty_step) <= 0:
+        parser.error("durations and --bursty-step must be > 0")
+    if min(args.warmup, args.baseline_warmup, args.peak_warmup, args.bursty_warmup, args.peak_rate) < 0:
+        parser.error("warm-ups and --peak-rate must be >= 0")
+    from nstorm.config import parse_conf_options
+    from nstorm.errors import ConfigError
+
+    try:
+        args.conf = parse_conf_options(args.conf)
+    except ConfigError as exc:
+        parser.error(str(exc))
+    args.only = [p for p in PARTS if p in only]
+    return args
+
+
+def constraint_conf(p99_ms: float, window_secs: int, control: bool = True) -> dict[str, Any]:
+    """The conf of one constraint on word count's path (``-c topology.latency.constraints=...``)."""
+    conf: dict[str, Any] = {"topology.latency.constraints": json.dumps(
+        [{"path": PATH, "p99_ms": p99_ms, "window_secs": window_secs}])}
+    if not control:
+        conf["topology.latency.control"] = False
+    return conf
+
+
+# ---- one run on a fresh cluster -------------------------------------------------------------
+
+def run_nstorm(extra: dict[str, Any], warmup: float, duration: float, poll: float = 1.0) -> dict[str, Any]:
+    """Word count with ``extra`` conf on a fresh local cluster: the window ``duration`` s after
+    ``warmup`` s; its words/s, worker CPU, arrival-histogram latency and, if it has a constraint,
+    the constraint's windows in the window (polled every ``poll`` s) and its last record."""
+    from benchmarks import _peers_nstorm as ns
+    from nstorm import latency
+
+    conf = {**ns.base_conf(2), **extra}
+    load = [os.getloadavg()[0]]
+    with ns._client(2) as client:
+        client.submit(ns.WORDCOUNT, conf=conf)
+        client.wait_running(NAME, 90)
+        time.sleep(warmup)
+        first = client.status(NAME)
+        hist0, cpu0 = client.arrival_histogram(NAME, "count"), ns._worker_cpu(first)
+        t0, window_at = time.monotonic(), time.time()
+        timeline: list[dict[str, Any]] = []
+        seen = (first["constraints"][0]["windows"] if first["constraints"] else 0)
+        while (left := duration - (time.monotonic() - t0)) > 0:
+            time.sleep(min(poll, left))
+            cs = client.constraints(NAME) if first["constraints"] else []
+            if cs and cs[0]["windows"] != seen:
+                seen = cs[0]["windows"]
+                timeline.append({"t": round(time.monotonic() - t0, 2), "windows": seen,
+                                 "windows_met": cs[0]["windows_met"], "p99_ms": cs[0]["measured_p99_ms"],
+                                 "samples": cs[0].get("samples")})
+        elapsed = time.monotonic() - t0
+        last = client.status(NAME)
+        hist, cpu = latency.subtract(client.arrival_histogram(NAME, "count"), hist0), ns._worker_cpu(last)
+    load.append(os.getloadavg()[0])
+    words = last["components"]["count"]["executed"] - first["components"]["count"]["executed"]
+    cpu_secs = sum(cpu.get(pid, 0.0) - cpu0.get(pid, 0.0) for pid in cpu)
+
+    def ms(q: float) -> float | None:
+        secs = latency.percentile(hist, q)
+        return None if secs is None else round(1000 * secs, 3)
+
+    out: dict[str, Any] = {
+        "conf": conf, "window_at": window_at, "elapsed_secs": round(elapsed, 2), "load_1min": load, "words": words,
+        "words_per_sec": words / elapsed, "sentences_per_sec": words / elapsed / WORDS_PER_SENTENCE,
+        "failed": last["spouts"]["failed"] - first["spouts"]["failed"],
+        "worker_cpu_secs": cpu_secs, "worker_pids": sorted(cpu),
+        "cpu_us_per_word": 1e6 * cpu_secs / words if words else None,
+        "arrival_ms": {"p50": ms(0.5), "p99": ms(0.99), "samples": sum(hist.values())},
+    }
+    if first["constraints"]:
+        c0, c1 = first["constraints"][0], last["constraints"][0]
+        windows, met = c1["windows"] - c0["windows"], c1["windows_met"] - c0["windows_met"]
+        p99s = [w["p99_ms"] for w in timeline if w["p99_ms"] is not None]
+        out["constraint"] = {
+            "p99_ms": c1["p99_ms"], "window_secs": c1["window_secs"], "windows": windows, "windows_met": met,
+            "windows_violated": windows - met, "share_met": met / windows if windows else None,
+            "window_p99_ms": {"median": statistics.median(p99s) if p99s else None, "max": max(p99s, default=None),
+                              "polled": len(p99s)},
+            "last": {k: c1.get(k) for k in ("measured_p99_ms", "met", "samples", "parts_ms", "warning")},
+            "actions": c1["actions"], "actions_before_window": len(c0["actions"]),
+            "timeline": timeline,
+        }
+    return out
+
+
+def _guarded(label: str, fn: Callable[[], dict[str, Any]], log: Console) -> dict[str, Any]:
+    """One run; a failure becomes ``{"error"}`` (the other runs still go)."""
+    log.print(f"[bold]{label}[/] ...")
+    started = time.time()
+    try:
+        result = fn()
+    except Exception as exc:
+        log.print(traceback.format_exc(), style="dim")
+        result = {"error": f"{type(exc).__name__}: {exc}", "load_1min": [os.getloadavg()[0]]}
+    result["label"], result["started"] = label, started
+    log.print(f"  {_summary(result)}")
+    return result
+
+
+def _summary(r: dict[str, Any]) -> str:
+    if r.get("error"):
+        return f"not measured: {r['error']}"
+    parts = [f"{_num(r.get('sentences_per_sec'))} sentences/s"]
+    if "arrival_ms" in r:
+        parts.append(f"arrival p99 {_ms(r['arrival_ms']['p99'])} ms")
+    if "latency_p99_ms" in r:
+        parts.append(f"p99 {_ms(r['latency_p99_ms'])} ms")
+    if r.get("cpu_us_per_word") is not None:
+        parts.append(f"{r['cpu_us_per_word']:.2f} CPU µs/word")
+    if c := r.get("constraint"):
+        parts.append(f"windows met {c['windows_met']}/{c['windows']}, window p99 median "
+                     f"{_ms(c['window_p99_ms']['median'])} max {_ms(c['window_p99_ms']['max'])} ms, "
+                     f"{len(c['actions'])} actions")
+    return ", ".join(parts)
+
+
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:,.0f}"
+
+
+def _ms(x: float | None) -> str:
+    return "-" if x is None else (f"{x:,.2f}" if x < 100 else f"{x:,.0f}")
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.0f}%"
+
+
+def _med(values: list[float | None]) -> float | None:
+    good = [v for v in values if v is not None]
+    return statistics.median(good) if good else None
+
+
+# ---- the parts ------------------------------------------------------------------------------
+
+def peak(args: argparse.Namespace, log: Console, out: dict[str, Any]) -> float:
+    """nstorm's peak sentences/s (acking on): ``--peak-rate`` or measured once."""
+    if args.peak_rate:
+        out["peak"] = {"sentences_per_sec": args.peak_rate, "given": True}
+        return args.peak_rate
+    r = _guarded("nstorm peak", lambda: run_nstorm(args.conf, args.peak_warmup, args.peak_duration), log)
+    out["peak"] = r
+    return r.get("sentences_per_sec") or 0.0
+
+
+def half(args: argparse.Namespace, rate: float, log: Console) -> dict[str, Any]:
+    """(a) with a 5 ms constraint and (b) without, interleaved, at ``rate`` sentences/s."""
+    base = {"wordcount.rate": rate / STREAMS, **args.conf}
+    rounds = []
+    for r in range(args.rounds):
+        runs = {
+            "a": (f"half, round {r + 1}: (a) constraint p99 {HALF_BOUND_MS:g} ms",
+                  lambda: run_nstorm({**base, **constraint_conf(HALF_BOUND_MS, HALF_WINDOW)}, args.warmup, args.duration)),
+            "b": (f"half, round {r + 1}: (b) no constraint",
+                  lambda: run_nstorm(base, args.baseline_warmup, args.duration)),
+        }
+        got = {key: _guarded(*runs[key], log) for key in ("ab" if r % 2 == 0 else "ba")}  # drift hits both alike
+        a, b = got["a"], got["b"]
+        ca = a.get("constraint") or {}
+        ratio = (a["cpu_us_per_word"] / b["cpu_us_per_word"]
+                 if a.get("cpu_us_per_word") and b.get("cpu_us_per_word") else None)
+        rounds.append({"a": a, "b": b, "order": "ab" if r % 2 == 0 else "ba", "share_met": ca.get("share_met"),
+                       "cpu_ratio": ratio})
+        log.print(f"  round {r + 1}: windows met {_pct(ca.get('share_met'))}, CPU/word (a)/(b) "
+                  f"{'-' if ratio is None else f'{ratio:.3f}'}")
+    share, ratio = _med([x["share_met"] for x in rounds]), _med([x["cpu_ratio"] for x in rounds])
+    return {"rate_sentences_per_sec": rate, "bound_ms": HALF_BOUND_MS, "window_secs": HALF_WINDOW, "rounds": rounds,
+            "median": {"share_met": share, "cpu_ratio": ratio,
+                       "a_window_p99_ms": _med([(x["a"].get("constraint") or {}).get("window_p99_ms", {}).get("median")
+                                                for x in rounds]),
+                       "a_arrival_p99_ms": _med([(x["a"].get("arrival_ms") or {}).get("p99") for x in rounds]),
+                       "b_arrival_p99_ms": _med([(x["b"].get("arrival_ms") or {}).get("p99") for x in rounds])},
+            "goals": {f"windows met >= {GOAL_WINDOWS_MET:.0%}": None if share is None else share >= GOAL_WINDOWS_MET,
+                      f"CPU per word (a)/(b) < {GOAL_CPU_RATIO}": None if ratio is None else ratio < GOAL_CPU_RATIO}}
+
+
+def _bytewax_run(rate: float, warmup: float, duration: float) -> dict[str, Any]:
+    from benchmarks import _peers_bytewax as bw
+
+    load = [os.getloadavg()[0]]
+    r = bw.run(1, rate, warmup, duration)
+    load.append(os.getloadavg()[0])
+    d = r.to_dict()
+    return {"error": r.error, "sentences_per_sec": r.sentences_per_sec, "words_per_sec": r.words_per_sec,
+            "latency_p50_ms": r.latency_p50_ms, "latency_p99_ms": r.latency_p99_ms, "latency_kind": r.latency_kind,
+            "load_1min": load, "details": d.get("details")} if not r.error else {"error": r.error, "load_1min": load}
+
+
+def bytewax(args: argparse.Namespace, log: Console) -> dict[str, Any]:
+    """bytewax's 1-process peak, then bytewax and nstorm (5 ms constraint) at that rate."""
+    from benchmarks import _peers_bytewax as bw
+
+    if why := bw.available():
+        return {"error": why}
+    pk = _guarded("bytewax (1 proc) peak", lambda: _bytewax_run(0.0, args.peak_warmup, args.peak_duration), log)
+    rate = round(pk.get("sentences_per_sec") or 0.0, -1)
+    if not rate:
+        return {"peak": pk, "error": "bytewax's peak was not measured"}
+    rounds = []
+    for r in range(args.bytewax_rounds):
+        b = _guarded(f"bytewax (1 proc) at {rate:,.0f} sentences/s, round {r + 1}",
+                     lambda: _bytewax_run(rate, args.peak_warmup, args.duration), log)
+        n = _guarded(f"nstorm at {rate:,.0f} sentences/s, constraint p99 {BYTEWAX_BOUND_MS:g} ms, round {r + 1}",
+                     lambda: run_nstorm({"wordcount.rate": rate / STREAMS, **args.conf,
+                                         **constraint_conf(BYTEWAX_BOUND_MS, HALF_WINDOW)},
+                                        args.warmup, args.duration), log)
+        plain = _guarded(f"nstorm at {rate:,.0f} sentences/s, no constraint (reference), round {r + 1}",
+                         lambda: run_nstorm({"wordcount.rate": rate / STREAMS, **args.conf},
+                                            args.baseline_warmup, args.duration), log)
+        c = n.get("constraint") or {}
+        bp99 = b.get("latency_p99_ms")
+        wp99, ap99 = (c.get("window_p99_ms") or {}).get("median"), (n.get("arrival_ms") or {}).get("p99")
+        rounds.append({"bytewax": b, "nstorm": n, "nstorm_no_constraint": plain,
+                       "ratio_window_p99": wp99 / bp99 if wp99 and bp99 else None,
+                       "ratio_arrival_p99": ap99 / bp99 if ap99 and bp99 else None})
+    last = (rounds[-1]["nstorm"].get("constraint") or {}).get("last") or {}
+    ratio = _med([x["ratio_window_p99"] for x in rounds])
+    return {"peak": pk, "rate_sentences_per_sec": rate, "bound_ms": BYTEWAX_BOUND_MS, "rounds": rounds,
+            "median": {"bytewax_p99_ms": _med([x["bytewax"].get("latency_p99_ms") for x in rounds]),
+                       "nstorm_window_p99_ms": _med([((x["nstorm"].get("constraint") or {}).get("window_p99_ms")
+                                                      or {}).get("median") for x in rounds]),
+                       "nstorm_arrival_p99_ms": _med([(x["nstorm"].get("arrival_ms") or {}).get("p99")
+                                                      for x in rounds]),
+                       "ratio_window_p99": ratio, "ratio_arrival_p99": _med([x["ratio_arrival_p99"] for x in rounds]),
+                       "nstorm_no_constraint_arrival_p99_ms": _med([(x["nstorm_no_constraint"].get("arrival_ms") or {})
+                                                                    .get("p99") for x in rounds])},
+            "bounded_by": _dominant(last.get("parts_ms")), "parts_ms": last.get("parts_ms"),
+            "gil_switch_interval_ms": _gil_interval(args.conf),
+            "goals": {"nstorm p99 <= bytewax p99 (window p99s)": None if ratio is None else ratio <= 1}}
+
+
+def _gil_interval(conf: dict[str, Any]) -> Any:
+    from nstorm.config import merge_conf
+
+    return merge_conf(conf).get("worker.gil.switch.interval.ms")
+
+
+def _dominant(parts: dict[str, dict[str, float]] | None) -> str | None:
+    """The largest mean part of a window, and the sum of all means (which a p99 exceeds)."""
+    if not parts:
+        return None
+    flat = [(f"{kind} {where}", ms) for kind, d in parts.items() for where, ms in (d or {}).items()]
+    if not flat:
+        return None
+    name, ms = max(flat, key=lambda p: p[1])
+    return f"{name} ({ms:g} ms mean of {sum(v for _, v in flat):.2f} ms of means)"
+
+
+def bursty(args: argparse.Namespace, rate: float, log: Console) -> dict[str, Any]:
+    """Static configuration against the controller under a 10% -> 70% -> 10% step load."""
+    schedule = [[args.bursty_step, round(BURSTY_LOW * rate / STREAMS, 1)],
+                [args.bursty_step, round(BURSTY_HIGH * rate / STREAMS, 1)]]
+    base = {"wordcount.rate.schedule": json.dumps(schedule), **args.conf}
+    rounds = []
+    for r in range(args.bursty_rounds):
+        row = {}
+        for label, control in (("static", False), ("controller", True)):
+            row[label] = _guarded(
+                f"bursty, round {r + 1}: {label}",
+                lambda control=control: run_nstorm({**base, **constraint_conf(BURSTY_BOUND_MS, BURSTY_WINDOW, control)},
+                                                   args.bursty_warmup, args.bursty_duration, poll=0.5), log)
+        rounds.append(row)
+
+    def total(label: str, key: str) -> int | None:
+        values = [(x[label].get("constraint") or {}).get(key) for x in rounds]
+        return None if any(v is None for v in values) else sum(values)
+
+    static, ctl = total("static", "windows_violated"), total("controller", "windows_violated")
+    return {"peak_sentences_per_sec": rate, "schedule_per_spout": schedule, "bound_ms": BURSTY_BOUND_MS,
+            "window_secs": BURSTY_WINDOW, "rounds": rounds,
+            "total": {label: {"windows_violated": total(label, "windows_violated"), "windows": total(label, "windows"),
+                              "seconds": sum(x[label].get("elapsed_secs", 0) for x in rounds)}
+                      for label in ("static", "controller")},
+            "goals": {"controller violates fewer windows than static":
+                      None if static is None or ctl is None else ctl < static or ctl == static == 0}}
+
+
+# ---- output ---------------------------------------------------------------------------------
+
+def render(results: dict[str, Any], args: argparse.Namespace) -> list[Table]:
+    tables = []
+    if h := results.get("half"):
+        t = Table(title=f"half of peak ({_num(h['rate_sentences_per_sec'])} sentences/s): (a) constraint p99 "
+                        f"{HALF_BOUND_MS:g} ms / {HALF_WINDOW} s windows vs (b) none; {args.duration:g} s windows "
+                        f"after {args.warmup:g} s")
+        for col in ("round", "(a) windows met", "(a) window p99 ms median / max", "(a) arrival p99 ms",
+                    "(b) arrival p99 ms", "(a) CPU µs/word", "(b) CPU µs/word", "(a)/(b) CPU", "(a) actions",
+                    "load 1 min"):
+            t.add_column(col, justify="right")
+        for i, x in enumerate(h["rounds"], 1):
+            a, b = x["a"], x["b"]
+            c = a.get("constraint") or {}
+            w = c.get("window_p99_ms") or {}
+            t.add_row(str(i), f"{c.get('windows_met', '-')}/{c.get('windows', '-')} ({_pct(c.get('share_met'))})",
+                      f"{_ms(w.get('median'))} / {_ms(w.get('max'))}", _ms((a.get("arrival_ms") or {}).get("p99")),
+                      _ms((b.get("arrival_ms") or {}).get("p99")), _f2(a.get("cpu_us_per_word")),
+                      _f2(b.get("cpu_us_per_word")), _f3(x["cpu_ratio"]), str(len(c.get("actions") or [])),
+                      _load(a, b))
+        m = h["median"]
+        t.add_row("median", _pct(m["share_met"]), _ms(m["a_window_p99_ms"]), _ms(m["a_arrival_p99_ms"]),
+                  _ms(m["b_arrival_p99_ms"]), "", "", _f3(m["cpu_ratio"]), "", "", style="bold")
+        tables.append(t)
+    if bw := results.get("bursty"):
+        t = Table(title=f"bursty: {BURSTY_LOW:.0%} -> {BURSTY_HIGH:.0%} -> {BURSTY_LOW:.0%} of "
+                        f"{_num(bw['peak_sentences_per_sec'])} sentences/s every {args.bursty_step:g} s, "
+                        f"p99 {BURSTY_BOUND_MS:g} ms over {BURSTY_WINDOW} s windows, {args.bursty_duration:g} s each")
+        for col in ("round", "configuration", "windows violating", "windows judged", "seconds", "window p99 ms median / max",
+                    "arrival p99 ms", "actions", "load 1 min"):
+            t.add_column(col, justify="right")
+        for i, x in enumerate(bw["rounds"], 1):
+            for label in ("static", "controller"):
+                r = x[label]
+                c = r.get("constraint") or {}
+                w = c.get("window_p99_ms") or {}
+                t.add_row(str(i), label, str(c.get("windows_violated", "-")), str(c.get("windows", "-")),
+                          f"{r.get('elapsed_secs', 0):.0f}", f"{_ms(w.get('median'))} / {_ms(w.get('max'))}",
+                          _ms((r.get("arrival_ms") or {}).get("p99")), str(len(c.get("actions") or [])), _load(r),
+                          style="red" if r.get("error") else None)
+        tables.append(t)
+    t = Table(title="latency constraints (issue 17): goals")
+    for col in ("part", "measure", "result", "goal"):
+        t.add_column(col, justify="left")
+    if h := results.get("half"):
+        m = h["median"]
+        t.add_row("half", f"windows meeting p99 {HALF_BOUND_MS:g} ms (median of {len(h['rounds'])} rounds)",
+                  _pct(m["share_met"]), f">= {GOAL_WINDOWS_MET:.0%}: {_met(h['goals'], 0)}")
+        t.add_row("half", "worker CPU per word, constraint / none (median)", _f3(m["cpu_ratio"]),
+                  f"< {GOAL_CPU_RATIO}: {_met(h['goals'], 1)}")
+    if b := results.get("bytewax"):
+        if b.get("error"):
+            t.add_row("bytewax", "nstorm p99 / bytewax p99", "not measured", b["error"])
+        else:
+            m = b["median"]
+            t.add_row("bytewax", f"p99 at bytewax's 1-proc peak ({_num(b['rate_sentences_per_sec'])} sentences/s): "
+                                 "nstorm window p99 / arrival p99 / bytewax p99, ms",
+                      f"{_ms(m['nstorm_window_p99_ms'])} / {_ms(m['nstorm_arrival_p99_ms'])} / {_ms(m['bytewax_p99_ms'])}",
+                      "")
+            t.add_row("bytewax", "nstorm without a constraint at that rate (reference): arrival p99, ms",
+                      _ms(m.get("nstorm_no_constraint_arrival_p99_ms")), "")
+            t.add_row("bytewax", "nstorm / bytewax p99 (window; arrival)",
+                      f"{_f2(m['ratio_window_p99'])}; {_f2(m['ratio_arrival_p99'])}", f"<= 1: {_met(b['goals'], 0)}")
+            t.add_row("bytewax", "what bounds nstorm's (largest mean part, last window)", b.get("bounded_by") or "-",
+                      f"GIL switch interval {b.get('gil_switch_interval_ms')} ms")
+    if bw := results.get("bursty"):
+        tot = bw["total"]
+        t.add_row("bursty", f"windows violating p99 {BURSTY_BOUND_MS:g} ms, static vs controller "
+                            f"({len(bw['rounds'])} rounds)",
+                  f"{tot['static']['windows_violated']} of {tot['static']['windows']} vs "
+                  f"{tot['controller']['windows_violated']} of {tot['controller']['windows']}",
+                  f"controller fewer: {_met(bw['goals'], 0)}")
+    if "chaining" in results:
+        t.add_row("chaining", "CPU per word, chaining vs not (chainable path)", "not built",
+                  "dynamic task chaining is not implemented yet")
+    tables.append(t)
+    return tables
+
+
+def _met(goals: dict[str, bool | None], i: int) -> str:
+    v = list(goals.values())[i]
+    return "-" if v is None else ("met" if v else "NOT met")
+
+
+def _f2(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def _f3(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
+def _load(*runs: dict[str, Any]) -> str:
+    loads = [v for r in runs for v in r.get("load_1min") or ()]
+    return f"{min(loads):.1f}-{max(loads):.1f}" if loads else "-"
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parse_args(argv)
+    out, log = Console(width=None if sys.stdout.isatty() else 200), Console(stderr=True)
+    info = machine()
+    started, load0 = time.time(), os.getloadavg()
+    results: dict[str, Any] = {}
+    rate = 0.0
+    if {"half", "bursty"} & set(args.only):
+        rate = peak(args, log, results)
+        if not rate:
+            log.print("nstorm's peak was not measured: half and bursty are skipped", style="red")
+    if "half" in args.only and rate:
+        results["half"] = half(args, round(rate / 2, -1), log)
+    if "bytewax" in args.only:
+        results["bytewax"] = bytewax(args, log)
+    if "bursty" in args.only and rate:
+        results["bursty"] = bursty(args, rate, log)
+    if "chaining" in args.only:
+        results["chaining"] = {"status": "not built", "note": "dynamic task chaining (issue 17, 3b) is not implemented"}
+    ended, load1 = time.time(), os.getloadavg()
+    for table in render(results, args):
+        out.print(table)
+    out.print(f"run {time.strftime('%H:%M:%S', time.localtime(started))} to "
+              f"{time.strftime('%H:%M:%S', time.localtime(ended))}; load average at start "
+              f"{' '.join(f'{x:.2f}' for x in load0)}, at end {' '.join(f'{x:.2f}' for x in load1)} "
+              f"({info['cpus']} cores, shared)")
+    path = write_json(args.name, {
+        "machine": info, "command": "python -m benchmarks.latency " + " ".join(sys.argv[1:] if argv is None else argv),
+        "args": vars(args), "started": started, "ended": ended, "load_avg": {"start": load0, "end": load1},
+        "path": PATH, "results": results})
+    out.print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

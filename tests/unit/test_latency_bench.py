@@ -1,0 +1,38 @@
+"""``benchmarks.latency``'s options and the word count rate schedule (no cluster, no timing)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from benchmarks.latency import _parse_args, constraint_conf
+from topologies.wordcount import rate_schedule, scheduled_sends
+
+
+def test_only_selects_parts_in_their_order() -> None:
+    args = _parse_args(["--only", "bursty,half", "--rounds", "5", "-c", "a=1"])
+    assert args.only == ["half", "bursty"]
+    assert args.conf == {"a": 1}
+
+
+@pytest.mark.parametrize("argv", [["--only", "nope"], ["--rounds", "0"], ["--duration", "0"], ["--warmup", "-1"]])
+def test_bad_options_exit_2(argv: list[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        _parse_args(argv)
+    assert exc.value.code == 2
+
+
+def test_constraint_conf_is_one_constraint_on_the_path() -> None:
+    conf = constraint_conf(10, 1, control=False)
+    assert json.loads(conf["topology.latency.constraints"]) == [
+        {"path": ["sentences", "split", "count"], "p99_ms": 10, "window_secs": 1}]
+    assert conf["topology.latency.control"] is False
+
+
+def test_rate_schedule_integrates_and_cycles() -> None:
+    steps = rate_schedule("[[20, 100], [20, 700]]")
+    assert [scheduled_sends(steps, t) for t in (0, 10, 20, 30, 40, 60)] == [0, 1000, 2000, 9000, 16000, 18000]
+    assert rate_schedule(None) == []
+    with pytest.raises(ValueError):
+        rate_schedule([[0, 5]])
