@@ -23,6 +23,9 @@ window at most:
 - **slack** (p99 under :data:`SLACK_SHARE` of the bound for :data:`SLACK_WINDOWS` windows in a
   row): grow the tightest buffer back by half again (throughput), until it is the
   configured one and its entry is dropped.
+- **a buffer step that made it worse** (the next judged window broken, its p99 over
+  :data:`WORSE` times the one that asked for the step) is undone, and its channel left alone for
+  :data:`HELD_WINDOWS` windows.
 - otherwise nothing. A window right after an action is not judged (it mixes both sizes).
 """
 
@@ -38,6 +41,8 @@ __all__ = ["FLOOR_MS", "SLACK_SHARE", "SLACK_WINDOWS", "Decision", "PathWindow",
            "mean_secs", "path_window", "status_entry"]
 
 FLOOR_MS = 0.5  # the smallest output-buffer bound the controller sets
+WORSE = 1.1  # a buffer step after which p99 grew by more than this factor is undone
+HELD_WINDOWS = 8  # windows an undone step's channel is left alone
 SLACK_SHARE = 0.5  # a window whose p99 is under this share of the bound has slack
 SLACK_WINDOWS = 2  # windows of slack in a row before a buffer grows back
 MAX_BACKOFF = 8  # windows between two tries at most, once nothing helps
@@ -93,6 +98,12 @@ class ConstraintState:
     skip: int = 0  # windows not to act in (after an action, or backing off)
     backoff: int = 1
     warning: str | None = None
+    # The last buffer step, until the next judged window says whether it helped: the tuning before
+    # it, its channel and the p99 that asked for it; a step after which p99 got worse is undone.
+    undo: dict[str, dict[str, float]] | None = None
+    undo_channel: str = ""
+    undo_p99: float = 0.0
+    held: dict[str, int] = field(default_factory=dict)  # channel -> windows it is left alone (undone)
 
 
 @dataclass
@@ -104,6 +115,13 @@ class Decision:
     detail: str
     tuning: dict[str, dict[str, float]] | None = None
     channel: str | None = None
+
+
+def _remember(state: ConstraintState, tuning: Mapping[str, Mapping[str, float]], channel: str, p99_ms: float) -> None:
+    """Note a buffer step, so that the next judged window can undo it if p99 got worse."""
+    state.undo = {k: dict(v) for k, v in tuning.items()}
+    state.undo_channel = channel
+    state.undo_p99 = p99_ms
 
 
 def decide(path: Sequence[str], bound_ms: float, win: PathWindow, state: ConstraintState,
@@ -122,6 +140,17 @@ def decide(path: Sequence[str], bound_ms: float, win: PathWindow, state: Constra
     if state.skip > 0:
         state.skip -= 1
         return None
+    for ch in list(state.held):
+        state.held[ch] -= 1
+        if state.held[ch] <= 0:
+            del state.held[ch]
+    undo, state.undo = state.undo, None
+    if undo is not None and not met and win.p99_ms > WORSE * state.undo_p99:
+        ch = state.undo_channel
+        state.held[ch] = HELD_WINDOWS
+        state.skip = 1
+        return Decision("buffer", f"{ch}: the last step undone (p99 {state.undo_p99:g} -> {win.p99_ms:g} ms); "
+                                  f"left alone for {HELD_WINDOWS} windows", undo, ch)
     if hot:  # a chain that saturates its thread costs throughput: undone whatever the bound says
         state.skip = 1
         return Decision("unchain", f"{hot[0]}: its host thread saturates a core (p99 {win.p99_ms:g} ms)",
@@ -149,22 +178,25 @@ def decide(path: Sequence[str], bound_ms: float, win: PathWindow, state: Constra
         else:
             new[ch] = {**new.get(ch, {}), "latency_ms": grown}
         state.skip = 1
+        _remember(state, tuning, ch, win.p99_ms)
         return Decision("buffer", f"{ch}: buffer bound {current[ch]:g} -> {grown:g} ms "
                                   f"(p99 {win.p99_ms:g} ms, under half of {bound_ms:g} ms)", new, ch)
     state.slack = 0
     dominant = win.dominant()
     where = f"{dominant[0]} ({dominant[1]} {dominant[2]:g} ms)" if dominant else "no part measured"
     buffered, queued = sum(win.buffer_ms.values()), sum(win.queue_ms.values())
-    shrinkable = sorted((ch for ch in channels if current[ch] > FLOOR_MS), key=lambda c: -win.buffer_ms.get(c, 0.0))
+    shrinkable = sorted((ch for ch in channels if current[ch] > FLOOR_MS and ch not in state.held),
+                        key=lambda c: -win.buffer_ms.get(c, 0.0))
     if shrinkable and buffered > 0 and buffered >= queued:
         ch = shrinkable[0]
         smaller = round(max(FLOOR_MS, current[ch] / 2), 3)
         new = {k: dict(v) for k, v in tuning.items()}
         new[ch] = {**new.get(ch, {}), "latency_ms": smaller}
         state.skip = 1
+        _remember(state, tuning, ch, win.p99_ms)
         return Decision("buffer", f"{ch}: buffer bound {current[ch]:g} -> {smaller:g} ms (p99 {win.p99_ms:g} ms "
                                   f"over {bound_ms:g} ms; buffer wait {win.buffer_ms.get(ch, 0):g} ms)", new, ch)
-    tuned = [ch for ch in channels if current[ch] < base_latency_ms]
+    tuned = [ch for ch in channels if current[ch] < base_latency_ms and ch not in state.held]
     if queued > buffered and tuned:
         # Tuples wait in queues, for a receiver short of CPU: smaller batches would cost it more
         # (a message and a wake-up each), so a buffer this controller shrank grows back.
@@ -176,6 +208,7 @@ def decide(path: Sequence[str], bound_ms: float, win: PathWindow, state: Constra
         else:
             new[ch] = {**new.get(ch, {}), "latency_ms": grown}
         state.skip = 1
+        _remember(state, tuning, ch, win.p99_ms)
         return Decision("buffer", f"{ch}: buffer bound {current[ch]:g} -> {grown:g} ms (p99 {win.p99_ms:g} ms over "
                                   f"{bound_ms:g} ms; queues wait {queued:g} ms, buffers {buffered:g} ms: the "
                                   "receivers are short of CPU, smaller batches cost more of it)", new, ch)

@@ -276,3 +276,17 @@ def test_otd_and_the_controller_leave_each_other_s_moves_alone_for_a_cool_down()
     plan = Plan.first("t", ["split:0", "count:1"], {"split:0": a.worker_id, "count:1": b.worker_id}, [a, b],
                       code_sha256="x")
     assert colocating_move(plan, "split>count", {"count:1"}) is None
+
+
+def test_a_buffer_step_that_made_p99_worse_is_undone_and_its_channel_left_alone() -> None:
+    before = path_window(PATH, "sentences>split>count", _window([20.0] * 100, {"sentences>split": 2.0, "split>count": 8.0}))
+    state = ConstraintState()
+    step = decide(PATH, 10.0, before, state, {}, 5.0, moves=False)
+    assert step is not None and step.tuning == {"split>count": {"latency_ms": 2.5}}
+    worse = path_window(PATH, "sentences>split>count", _window([40.0] * 100, {"sentences>split": 2.0, "split>count": 8.0}))
+    assert decide(PATH, 10.0, worse, state, step.tuning, 5.0, moves=False) is None  # the window the step took effect in
+    undo = decide(PATH, 10.0, worse, state, step.tuning, 5.0, moves=False)
+    assert undo is not None and undo.kind == "buffer" and undo.tuning == {} and "undone" in undo.detail
+    decide(PATH, 10.0, worse, state, {}, 5.0, moves=False)  # skipped after the undo
+    again = decide(PATH, 10.0, worse, state, {}, 5.0, moves=False)
+    assert again is not None and again.channel == "sentences>split"  # split>count is left alone
