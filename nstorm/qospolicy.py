@@ -104,6 +104,7 @@ class ConstraintState:
     undo_channel: str = ""
     undo_p99: float = 0.0
     held: dict[str, int] = field(default_factory=dict)  # channel -> windows it is left alone (undone)
+    direction: dict[str, int] = field(default_factory=dict)  # channel -> its last step while broken: -1 shrink, +1 grow
 
 
 @dataclass
@@ -117,11 +118,18 @@ class Decision:
     channel: str | None = None
 
 
-def _remember(state: ConstraintState, tuning: Mapping[str, Mapping[str, float]], channel: str, p99_ms: float) -> None:
-    """Note a buffer step, so that the next judged window can undo it if p99 got worse."""
+def _remember(state: ConstraintState, tuning: Mapping[str, Mapping[str, float]], channel: str, p99_ms: float,
+              direction: int) -> None:
+    """Note a buffer step, so that the next judged window can undo it if p99 got worse; a step
+    that reverses the last one on its channel while the bound is broken (shrink, grow, shrink...)
+    leaves the channel alone for a while, longer each time (never an endless loop of actions)."""
     state.undo = {k: dict(v) for k, v in tuning.items()}
     state.undo_channel = channel
     state.undo_p99 = p99_ms
+    if direction and state.direction.get(channel) == -direction:
+        state.held[channel] = HELD_WINDOWS * state.backoff
+        state.backoff = min(MAX_BACKOFF, state.backoff * 2)
+    state.direction[channel] = direction
 
 
 def decide(path: Sequence[str], bound_ms: float, win: PathWindow, state: ConstraintState,
@@ -178,7 +186,7 @@ def decide(path: Sequence[str], bound_ms: float, win: PathWindow, state: Constra
         else:
             new[ch] = {**new.get(ch, {}), "latency_ms": grown}
         state.skip = 1
-        _remember(state, tuning, ch, win.p99_ms)
+        _remember(state, tuning, ch, win.p99_ms, 0)
         return Decision("buffer", f"{ch}: buffer bound {current[ch]:g} -> {grown:g} ms "
                                   f"(p99 {win.p99_ms:g} ms, under half of {bound_ms:g} ms)", new, ch)
     state.slack = 0
@@ -193,7 +201,7 @@ def decide(path: Sequence[str], bound_ms: float, win: PathWindow, state: Constra
         new = {k: dict(v) for k, v in tuning.items()}
         new[ch] = {**new.get(ch, {}), "latency_ms": smaller}
         state.skip = 1
-        _remember(state, tuning, ch, win.p99_ms)
+        _remember(state, tuning, ch, win.p99_ms, -1)
         return Decision("buffer", f"{ch}: buffer bound {current[ch]:g} -> {smaller:g} ms (p99 {win.p99_ms:g} ms "
                                   f"over {bound_ms:g} ms; buffer wait {win.buffer_ms.get(ch, 0):g} ms)", new, ch)
     tuned = [ch for ch in channels if current[ch] < base_latency_ms and ch not in state.held]
@@ -208,7 +216,7 @@ def decide(path: Sequence[str], bound_ms: float, win: PathWindow, state: Constra
         else:
             new[ch] = {**new.get(ch, {}), "latency_ms": grown}
         state.skip = 1
-        _remember(state, tuning, ch, win.p99_ms)
+        _remember(state, tuning, ch, win.p99_ms, 1)
         return Decision("buffer", f"{ch}: buffer bound {current[ch]:g} -> {grown:g} ms (p99 {win.p99_ms:g} ms over "
                                   f"{bound_ms:g} ms; queues wait {queued:g} ms, buffers {buffered:g} ms: the "
                                   "receivers are short of CPU, smaller batches cost more of it)", new, ch)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -44,3 +45,29 @@ def test_the_controller_shrinks_buffers_until_the_constraint_is_met(cluster, cli
     finally:
         client.kill("wclat", wait_secs=0)
 
+
+
+def test_a_constraint_is_met_after_a_load_step_up_and_down(cluster, client) -> None:
+    """Low, then 20x the rate, then low again: the constraint holds in the windows after each step."""
+    schedule = [[10, 100], [10, 2000], [600, 100]]  # sentences/s per spout executor
+    conf = {"wordcount.rate.schedule": schedule, "topology.batch.max.latency.ms": 150, "topology.batch.adaptive": False,
+            "topology.latency.constraints": [{"path": PATH, "p99_ms": 120, "window_secs": 2}]}
+    client.submit(WORDCOUNT, conf=conf, name="wcstep")
+    try:
+        client.wait_running("wcstep", 60)
+        started = time.monotonic()
+        seen: dict[str, list[bool]] = {"low": [], "high": [], "after": []}
+        last_windows = 0
+        while time.monotonic() - started < 45:
+            c = _constraint(client, "wcstep")
+            if c["windows"] > last_windows and c["met"] is not None:
+                last_windows = c["windows"]
+                t = time.monotonic() - started
+                seen["low" if t < 10 else "high" if t < 20 else "after"].append(bool(c["met"]))
+            time.sleep(0.5)
+        assert seen["high"] and seen["after"], seen
+        assert any(a["kind"] == "buffer" for a in c["actions"]), c["actions"]
+        assert seen["after"][-3:] == [True, True, True], seen  # met again once the load came down
+        assert client.status("wcstep")["components"]["count"]["executed"] > 10 * 2 * 2000 * 10 * 0.5
+    finally:
+        client.kill("wcstep", wait_secs=0)

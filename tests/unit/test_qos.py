@@ -290,3 +290,20 @@ def test_a_buffer_step_that_made_p99_worse_is_undone_and_its_channel_left_alone(
     decide(PATH, 10.0, worse, state, {}, 5.0, moves=False)  # skipped after the undo
     again = decide(PATH, 10.0, worse, state, {}, 5.0, moves=False)
     assert again is not None and again.channel == "sentences>split"  # split>count is left alone
+
+
+def test_shrinking_and_growing_one_channel_in_turn_stops() -> None:
+    state = ConstraintState()
+    tuning: dict[str, Any] = {}
+    buffers = PathWindow(20.0, 100, {"sentences>split": 0.1, "split>count": 3.0}, {"sentences>split": 0.1, "split>count": 1.0},
+                         {"split": 0.1, "count": 0.1})
+    queues = PathWindow(20.0, 100, {"sentences>split": 0.1, "split>count": 1.0}, {"sentences>split": 0.1, "split>count": 3.0},
+                        {"split": 0.1, "count": 0.1})
+    kinds = []
+    for i in range(40):
+        step = decide(PATH, 10.0, buffers if i % 4 < 2 else queues, state, tuning, 5.0, moves=False)
+        if step is not None:
+            kinds.append((step.kind, step.channel))
+            tuning = step.tuning if step.tuning is not None else tuning
+    flips = [k for k in kinds if k == ("buffer", "split>count")]
+    assert len(flips) <= 4, kinds  # shrink, grow back, then left alone
