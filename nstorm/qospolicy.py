@@ -12,7 +12,8 @@ window at most:
   to a thread of its own: throughput).
 - **violated** (p99 over the bound): chain a channel of the path that may be chained (a
   pointwise channel inside one worker, :mod:`nstorm.chaining`), the one that waits longest;
-  else, when tuples wait longer in output buffers than in queues, shrink the output buffers
+  else, when tuples wait :data:`BUFFERS_DOMINATE` times longer in output buffers than in
+  queues, shrink the output buffers
   of the channel whose buffer wait is the largest, halving its latency bound (down to
   :data:`FLOOR_MS`); a smaller bound means smaller batches that leave sooner. When they wait
   longer in queues, the receivers are short of CPU and smaller batches (a message and a
@@ -43,6 +44,10 @@ __all__ = ["FLOOR_MS", "SLACK_SHARE", "SLACK_WINDOWS", "Decision", "PathWindow",
 FLOOR_MS = 0.5  # the smallest output-buffer bound the controller sets
 WORSE = 1.1  # a buffer step after which p99 grew by more than this factor is undone
 HELD_WINDOWS = 8  # windows an undone step's channel is left alone
+# Buffers shrink only while tuples wait this many times longer in them than in queues: smaller
+# batches cost the receivers CPU (a message and a wake-up each), and where queues wait about as
+# long, that CPU is short already (benchmarks.latency at half of the peak: p99 doubled).
+BUFFERS_DOMINATE = 2.0
 SLACK_SHARE = 0.5  # a window whose p99 is under this share of the bound has slack
 SLACK_WINDOWS = 2  # windows of slack in a row before a buffer grows back
 MAX_BACKOFF = 8  # windows between two tries at most, once nothing helps
@@ -195,7 +200,7 @@ def decide(path: Sequence[str], bound_ms: float, win: PathWindow, state: Constra
     buffered, queued = sum(win.buffer_ms.values()), sum(win.queue_ms.values())
     shrinkable = sorted((ch for ch in channels if current[ch] > FLOOR_MS and ch not in state.held),
                         key=lambda c: -win.buffer_ms.get(c, 0.0))
-    if shrinkable and buffered > 0 and buffered >= queued:
+    if shrinkable and buffered > 0 and buffered >= BUFFERS_DOMINATE * queued:
         ch = shrinkable[0]
         smaller = round(max(FLOOR_MS, current[ch] / 2), 3)
         new = {k: dict(v) for k, v in tuning.items()}
