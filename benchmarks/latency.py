@@ -27,7 +27,11 @@ acking on) on a fresh local cluster of real processes per run (ZooKeeper, Nimbus
    window_secs=1``; the static configuration (``topology.latency.control=false``: measured, never
    acted on) against the controller, ``--bursty-rounds`` interleaved rounds: windows (about a
    second each) violating the bound over ``--bursty-duration`` s (a whole number of cycles).
-4. **chaining**: dynamic task chaining is not built: reported as such, no number.
+4. **chaining**: word count with the split on ``local_or_shuffle`` (``wordcount.local``: a spout
+   and a split per worker, so each split's only input is its worker's spout), at half of the
+   peak, ``--chain-rounds`` interleaved rounds of the channel ``sentences > split`` chained
+   (``ClusterClient.chain``, each split in its spout's thread) and not: worker CPU per word and
+   the arrival p99 (no constraint: the chains are set by hand, so that only chaining differs).
 
 nstorm's percentiles come from log-bucket histograms (:mod:`nstorm.latency`): each is a bucket's
 upper bound, 10% apart, so two runs often show the very same value. Every run notes the
@@ -84,14 +88,15 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--bursty-warmup", type=float, default=40.0, help="bursty: time before the window, s")
     parser.add_argument("--bursty-duration", type=float, default=80.0,
                         help="bursty: measurement window, s (best a multiple of 2 x --bursty-step)")
+    parser.add_argument("--chain-rounds", type=int, default=3, help="chaining: interleaved rounds of chained, not")
     parser.add_argument("--name", default="latency", help="results/<name>.json")
     parser.add_argument("-c", "--conf", action="append", default=[], help="extra key=value for every nstorm run")
     args = parser.parse_args(argv)
     only = [s.strip() for s in args.only.split(",") if s.strip()]
     if not only or set(only) - set(PARTS):
         parser.error(f"--only takes some of {','.join(PARTS)}, got {args.only!r}")
-    if min(args.rounds, args.bytewax_rounds, args.bursty_rounds) < 1:
-        parser.error("--rounds, --bytewax-rounds and --bursty-rounds must be at least 1")
+    if min(args.rounds, args.bytewax_rounds, args.bursty_rounds, args.chain_rounds) < 1:
+        parser.error("--rounds, --bytewax-rounds, --bursty-rounds and --chain-rounds must be at least 1")
     if min(args.duration, args.peak_duration, args.bursty_duration, args.bursty_step) <= 0:
         parser.error("durations and --bursty-step must be > 0")
     if min(args.warmup, args.baseline_warmup, args.peak_warmup, args.bursty_warmup, args.peak_rate) < 0:
@@ -118,10 +123,32 @@ def constraint_conf(p99_ms: float, window_secs: int, control: bool = True) -> di
 
 # ---- one run on a fresh cluster -------------------------------------------------------------
 
-def run_nstorm(extra: dict[str, Any], warmup: float, duration: float, poll: float = 1.0) -> dict[str, Any]:
+def _chain_splits(client: Any) -> dict[str, str]:
+    """Chain each split to the spout of its worker (``wordcount.local``) and wait until it runs so."""
+    from nstorm.chaining import pointwise_pairs
+
+    plan = client.plan(NAME)
+    pairs = pointwise_pairs(client.topology(NAME)["definition"], plan, "sentences", "split")
+    if not pairs:
+        msg = f"sentences > split is not pointwise in this placement: {dict(plan.executors)}"
+        raise RuntimeError(msg)
+    client.chain(NAME, pairs)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        running = {e: c.get("chained_to") for b in client.heartbeats(NAME).values() for e, c in b.executors.items()}
+        if all(running.get(d) == u for d, u in pairs.items()):
+            return pairs
+        time.sleep(0.2)
+    msg = "the chains did not start within 30 s"
+    raise RuntimeError(msg)
+
+
+def run_nstorm(extra: dict[str, Any], warmup: float, duration: float, poll: float = 1.0,
+               chain: bool = False) -> dict[str, Any]:
     """Word count with ``extra`` conf on a fresh local cluster: the window ``duration`` s after
     ``warmup`` s; its words/s, worker CPU, arrival-histogram latency and, if it has a constraint,
-    the constraint's windows in the window (polled every ``poll`` s) and its last record."""
+    the constraint's windows in the window (polled every ``poll`` s) and its last record. With
+    ``chain``, each split runs in its spout's thread from before the warm-up."""
     from benchmarks import _peers_nstorm as ns
     from nstorm import latency
 
@@ -130,6 +157,7 @@ def run_nstorm(extra: dict[str, Any], warmup: float, duration: float, poll: floa
     with ns._client(2) as client:
         client.submit(ns.WORDCOUNT, conf=conf)
         client.wait_running(NAME, 90)
+        chains = _chain_splits(client) if chain else {}
         time.sleep(warmup)
         first = client.status(NAME)
         hist0, cpu0 = client.arrival_histogram(NAME, "count"), ns._worker_cpu(first)
@@ -162,6 +190,7 @@ def run_nstorm(extra: dict[str, Any], warmup: float, duration: float, poll: floa
         "worker_cpu_secs": cpu_secs, "worker_pids": sorted(cpu),
         "cpu_us_per_word": 1e6 * cpu_secs / words if words else None,
         "arrival_ms": {"p50": ms(0.5), "p99": ms(0.99), "samples": sum(hist.values())},
+        "chains": chains,
     }
     if first["constraints"]:
         c0, c1 = first["constraints"][0], last["constraints"][0]
@@ -268,6 +297,28 @@ def half(args: argparse.Namespace, rate: float, log: Console) -> dict[str, Any]:
                        "b_arrival_p99_ms": _med([(x["b"].get("arrival_ms") or {}).get("p99") for x in rounds])},
             "goals": {f"windows met >= {GOAL_WINDOWS_MET:.0%}": None if share is None else share >= GOAL_WINDOWS_MET,
                       f"CPU per word (a)/(b) < {GOAL_CPU_RATIO}": None if ratio is None else ratio < GOAL_CPU_RATIO}}
+
+
+def chaining(args: argparse.Namespace, rate: float, log: Console) -> dict[str, Any]:
+    """Chained against not, interleaved, at ``rate`` sentences/s on a chainable word count."""
+    base = {"wordcount.rate": rate / STREAMS, "wordcount.local": True, **args.conf}
+    rounds = []
+    for r in range(args.chain_rounds):
+        runs = {"chained": (f"chaining, round {r + 1}: sentences > split chained",
+                            lambda: run_nstorm(base, args.baseline_warmup, args.duration, chain=True)),
+                "unchained": (f"chaining, round {r + 1}: not chained",
+                              lambda: run_nstorm(base, args.baseline_warmup, args.duration))}
+        order = ("chained", "unchained") if r % 2 == 0 else ("unchained", "chained")
+        got = {key: _guarded(*runs[key], log) for key in order}
+        c, u = got["chained"], got["unchained"]
+        ratio = (c["cpu_us_per_word"] / u["cpu_us_per_word"]
+                 if c.get("cpu_us_per_word") and u.get("cpu_us_per_word") else None)
+        rounds.append({"chained": c, "unchained": u, "cpu_ratio": ratio})
+        log.print(f"  round {r + 1}: CPU/word chained/not {'-' if ratio is None else f'{ratio:.3f}'}")
+    return {"rate_sentences_per_sec": rate, "rounds": rounds,
+            "median": {"cpu_ratio": _med([x["cpu_ratio"] for x in rounds]),
+                       "chained_p99_ms": _med([(x["chained"].get("arrival_ms") or {}).get("p99") for x in rounds]),
+                       "unchained_p99_ms": _med([(x["unchained"].get("arrival_ms") or {}).get("p99") for x in rounds])}}
 
 
 def _bytewax_run(rate: float, warmup: float, duration: float) -> dict[str, Any]:
@@ -444,9 +495,12 @@ def render(results: dict[str, Any], args: argparse.Namespace) -> list[Table]:
                   f"{tot['static']['windows_violated']} of {tot['static']['windows']} vs "
                   f"{tot['controller']['windows_violated']} of {tot['controller']['windows']}",
                   f"controller fewer: {_met(bw['goals'], 0)}")
-    if "chaining" in results:
-        t.add_row("chaining", "CPU per word, chaining vs not (chainable path)", "not built",
-                  "dynamic task chaining is not implemented yet")
+    if ch := results.get("chaining"):
+        m = ch["median"]
+        t.add_row("chaining", f"CPU per word, sentences > split chained / not ({len(ch['rounds'])} rounds, "
+                              f"{_num(ch['rate_sentences_per_sec'])} sentences/s)", _f3(m["cpu_ratio"]), "")
+        t.add_row("chaining", "arrival p99 ms, chained / not", f"{_ms(m['chained_p99_ms'])} / {_ms(m['unchained_p99_ms'])}",
+                  "")
     tables.append(t)
     return tables
 
@@ -476,7 +530,7 @@ def main(argv: list[str] | None = None) -> None:
     started, load0 = time.time(), os.getloadavg()
     results: dict[str, Any] = {}
     rate = 0.0
-    if {"half", "bursty"} & set(args.only):
+    if {"half", "bursty", "chaining"} & set(args.only):
         rate = peak(args, log, results)
         if not rate:
             log.print("nstorm's peak was not measured: half and bursty are skipped", style="red")
@@ -486,8 +540,8 @@ def main(argv: list[str] | None = None) -> None:
         results["bytewax"] = bytewax(args, log)
     if "bursty" in args.only and rate:
         results["bursty"] = bursty(args, rate, log)
-    if "chaining" in args.only:
-        results["chaining"] = {"status": "not built", "note": "dynamic task chaining (issue 17, 3b) is not implemented"}
+    if "chaining" in args.only and rate:
+        results["chaining"] = chaining(args, round(rate / 2, -1), log)
     ended, load1 = time.time(), os.getloadavg()
     for table in render(results, args):
         out.print(table)

@@ -17,6 +17,8 @@ Run it: ``nstorm local topologies/wordcount.py``. Settings (``-c key=value``):
 - ``wordcount.batched``: count whole batches with ``process_batch`` (default true) or
   call ``process`` per word (false), to compare the two APIs (the split still emits a
   sentence's words with one ``emit_many``);
+- ``wordcount.local``: the split takes its sentences ``local_or_shuffle`` (default false): with a
+  spout and a split per worker, a pointwise channel that can be chained (``benchmarks.latency``);
 - ``wordcount.plain``: word count written the plain way most users write it (default false):
   the split emits one ``emit`` per word and the count calls ``process`` per word, no
   ``emit_many`` and no ``process_batch`` (overrides ``wordcount.batched``).
@@ -180,8 +182,11 @@ def build_wordcount(conf: Mapping[str, Any], spout: type[Spout] | None = None, c
     plain = is_plain(conf, prefix)
     builder = TopologyBuilder(name)
     builder.set_spout("sentences", spout or Sentences, parallelism=int(conf.get(f"{prefix}.spouts", 2)))
-    builder.set_bolt("split", PlainSplit if plain else Split,
-                     parallelism=int(conf.get(f"{prefix}.splits", 4))).shuffle_grouping("sentences")
+    split = builder.set_bolt("split", PlainSplit if plain else Split, parallelism=int(conf.get(f"{prefix}.splits", 4)))
+    if conf.get(f"{prefix}.local", False) in (True, "true", "True", 1, "1"):
+        split.local_or_shuffle_grouping("sentences")  # chainable: each split takes its worker's spout
+    else:
+        split.shuffle_grouping("sentences")
     if count is None:
         batched = conf.get(f"{prefix}.batched", True) not in (False, "false", 0)
         count = Count if batched and not plain else TupleCount
