@@ -87,16 +87,21 @@ def _sums(beats: Mapping[str, Any]) -> dict[str, dict[int, int]]:
     out: dict[str, dict[int, int]] = {}
     for beat in beats.values():
         for counters in beat.executors.values():
-            for key, hist in (counters.get("qos") or {}).items():
-                if isinstance(hist, Mapping):
+            qos = counters.get("qos") if isinstance(counters, Mapping) else None
+            if not isinstance(qos, Mapping):
+                continue
+            for key, hist in qos.items():
+                try:
                     out[key] = latency.merge(out.get(key, {}), hist)
+                except (AttributeError, TypeError, ValueError):
+                    continue  # a damaged heartbeat: that executor's counts are left out, nothing else
     return out
 
 
 def _executor_cpu(beats: Mapping[str, Any]) -> dict[str, float]:
     """Executor id -> the cores its thread used over the last metrics interval."""
     return {eid: float(c["cpu"]) for beat in beats.values() for eid, c in beat.executors.items()
-            if isinstance(c.get("cpu"), (int, float))}
+            if isinstance(c, Mapping) and isinstance(c.get("cpu"), (int, float))}
 
 
 def _chain_options(definition: Mapping[str, Any], plan: Plan, path: Sequence[str],

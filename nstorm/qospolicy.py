@@ -110,6 +110,7 @@ class ConstraintState:
     undo_p99: float = 0.0
     held: dict[str, int] = field(default_factory=dict)  # channel -> windows it is left alone (undone)
     direction: dict[str, int] = field(default_factory=dict)  # channel -> its last step while broken: -1 shrink, +1 grow
+    holds: dict[str, int] = field(default_factory=dict)  # channel -> times it was held (each hold lasts longer)
 
 
 @dataclass
@@ -132,9 +133,18 @@ def _remember(state: ConstraintState, tuning: Mapping[str, Mapping[str, float]],
     state.undo_channel = channel
     state.undo_p99 = p99_ms
     if direction and state.direction.get(channel) == -direction:
-        state.held[channel] = HELD_WINDOWS * state.backoff
-        state.backoff = min(MAX_BACKOFF, state.backoff * 2)
+        _hold(state, channel)
     state.direction[channel] = direction
+
+
+def _hold(state: ConstraintState, channel: str) -> int:
+    """Leave ``channel`` alone for :data:`HELD_WINDOWS` windows, twice as long each time it is held
+    again (kept across met windows: a steady load never cycles for good); returns the windows."""
+    times = state.holds.get(channel, 0)
+    state.holds[channel] = times + 1
+    windows = HELD_WINDOWS * 2 ** min(times, 3)
+    state.held[channel] = windows
+    return windows
 
 
 def decide(path: Sequence[str], bound_ms: float, win: PathWindow, state: ConstraintState,
@@ -145,6 +155,11 @@ def decide(path: Sequence[str], bound_ms: float, win: PathWindow, state: Constra
     ``chainable``: channels of the path that could be chained now (pointwise, co-located, their
     hosts not busy); ``hot``: chained channels whose host thread saturates a core.
     """
+    if hot and win.p99_ms is None:  # no sample came through, but a saturated chain is undone anyway
+        state.skip = 1
+        windows = _hold(state, hot[0])
+        return Decision("unchain", f"{hot[0]}: its host thread saturates a core; not chained again for {windows} "
+                                   "windows", channel=hot[0])
     if win.p99_ms is None:
         return None  # no sample came through: nothing to judge
     state.windows += 1
@@ -160,15 +175,22 @@ def decide(path: Sequence[str], bound_ms: float, win: PathWindow, state: Constra
     undo, state.undo = state.undo, None
     if undo is not None and not met and win.p99_ms > WORSE * state.undo_p99:
         ch = state.undo_channel
-        state.held[ch] = HELD_WINDOWS
+        windows = _hold(state, ch)
         state.skip = 1
+        new = {k: dict(v) for k, v in tuning.items()}  # only that channel's entry goes back
+        if ch in undo:
+            new[ch] = dict(undo[ch])
+        else:
+            new.pop(ch, None)
         return Decision("buffer", f"{ch}: the last step undone (p99 {state.undo_p99:g} -> {win.p99_ms:g} ms); "
-                                  f"left alone for {HELD_WINDOWS} windows", undo, ch)
+                                  f"left alone for {windows} windows", new, ch)
     if hot:  # a chain that saturates its thread costs throughput: undone whatever the bound says
         state.skip = 1
-        return Decision("unchain", f"{hot[0]}: its host thread saturates a core (p99 {win.p99_ms:g} ms)",
-                        channel=hot[0])
+        windows = _hold(state, hot[0])
+        return Decision("unchain", f"{hot[0]}: its host thread saturates a core (p99 {win.p99_ms:g} ms); not "
+                                   f"chained again for {windows} windows", channel=hot[0])
     channels = [f"{a}>{b}" for a, b in zip(path, path[1:], strict=False)]
+    chainable = [ch for ch in chainable if ch not in state.held]
     if not met and chainable:
         ch = max(chainable, key=lambda c: win.buffer_ms.get(c, 0.0) + win.queue_ms.get(c, 0.0))
         state.skip = 1

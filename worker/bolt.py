@@ -34,6 +34,7 @@ STAMPED = latency.STAMPED  # roots at or above carry their spout emit time (nsto
 _ShiftMark = wire.ShiftMark
 _Traced = Traced
 _ChainMark = ChainMark
+_WAKE = (wire.WAKE, -1, None)
 
 
 class BoltExecutor(UserExecutor):
@@ -69,6 +70,7 @@ class BoltExecutor(UserExecutor):
         # and capacity (worker.stats).
         self.busy_secs = 0.0
         self.guest_pending = -1  # the host whose CHAIN_MARK was taken, until the loop accepts it (worker.chaining)
+        self.chained_version = 0  # the plan version this executor had when it became a guest
 
     def setup(self) -> None:
         bolt: Bolt = self.instance
@@ -261,26 +263,38 @@ class BoltExecutor(UserExecutor):
         """What the host ``src`` hands this chained executor, in the host's thread: anything still
         queued first, then ``item``; this executor's buffers leave at their deadline as ever."""
         inbox = self.inbox
+        outbox = self.outbox
         with inbox.lock:
-            if inbox.host != src:  # released meanwhile: the queue again
+            if inbox.host != src or (outbox.courier.backlog and not outbox.courier.drain()):
+                # Released meanwhile, or a peer of this executor takes nothing now (it takes no
+                # input then, as its own loop would not): the queue, taken in order later.
                 inbox.data.put((src, item))
                 return
-            self._drain_queued()
-            outbox = self.outbox
             began = time.monotonic()
+            armed = outbox.deadline.at is not None
             outbox.deadline.worked(began)
             outbox.ctl_deadline.worked(began)
+            qos = self.qos
             try:
+                self._drain_queued()
+                if qos is not None and qos.starts and qos.sample_due(began):
+                    qos.start()
                 self.take(src, item)
-            except Exception as exc:  # a batch that decoded but is not what it claims: dropped
+                if qos is not None and qos.pending:
+                    qos.resolve()
+                if outbox.guest_bufs:
+                    outbox.flush_guests()
+                now = time.monotonic()
+                self.busy_secs += now - began
+                if outbox.deadline.due(now):
+                    outbox.flush()
+                elif outbox.ctl_deadline.due(now):
+                    outbox.flush_control()
+            except Exception as exc:  # this executor's error, never its host's
                 outbox.current = None
                 self.record_error("batch", exc)
-            if outbox.guest_bufs:
-                outbox.flush_guests()
-            now = time.monotonic()
-            self.busy_secs += now - began
-            if outbox.deadline.due(now):
-                outbox.flush()
+            if not armed and outbox.deadline.at is not None:
+                self.ctl_q.put(_WAKE)  # its own thread sleeps on control: what it holds leaves by the deadline
 
     def _drain_queued(self) -> None:
         """Take what waits on the queue (the caller holds the inbox's lock)."""
@@ -304,6 +318,7 @@ class BoltExecutor(UserExecutor):
                 if inbox.offer == src:  # still offered: from now on the host's thread runs this one
                     inbox.guest = self
                     inbox.host = src
+                    self.chained_version = self.routing.version if self.routing is not None else 0
             self.refresh_routing()
             if not self.ctl_q.empty():
                 self._handle_control()
@@ -311,9 +326,14 @@ class BoltExecutor(UserExecutor):
                 self.shift_step()
             if self.routing is not None and self.routing.rescales:
                 self.rescale_tick()
-            if outbox.courier.backlog:
-                outbox.courier.drain()
-            self._drain_queued()  # from elsewhere than the host (a plan on its way), or left when it let go
+            if not outbox.courier.backlog or outbox.courier.drain():
+                self._drain_queued()  # from elsewhere than the host (a plan on its way), or left when it let go
+            routing = self.routing
+            if inbox.host >= 0 and (self.handover.draining or (
+                    routing is not None and routing.version > self.chained_version
+                    and routing.chains.get(self.task) != inbox.host)):
+                inbox.host = -1  # moved, or a newer plan has no such chain: it ends here, whatever the host does
+                inbox.guest = None
             now = time.monotonic()
             if outbox.deadline.due(now):
                 outbox.flush()
@@ -427,7 +447,8 @@ class BoltExecutor(UserExecutor):
         shift = self.shift
         if type(batch) is _Traced:
             batch = batch.batch  # a key group's tuples may be held: the trace stays behind
-        if shift is None or batch is None or type(batch) is int or type(batch) is wire.ShiftMark:
+        if shift is None or batch is None or type(batch) is int or type(batch) is wire.ShiftMark \
+                or type(batch) is ChainMark:
             self._process_batch(src, batch)
             return
         decoded = self.decode(batch) if type(batch) is bytes else batch
@@ -691,6 +712,8 @@ class BoltExecutor(UserExecutor):
                     qos.start()
                 try:
                     self.take(src, batch)  # (a barrier may switch ``take`` for what follows)
+                    if qos is not None and qos.pending:
+                        qos.resolve()  # before the guests take what it emitted
                     if outbox.guest_bufs:
                         outbox.flush_guests()
                     # Keep taking input while more waits, up to the deadline (or a chain's mark).
@@ -701,6 +724,8 @@ class BoltExecutor(UserExecutor):
                         except queue.Empty:
                             break
                         self.take(src, batch)
+                        if qos is not None and qos.pending:
+                            qos.resolve()
                         if outbox.guest_bufs:
                             outbox.flush_guests()
                 except Exception as exc:  # a batch that decoded but is not what it claims: drop it
@@ -746,6 +771,8 @@ class BoltExecutor(UserExecutor):
                     kind, _src, entries = self.ctl_q.get_nowait()
                 except queue.Empty:
                     return
+            if kind == wire.WAKE:
+                continue  # a host armed this guest's deadline (take_chained)
             if kind == wire.COMMITTED:
                 self.committed(int(entries))
             elif kind == wire.GROUPS:
@@ -771,6 +798,10 @@ class BoltExecutor(UserExecutor):
                     self.taint("queued tuples dropped at the drain deadline")
 
     def teardown(self) -> None:
+        inbox = self.inbox
+        with inbox.lock:  # however the loop ended: no host runs this executor any more
+            inbox.offer = inbox.host = -1
+            inbox.guest = None
         try:
             self.instance.cleanup()
         except Exception as exc:

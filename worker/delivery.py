@@ -118,6 +118,12 @@ class Inbox:
                 return
         self.data.put((src, batch))
 
+    def put_remote(self, src: int, batch: Any, n: int) -> None:
+        """A batch or signal from the network: always the queue (a host is local; taken in order)."""
+        if n:
+            self.in_size = n
+        self.data.put((src, batch))
+
     def put_signal(self, src: int, item: Any) -> None:
         """An in-band signal behind what ``src`` sent (a marker, a barrier, a rescale's marker)."""
         if src == self.host:

@@ -139,7 +139,7 @@ class Transport:
                 trace = trace_from_header(header[6])
                 if trace is not None:
                     payload = Traced(payload, trace)
-            inbox.put_data(src, payload, count)
+            inbox.put_remote(src, payload, count)
             return
         if not (0 <= dst < wire.MAX_TASKS) or not (0 <= src < wire.MAX_TASKS):
             self._drop(f"unknown task {dst}")

@@ -48,6 +48,7 @@ __all__ = [
     "READY",
     "MAX_HOPS",
     "STATE",
+    "WAKE",
     "ACK",
     "AckRun",
     "ROOT_TASK_BITS",
@@ -91,6 +92,7 @@ COMMITTED = 13  # entries: cid                            worker -> its user exe
 SHIFT_MARK = 14  # data-channel header kind: src routes a rescaled component by its new layout (worker.rescale)
 GROUPS = 15  # entries: {"version", "groups", "entries"}  old owner -> new owner: key groups handed over
 SHIFT_READY = 16  # entries: version                     new layout's executor -> upstream: "I hold; switch"
+WAKE = 17  # local only, no entries: a chained executor's host armed its deadline (worker.chaining)
 MAX_HOPS = 16  # a data frame forwarded more often than this is dropped (the acker replays it)
 MAX_TASKS = 1 << 16  # task ids fit the low 16 bits of a root (nstorm.topology.MAX_TASKS)
 

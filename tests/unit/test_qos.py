@@ -307,3 +307,25 @@ def test_shrinking_and_growing_one_channel_in_turn_stops() -> None:
             tuning = step.tuning if step.tuning is not None else tuning
     flips = [k for k in kinds if k == ("buffer", "split>count")]
     assert len(flips) <= 4, kinds  # shrink, grow back, then left alone
+
+
+def test_an_undo_puts_back_only_its_own_channel() -> None:
+    state = ConstraintState()
+    before = path_window(PATH, "sentences>split>count", _window([20.0] * 100, {"sentences>split": 2.0, "split>count": 8.0}))
+    step = decide(PATH, 10.0, before, state, {}, 5.0, moves=False)
+    assert step is not None and step.tuning is not None
+    decide(PATH, 10.0, before, state, step.tuning, 5.0, moves=False)  # skipped
+    others = {**step.tuning, "other>x": {"latency_ms": 1.0}}  # another constraint's step meanwhile
+    worse = path_window(PATH, "sentences>split>count", _window([40.0] * 100, {"sentences>split": 2.0, "split>count": 8.0}))
+    undo = decide(PATH, 10.0, worse, state, others, 5.0, moves=False)
+    assert undo is not None and undo.tuning == {"other>x": {"latency_ms": 1.0}}
+
+
+def test_a_saturated_chain_is_undone_without_samples_and_not_chained_again_at_once() -> None:
+    state = ConstraintState()
+    step = decide(PATH, 10.0, PathWindow(None, 0), state, {}, 5.0, moves=False, hot=["sentences>split"])
+    assert step is not None and step.kind == "unchain"
+    broken = path_window(PATH, "sentences>split>count", _window([20.0] * 100, {"split>count": 8.0}))
+    kinds = [getattr(decide(PATH, 10.0, broken, state, {}, 5.0, moves=False, chainable=["sentences>split"]), "kind", None)
+             for _ in range(6)]
+    assert "chain" not in kinds, kinds
