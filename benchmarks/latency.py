@@ -128,7 +128,7 @@ def _chain_splits(client: Any) -> dict[str, str]:
     from nstorm.chaining import pointwise_pairs
 
     plan = client.plan(NAME)
-    pairs = pointwise_pairs(client.topology(NAME)["definition"], plan, "sentences", "split")
+    pairs = pointwise_pairs(client.cluster.topology(NAME)["definition"], plan, "sentences", "split")
     if not pairs:
         msg = f"sentences > split is not pointwise in this placement: {dict(plan.executors)}"
         raise RuntimeError(msg)
