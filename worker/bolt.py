@@ -282,8 +282,6 @@ class BoltExecutor(UserExecutor):
                 self.take(src, item)
                 if qos is not None and qos.pending:
                     qos.resolve()
-                if outbox.guest_bufs:
-                    outbox.flush_guests()
                 now = time.monotonic()
                 self.busy_secs += now - began
                 if outbox.deadline.due(now):
@@ -713,9 +711,7 @@ class BoltExecutor(UserExecutor):
                 try:
                     self.take(src, batch)  # (a barrier may switch ``take`` for what follows)
                     if qos is not None and qos.pending:
-                        qos.resolve()  # before the guests take what it emitted
-                    if outbox.guest_bufs:
-                        outbox.flush_guests()
+                        qos.resolve()
                     # Keep taking input while more waits, up to the deadline (or a chain's mark).
                     at = deadline.at  # None if what was taken sent everything (a checkpoint's barrier)
                     while at is not None and self.guest_pending < 0 and clock() < at:
@@ -726,8 +722,6 @@ class BoltExecutor(UserExecutor):
                         self.take(src, batch)
                         if qos is not None and qos.pending:
                             qos.resolve()
-                        if outbox.guest_bufs:
-                            outbox.flush_guests()
                 except Exception as exc:  # a batch that decoded but is not what it claims: drop it
                     outbox.current = None
                     self.record_error("batch", exc)

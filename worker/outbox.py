@@ -98,7 +98,6 @@ class Outbox:
         self.routing: RoutingTable | None = None
         self.tuned: Mapping[str, Mapping[str, float]] = {}  # the plan's tuning applied last (tune)
         self.guests: set[int] = set()  # tasks chained to this executor (asked or running in its thread)
-        self.guest_bufs: list[Buffer] = []  # their buffers, flushed after each unit of work
         self.targets: dict[str, list[Target]] = {}
         self.direct_targets: dict[str, list[tuple[str, list[Buffer]]]] = {}
         self.buffers: dict[int, Buffer] = {}
@@ -149,21 +148,12 @@ class Outbox:
         for d in want - self.guests:
             if self.courier.chain_mark(d, me):
                 self.guests.add(d)
-        self.guest_bufs = [self.buffers[d] for d in sorted(self.guests) if d in self.buffers]
-
-    def flush_guests(self) -> None:
-        """Hand what the chained executors' buffers hold to them now (after each unit of work:
-        a call costs no queue put and no wake-up, so nothing waits for a deadline)."""
-        for buf in self.guest_bufs:
-            if buf:
-                self.flush_buffer(buf)
 
     def release_guests(self) -> None:
         """End every chain to this executor (it stops)."""
         for d in self.guests:
             self.courier.release(d)
         self.guests = set()
-        self.guest_bufs = []
 
     def tune(self, tuning: Mapping[str, Mapping[str, float]]) -> None:
         """Size the output buffers as a latency constraint's controller asked for the channels

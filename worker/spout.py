@@ -371,8 +371,6 @@ class SpoutExecutor(UserExecutor):
                     qos.resolve()
             if self.group is not None:
                 self._close_group()
-            if outbox.guest_bufs:
-                outbox.flush_guests()  # chained executors take what this pass emitted now (worker.chaining)
             emitted = self.emit_calls != before
             if emitted and deadline.at is None and outbox.holding():
                 deadline.worked(now)  # something waits in a buffer (at low rates each tuple left at once)
