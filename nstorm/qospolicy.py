@@ -147,6 +147,19 @@ def _hold(state: ConstraintState, channel: str) -> int:
     return windows
 
 
+def _grown(tuning: Mapping[str, Mapping[str, float]], channel: str, bound_ms: float, factor: float,
+           base_latency_ms: float) -> tuple[dict[str, dict[str, float]], float]:
+    """The tuning with ``channel``'s buffer bound grown by ``factor`` (its entry dropped once it is
+    back at the configured bound), and the new bound."""
+    grown = round(min(base_latency_ms, bound_ms * factor), 3)
+    new = {k: dict(v) for k, v in tuning.items()}
+    if grown >= base_latency_ms:
+        new.pop(channel, None)
+    else:
+        new[channel] = {**new.get(channel, {}), "latency_ms": grown}
+    return new, grown
+
+
 def decide(path: Sequence[str], bound_ms: float, win: PathWindow, state: ConstraintState,
            tuning: Mapping[str, Mapping[str, float]], base_latency_ms: float, moves: bool,
            chainable: Sequence[str] = (), hot: Sequence[str] = ()) -> Decision | None:
@@ -206,12 +219,7 @@ def decide(path: Sequence[str], bound_ms: float, win: PathWindow, state: Constra
             return None
         state.slack = 0
         ch = min(tuned, key=lambda c: current[c])
-        grown = round(min(base_latency_ms, current[ch] * 1.5), 3)
-        new = {k: dict(v) for k, v in tuning.items()}
-        if grown >= base_latency_ms:
-            new.pop(ch, None)
-        else:
-            new[ch] = {**new.get(ch, {}), "latency_ms": grown}
+        new, grown = _grown(tuning, ch, current[ch], 1.5, base_latency_ms)
         state.skip = 1
         _remember(state, tuning, ch, win.p99_ms, 0)
         return Decision("buffer", f"{ch}: buffer bound {current[ch]:g} -> {grown:g} ms "
@@ -236,12 +244,7 @@ def decide(path: Sequence[str], bound_ms: float, win: PathWindow, state: Constra
         # Tuples wait in queues, for a receiver short of CPU: smaller batches would cost it more
         # (a message and a wake-up each), so a buffer this controller shrank grows back.
         ch = min(tuned, key=lambda c: current[c])
-        grown = round(min(base_latency_ms, current[ch] * 2), 3)
-        new = {k: dict(v) for k, v in tuning.items()}
-        if grown >= base_latency_ms:
-            new.pop(ch, None)
-        else:
-            new[ch] = {**new.get(ch, {}), "latency_ms": grown}
+        new, grown = _grown(tuning, ch, current[ch], 2.0, base_latency_ms)
         state.skip = 1
         _remember(state, tuning, ch, win.p99_ms, 1)
         return Decision("buffer", f"{ch}: buffer bound {current[ch]:g} -> {grown:g} ms (p99 {win.p99_ms:g} ms over "
