@@ -26,6 +26,7 @@ from nstorm.errors import ClusterError, ConfigError, NotFoundError, UsageError
 from nstorm.loader import load_topology, make_archive
 from nstorm.moves import MODES, RebalanceError, validate_moves
 from nstorm.plan import Plan, interleave_slots
+from nstorm.qospolicy import ConstraintState, status_entry
 from nstorm.records import Heartbeat, MigrationRecord, TopologyStatus
 from nstorm.rescale import validate_rescale
 from nstorm.stall import find_stall
@@ -468,10 +469,7 @@ class ClusterClient:
         recorded = {}
         if isinstance(raw, dict) and raw.get("submission") == topo.get("submission"):
             recorded = {tuple(c.get("path") or ()): c for c in raw.get("constraints") or () if isinstance(c, dict)}
-        return [recorded.get(c.path) or {"path": list(c.path), "p99_ms": c.p99_ms, "window_secs": c.window_secs,
-                                         "measured_p99_ms": None, "met": None, "windows_met": 0, "windows": 0,
-                                         "actions": []}
-                for c in declared]
+        return [recorded.get(c.path) or status_entry(c, ConstraintState(), None, []) for c in declared]
 
     def checkpoints(self, name: str, topo: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """The ``checkpoints`` field of ``status --json`` (see :class:`nstorm.state.record.CheckpointRecord`)."""

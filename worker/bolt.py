@@ -19,7 +19,7 @@ from nstorm import latency
 from nstorm.component import TICK_STREAM, Batch, Bolt, Tuple, TupleMeta, delivered_tuple_class
 from nstorm.topology import FIELDS
 from worker import wire
-from worker.chaining import ChainMark
+from worker.chaining import SIGNALS, ChainMark
 from worker.checkpoint import BarrierAligner
 from worker.executor import UserExecutor
 from worker.host import Host
@@ -445,8 +445,7 @@ class BoltExecutor(UserExecutor):
         shift = self.shift
         if type(batch) is _Traced:
             batch = batch.batch  # a key group's tuples may be held: the trace stays behind
-        if shift is None or batch is None or type(batch) is int or type(batch) is wire.ShiftMark \
-                or type(batch) is ChainMark:
+        if shift is None or batch is None or type(batch) in SIGNALS:
             self._process_batch(src, batch)
             return
         decoded = self.decode(batch) if type(batch) is bytes else batch
@@ -784,8 +783,7 @@ class BoltExecutor(UserExecutor):
                 _src, batch = self.data_q.get_nowait()
             except queue.Empty:
                 return dropped
-            decoded = self.decode(batch) if batch is not None and type(batch) is not int \
-                and type(batch) is not wire.ShiftMark and type(batch) is not ChainMark else None
+            decoded = self.decode(batch) if batch is not None and type(batch) not in SIGNALS else None
             if decoded is not None:
                 dropped += len(decoded[0])
                 if self.host.checkpoints is not None:

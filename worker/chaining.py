@@ -23,7 +23,9 @@ local put and per loop pass.
 
 from __future__ import annotations
 
-__all__ = ["CHAIN_MARK", "ChainMark"]
+from worker import wire
+
+__all__ = ["CHAIN_MARK", "SIGNALS", "ChainMark"]
 
 
 class ChainMark:
@@ -36,3 +38,8 @@ class ChainMark:
 
 
 CHAIN_MARK = ChainMark()
+
+# The in-band items on a data queue that carry no tuples, besides a move's marker (None): a
+# checkpoint's barrier (its id), a rescale's marker and a chain's. One tuple, so that every place
+# that skips them (``type(item) in SIGNALS``) knows them all.
+SIGNALS = (int, wire.ShiftMark, ChainMark)

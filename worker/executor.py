@@ -30,7 +30,7 @@ from nstorm.component import Context
 from nstorm.constraints import constraints_of
 from nstorm.state.keyed import KeyedState, as_key, key_group
 from worker import wire
-from worker.chaining import ChainMark
+from worker.chaining import SIGNALS
 from worker.checkpoint import Snapshotter
 from worker.delivery import Courier, Inbox
 from worker.host import Host
@@ -44,7 +44,6 @@ __all__ = ["Executor", "ExecutorState", "UserExecutor"]
 log = logging.getLogger(__name__)
 _TRACE_CHARS = 4000  # of a stack trace in a heartbeat: its end, where the error is
 
-_SIGNALS = (int, wire.ShiftMark, ChainMark)  # in-band items on a data queue that carry no tuples
 
 class ExecutorState(enum.Enum):
     """The life of an executor's thread (see the module docstring)."""
@@ -532,7 +531,7 @@ class UserExecutor(Executor):
                 _src, batch = self.data_q.get(timeout=0.1)
             except queue.Empty:
                 continue
-            if batch is None or type(batch) in _SIGNALS or outbox.routing is None:
+            if batch is None or type(batch) in SIGNALS or outbox.routing is None:
                 continue  # a marker, a barrier, a rescale's marker or a chain's
             decoded = self.decode(batch)
             runs = decoded[1] if decoded else None

@@ -96,7 +96,6 @@ class Outbox:
         self.emit_tracked = self.emit_tracked_general
         self.emit_many = self.emit_many_general
         self.routing: RoutingTable | None = None
-        self.tuned: Mapping[str, Mapping[str, float]] = {}  # the plan's tuning applied last (tune)
         self.guests: set[int] = set()  # tasks chained to this executor (asked or running in its thread)
         self.targets: dict[str, list[Target]] = {}
         self.direct_targets: dict[str, list[tuple[str, list[Buffer]]]] = {}
@@ -131,8 +130,7 @@ class Outbox:
         self.routing = routing
         self.downstream = sorted({t for name in self.subscribers for t in routing.component_tasks.get(name, ())})
         self.courier.routing = routing
-        if routing.tuning is not self.tuned:
-            self.tune(routing.tuning)
+        self.tune(routing.tuning)  # every plan carries its buffer sizes (none: the configured ones)
         self._compile(routing)
         if routing.chains or self.guests:
             self._rechain(routing)
@@ -159,7 +157,6 @@ class Outbox:
         """Size the output buffers as a latency constraint's controller asked for the channels
         that leave this component (the tightest of them, for all of its buffers: they share one
         deadline); the configured sizes where it asks nothing."""
-        self.tuned = tuning
         prefix = self.component + ">"
         mine = [v for k, v in tuning.items() if k.startswith(prefix)]
         latencies = [float(v["latency_ms"]) / 1000.0 for v in mine if "latency_ms" in v]

@@ -36,7 +36,7 @@ from nstorm.window.engine import ADDED, FULL, LATE, Firing, WindowEngine
 from nstorm.window.watermark import Watermarks
 from worker import wire
 from worker.bolt import BoltExecutor
-from worker.chaining import ChainMark
+from worker.chaining import SIGNALS
 from worker.host import Host
 from worker.qos import Traced
 from worker.runs import InputRun
@@ -114,7 +114,7 @@ class WindowedBoltExecutor(BoltExecutor):
     # -- input -----------------------------------------------------------------------------
     def _process_batch(self, src: int, batch: Any) -> None:
         """Every tuple of the batch into its windows (or the late stream); then the watermark."""
-        if batch is None or type(batch) is int or type(batch) is wire.ShiftMark or type(batch) is ChainMark:
+        if batch is None or type(batch) in SIGNALS:  # a marker, a barrier, a rescale's or a chain's
             super()._process_batch(src, batch)
             return
         if type(batch) is Traced:  # a latency constraint's sampled batch (worker.qos)
