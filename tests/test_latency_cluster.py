@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import collections
 import time
 from pathlib import Path
 from typing import Any
 
-from conftest import run_cli, wait_until
+from topologies.sentences import sentences
+
+from conftest import TOPOLOGIES, read_outputs, run_cli, wait_until
 
 WORDCOUNT = Path(__file__).parents[1] / "topologies" / "wordcount.py"
 PATH = ["sentences", "split", "count"]
@@ -71,3 +74,56 @@ def test_a_constraint_is_met_after_a_load_step_up_and_down(cluster, client) -> N
         assert client.status("wcstep")["components"]["count"]["executed"] > 10 * 2 * 2000 * 10 * 0.5
     finally:
         client.kill("wcstep", wait_secs=0)
+
+
+def test_the_controller_moves_an_executor_to_keep_a_channel_in_one_worker(client, tmp_path: Path) -> None:
+    """A bound no buffer meets on a shuffle channel (never chained) that crosses a process, with
+    ``moves: true``: the controller moves the split that sits without the spout to the spout's
+    worker (a live migration ``by: latency``), once; counts stay exact and no worker restarts."""
+    name, per_spout = "spreadlat", 3000
+    constraint = {"path": ["sentences", "split"], "p99_ms": 0.01, "window_secs": 1, "moves": True}
+    client.submit(TOPOLOGIES / "spread_wordcount.py", name=name,
+                  conf={"test.output.dir": str(tmp_path), "test.sentences": per_spout, "test.rate": 300,
+                        "topology.latency.constraints": [constraint]})
+    try:
+        plan = client.wait_running(name, 60)
+        spout_worker = plan.executors["sentences:0"]
+        away = [e for e, w in plan.executors.items() if e.startswith("split:") and w != spout_worker]
+        assert len(away) == 1, plan.executors  # the layout this test is about: one split per worker
+        pids = {w["id"]: w["pid"] for w in client.status(name)["workers"]}
+
+        def moved() -> Any:
+            done = [r for r in client.migrations(name) if r.by == "latency" and r.completed_at]
+            return done or None
+
+        records = wait_until(moved, 90, interval=0.5, what="a completed move by: latency")
+        assert [(r.executor, r.target) for r in records] == [(away[0], spout_worker)]
+        assert client.plan(name).executors[away[0]] == spout_worker
+        actions = _constraint(client, name)["actions"]
+        assert [a["kind"] for a in actions if a["kind"] == "move"] == ["move"], actions
+        assert f"{away[0]} -> {spout_worker}" in next(a["detail"] for a in actions if a["kind"] == "move")
+
+        expected: collections.Counter[str] = collections.Counter()
+        for s in sentences(per_spout, seed=100):
+            expected.update(s.split())
+
+        def finished() -> dict[str, Any] | None:
+            out = read_outputs(tmp_path)
+            acked = len(out.get("spout-0", {}).get("acks", {}))
+            counted = sum(sum(v.values()) for k, v in out.items() if k.startswith("count-"))
+            return out if acked >= per_spout and counted >= sum(expected.values()) else None
+
+        out = wait_until(finished, 120, interval=0.5, what="every sentence acked and counted")
+        counts: collections.Counter[str] = collections.Counter()
+        for k, v in out.items():
+            if k.startswith("count-"):
+                counts.update(v)
+        assert counts == expected  # nothing lost or counted twice across the move
+        assert set(out["spout-0"]["acks"].values()) == {1}  # every sentence acked exactly once
+        assert {w["id"]: w["pid"] for w in client.status(name)["workers"]} == pids  # no worker restarted
+        # Nothing left to move: later windows warn (and back off) instead of moving again.
+        wait_until(lambda: any(a["kind"] == "warn" for a in _constraint(client, name)["actions"][-3:]), 60,
+                   interval=0.5, what="a warning once nothing is left to move")
+        assert sum(r.by == "latency" for r in client.migrations(name)) == 1
+    finally:
+        client.kill(name, wait_secs=0)
