@@ -17,9 +17,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from conftest import stop_process, wait_until
+from conftest import TOPOLOGIES, stop_process, wait_until
 
-__all__ = ["Http", "Reply", "UiProcess", "chromium_path", "wait_json"]
+__all__ = ["BROKEN", "MET", "Http", "Reply", "UiProcess", "chromium_path", "start_chained_with_constraints",
+           "wait_json"]
+
+# The latency constraints of the UI's tests: a bound every window meets, and one no window can
+# meet (the controller acts on it at once: it shrinks lower>count's buffers, then warns; that
+# channel is fields-grouped, so never chained and never a reason to touch the chains by hand).
+MET = {"path": ["sentences", "split", "lower"], "p99_ms": 60000, "window_secs": 1}
+BROKEN = {"path": ["lower", "count"], "p99_ms": 0.001, "window_secs": 1}
 
 
 @dataclass
@@ -124,6 +131,27 @@ def chromium_path() -> str | None:
         if found:
             return found
     return None
+
+
+def start_chained_with_constraints(zk_address: str, root: str, out_dir: Path, name: str = "uilat") -> dict[str, str]:
+    """Submit ``chained_wordcount`` (two workers) as ``name`` with :data:`MET` and :data:`BROKEN`
+    at a low rate (windows of a second are judged at once) and chain each ``split`` executor to its
+    worker's spout by hand; returns those chains (downstream -> upstream)."""
+    from nstorm.client import ClusterClient
+
+    with ClusterClient(zk_address, root) as client:
+        # Fixed 20 ms output buffers: a sampled trace rides on a buffer that holds its tuple, and
+        # adaptive batching at this rate sends each tuple at once (no trace, no judged window).
+        client.submit(TOPOLOGIES / "chained_wordcount.py", name=name,
+                      conf={"test.output.dir": str(out_dir), "test.sentences": 20_000, "test.rate": 50,
+                            "topology.batch.adaptive": False, "topology.batch.max.latency.ms": 20,
+                            "topology.latency.constraints": [MET, BROKEN]})
+        plan = client.wait_running(name, timeout=60)
+        spout_of = {w: e for e, w in plan.executors.items() if e.startswith("sentences:")}
+        chains = {e: spout_of[w] for e, w in plan.executors.items() if e.startswith("split:")}
+        assert len(chains) == 2 and len(set(chains.values())) == 2, plan.executors  # one of each per worker
+        client.chain(name, chains)
+    return chains
 
 
 def wait_json(http: Http, path: str, predicate: Any, timeout: float = 60.0, what: str = "") -> Any:

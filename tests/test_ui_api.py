@@ -1,6 +1,6 @@
 """The UI's REST API against a real cluster (ZooKeeper, Nimbus, two supervisors, workers) and a
 real UI process: every endpoint's fields and status codes, the POSTs' effects, bad input, auth,
-/metrics, user metrics, and ZooKeeper going away (503, then back)."""
+/metrics, user metrics, latency constraints and chains, and ZooKeeper going away (503, then back)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from _ui import UiProcess, wait_json
+from _ui import BROKEN, MET, UiProcess, start_chained_with_constraints, wait_json
 from conftest import TOPOLOGIES, wait_until
 
 METERED = TOPOLOGIES / "metered.py"
@@ -37,6 +37,12 @@ def metered(cluster: Any, ui: UiProcess) -> str:
         return all(b["executedRate"] for b in doc["bolts"]) and doc["spouts"][0]["acked"] > 0
     wait_json(ui.http, "/api/v1/topology/metered", measured, what="metered to run with rates")
     return "metered"
+
+
+@pytest.fixture(scope="module")
+def chained(cluster: Any, ui: UiProcess, tmp_path_factory: Any) -> dict[str, str]:
+    """``uilat``: latency constraints (one met, one broken) and its splits chained by hand."""
+    return start_chained_with_constraints(cluster.address, cluster.root, tmp_path_factory.mktemp("uilat"))
 
 
 def test_cluster_summaries(ui: UiProcess, metered: str) -> None:
@@ -89,6 +95,10 @@ def test_topology_document_has_storms_fields(ui: UiProcess, metered: str) -> Non
     assert {(e["from"], e["to"]) for e in doc["dag"]["edges"]} == {("numbers", "square"), ("square", "sink")}
     assert doc["checkpoints"]["provider"] == "memory" and "checkpoints" in doc["sections"]
     assert "stalled" in doc and doc["topologyStats"][0]["window"] == ":all-time"
+    assert doc["constraints"] == [] and doc["chains"] == {}  # fields of their own, not generic sections
+    assert "constraints" not in doc["sections"] and "chains" not in doc["sections"]
+    assert ui.http.get("/api/v1/topology/metered/latency").json == {"topologyId": "metered", "constraints": [],
+                                                                   "chains": {}}
 
 
 def test_component_document_per_executor(ui: UiProcess, metered: str) -> None:
@@ -132,6 +142,59 @@ def test_user_metrics_reach_status_and_metrics(ui: UiProcess, metered: str, clus
     assert {s.labels["worker"] for s in families["nstorm_worker_cpu"].samples} == {
         w["id"] for w in ui.http.get("/api/v1/topology/metered").json["workers"]}
     assert families["nstorm_cluster_supervisors"].samples[0].value == 2
+
+
+def test_latency_constraints_and_chains_in_the_api_and_metrics(ui: UiProcess, chained: dict[str, str],
+                                                              cluster: Any) -> None:
+    from nstorm.client import ClusterClient
+
+    def judged(data: dict[str, Any]) -> bool:  # the chains in place, both constraints judged, the broken one acted on
+        by_path = {">".join(c["path"]): c for c in data["constraints"]}
+        return (data["chains"] == chained and by_path["sentences>split>lower"]["windows"] >= 1
+                and by_path["lower>count"]["windows"] >= 1 and bool(by_path["lower>count"]["actions"]))
+    latency = wait_json(ui.http, "/api/v1/topology/uilat/latency", judged, what="uilat's constraints judged")
+    assert set(latency) == {"topologyId", "constraints", "chains"} and latency["topologyId"] == "uilat"
+    met, broken = latency["constraints"]  # in their declared order
+    assert met["path"] == MET["path"] and met["p99_ms"] == MET["p99_ms"] and met["window_secs"] == 1
+    assert met["met"] is True and 0 < met["measured_p99_ms"] <= MET["p99_ms"] and met["samples"] > 0
+    assert met["windows_met"] == met["windows"] >= 1
+    assert set(met["parts_ms"]) == {"buffer", "queue", "processing"}
+    assert set(met["parts_ms"]["buffer"]) == {"sentences>split", "split>lower"}
+    assert set(met["parts_ms"]["processing"]) == {"split", "lower"}
+    assert broken["path"] == BROKEN["path"] and broken["met"] is False and broken["windows_met"] == 0
+    assert broken["measured_p99_ms"] > BROKEN["p99_ms"]
+    for action in broken["actions"]:
+        assert set(action) == {"at", "kind", "detail"} and action["kind"] in ("buffer", "warn"), action
+    assert "lower>count" in broken["actions"][0]["detail"]
+    # The topology document has the same fields as status --json (one code builds both).
+    doc = ui.http.get("/api/v1/topology/uilat").json
+    with ClusterClient(cluster.address, cluster.root) as client:
+        status = client.status("uilat")
+    assert doc["chains"] == status["chains"] == chained
+    assert [c["path"] for c in doc["constraints"]] == [c["path"] for c in status["constraints"]] == [
+        MET["path"], BROKEN["path"]]
+    assert [set(c) for c in doc["constraints"]] == [set(c) for c in status["constraints"]]
+    assert {r[0] for r in doc["placement"]["executors"]} >= set(chained)
+    # Prometheus: a family per figure, labelled with the path.
+    families = {f.name: f for f in text_string_to_metric_families(ui.http.get("/metrics").text)}
+
+    def by_path(family: str, suffix: str = "") -> dict[str, float]:
+        return {s.labels["path"]: s.value for s in families[family].samples
+                if s.labels["topology"] == "uilat" and s.name == family + suffix}
+
+    assert by_path("nstorm_latency_constraint_bound_seconds") == {
+        "sentences>split>lower": 60.0, "lower>count": pytest.approx(1e-6)}
+    assert by_path("nstorm_latency_constraint_met") == {"sentences>split>lower": 1, "lower>count": 0}
+    p99 = by_path("nstorm_latency_constraint_p99_seconds")
+    assert set(p99) == {"sentences>split>lower", "lower>count"} and 0 < p99["sentences>split>lower"] <= 60.0
+    assert p99["lower>count"] > 1e-6
+    windows = by_path("nstorm_latency_constraint_windows", "_total")
+    windows_met = by_path("nstorm_latency_constraint_windows_met", "_total")
+    assert windows_met["sentences>split>lower"] == windows["sentences>split>lower"] >= 1
+    assert windows_met["lower>count"] == 0 and windows["lower>count"] >= 1
+    chained_gauge = {s.labels["topology"]: s.value for s in families["nstorm_topology_chained_executors"].samples}
+    assert chained_gauge["uilat"] == len(chained) and chained_gauge["metered"] == 0
+    assert not any(s.labels["topology"] == "metered" for s in families["nstorm_latency_constraint_bound_seconds"].samples)
 
 
 def test_a_move_from_the_api_is_live_and_recorded_by_ui(ui: UiProcess, metered: str) -> None:
@@ -189,6 +252,9 @@ def test_bad_input_is_a_json_error(ui: UiProcess, metered: str) -> None:
         return str(reply.json["errorMessage"])
 
     assert "nope" in error(ui.http.get("/api/v1/topology/nope"), 404)
+    assert "nope" in error(ui.http.get("/api/v1/topology/nope/latency"), 404)
+    assert "nope" in error(ui.http.get("/api/v1/topology/nope/latency?window=x"), 404)
+    error(ui.http.post("/api/v1/topology/metered/latency"), 405)
     assert "nope" in error(ui.http.post("/api/v1/topology/nope/activate"), 404)
     assert "nope" in error(ui.http.post("/api/v1/topology/nope/move", {"executor": "a:0", "to": "n1:1"}), 404)
     error(ui.http.request("POST", "/api/v1/topology/metered/move", raw=b"{not json"), 400)

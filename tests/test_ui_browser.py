@@ -1,8 +1,8 @@
 """The pages in a real headless Chromium (Debian's ``chromium``, driven by playwright; no browser
 is downloaded): the topology page shows every component, dragging an executor onto another
 worker moves it live (the move shows in the timeline, by ``ui``, and no worker restarts), the
-cluster page lists what runs, a 1,000-executor topology renders, and an unreachable cluster
-says so instead of failing."""
+latency constraints' table and chained executors show, the cluster page lists what runs, a
+1,000-executor topology renders, and an unreachable cluster says so instead of failing."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from _ui import UiProcess, chromium_path, wait_json
+from _ui import UiProcess, chromium_path, start_chained_with_constraints, wait_json
 from conftest import TOPOLOGIES, wait_until
 
 # Flags that work in containers and CI: no sandbox (root), no GPU, no background traffic.
@@ -64,6 +64,12 @@ def metered(cluster: Any, ui: UiProcess) -> str:
     return "metered"
 
 
+@pytest.fixture(scope="module")
+def chained(cluster: Any, ui: UiProcess, tmp_path_factory: Any) -> dict[str, str]:
+    """``uilat``: latency constraints (one met, one broken) and its splits chained by hand."""
+    return start_chained_with_constraints(cluster.address, cluster.root, tmp_path_factory.mktemp("uilat"))
+
+
 def test_drag_an_executor_to_another_worker_moves_it_live(browser: Any, ui: UiProcess, metered: str,
                                                           tmp_path: Any) -> None:
     page = browser.new_page()
@@ -103,11 +109,40 @@ def test_the_page_shows_components_errors_metrics_and_state(browser: Any, ui: Ui
         page.keyboard.press("Escape")
         page.wait_for_selector('#metrics tr[data-metric="squares"]')
         page.wait_for_selector('#sections [data-section="checkpoints"]')
+        assert page.is_hidden("#latency")  # no constraints: no table
+        assert not page.query_selector('#sections [data-section="constraints"]')  # nor a raw section
         page.click('#bolts tr[data-component="square"]')
         page.wait_for_selector('#component table[data-testid="executors"] tr[data-executor="square:0"]')
         page.click('.worker:not(.free) a.log')
         log = page.wait_for_selector('dialog pre[data-testid="log"]')
         wait_until(lambda: "worker" in log.inner_text(), 15, what="the worker's log in the dialog")
+    finally:
+        page.close()
+
+
+def test_the_page_shows_latency_constraints_and_chained_executors(browser: Any, ui: UiProcess,
+                                                                 chained: dict[str, str]) -> None:
+    wait_json(ui.http, "/api/v1/topology/uilat/latency",
+              lambda d: all(c["windows"] for c in d["constraints"]) and d["constraints"][1]["actions"],
+              what="uilat's constraints judged and the broken one acted on")
+    page = browser.new_page()
+    try:
+        page.goto(ui.url + "topology/uilat")
+        met, broken = '#latency tr[data-path="sentences>split>lower"]', '#latency tr[data-path="lower>count"]'
+        page.wait_for_selector(met + '[data-met="true"]', timeout=30_000)
+        page.wait_for_selector(broken + '[data-met="false"] li[data-kind]', timeout=30_000)
+        assert page.is_visible("#latency")
+        cells = page.eval_on_selector_all(met + " td", "els => els.map(e => e.innerText.trim())")
+        assert cells[:2] == ["sentences>split>lower", "60000.0 ms"] and cells[2].endswith(" ms")
+        assert cells[3].startswith("yes (") and ":" in cells[4]  # the dominant part, e.g. "split>lower: buffer wait"
+        cells = page.eval_on_selector_all(broken + " td", "els => els.map(e => e.innerText.trim())")
+        assert cells[0] == "lower>count" and cells[3].startswith("no (0 / ")
+        action = page.inner_text(broken + " li[data-kind]")
+        assert "lower>count" in action and ("buffer" in action or "warn" in action)
+        for eid, host in chained.items():
+            chip = page.wait_for_selector(f'.executor.chained[data-executor="{eid}"][data-chained-to="{host}"]')
+            assert f"chained to {host}" in (chip.get_attribute("title") or "")
+        assert page.eval_on_selector_all(".executor.chained[data-executor]", "els => els.length") == len(chained)
     finally:
         page.close()
 

@@ -6,6 +6,7 @@ Routes (Storm's REST shape, ``:id`` is the topology's name; see :mod:`ui.documen
     GET  /api/v1/topology/:id                        spouts, bolts, workers, configuration, placement, dag
     GET  /api/v1/topology/:id/component/:component   per executor: host, port, worker, counters
     GET  /api/v1/topology/:id/migrations | /otd | /traffic?window=S | /worker/:worker/log?lines=N
+    GET  /api/v1/topology/:id/latency                latency constraints and chains, as status --json
     POST /api/v1/topology/:id/activate | /deactivate | /rebalance/:wait-time | /kill/:wait-time
     POST /api/v1/topology/:id/move                   {"executor": "count:3", "to": "n2:6701"}: live, by "ui"
     GET  /metrics                                    Prometheus' text format
@@ -192,6 +193,12 @@ class Api:
 
     def otd(self, request: Request) -> JSONResponse:
         return JSONResponse(documents.otd_document(self.view(request.path_params["id"])))
+
+    def latency(self, request: Request) -> JSONResponse:
+        """The latency constraints and chains alone: what a dashboard polls without the whole
+        topology document (the same snapshot, so both always agree)."""
+        name = request.path_params["id"]
+        return JSONResponse({"topologyId": name, **documents.latency_document(self.view(name))})
 
     def traffic(self, request: Request) -> JSONResponse:
         """The ``nstorm traffic --json`` document over the last ``window`` seconds, aggregated in
@@ -390,6 +397,7 @@ def create_app(source: ClusterSource, credentials: tuple[str, str] | None = None
         Route(topology + "/component/{component}", api.component),
         Route(topology + "/migrations", api.migrations),
         Route(topology + "/otd", api.otd),
+        Route(topology + "/latency", api.latency),
         Route(topology + "/traffic", api.traffic),
         Route(topology + "/worker/{worker}/log", api.worker_log),
         Route(topology + "/activate", post_status, methods=["POST"]),

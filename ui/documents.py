@@ -4,8 +4,8 @@ Same paths and field names where the concept exists (``spoutId``, ``boltId``, ``
 ``emitted``, ``transferred``, ``acked``, ``failed``, ``executed``, ``capacity``,
 ``executeLatency``, ``processLatency``, ``completeLatency``, ``lastError``, ...), latencies and
 capacity as strings with three decimals, as Storm sends them; nstorm's own facts (placement,
-per-executor load, the DAG, migrations, OTD, checkpoints) in fields of their own. ``:id`` is the
-topology's name.
+per-executor load, the DAG, migrations, OTD, checkpoints, latency constraints, chains) in fields
+of their own. ``:id`` is the topology's name.
 
 Pure functions of what :mod:`ui.source` read, so that each document is tested without a cluster.
 """
@@ -31,6 +31,7 @@ __all__ = [
     "masked",
     "migrations_document",
     "nimbus_summary",
+    "latency_document",
     "otd_document",
     "pretty_secs",
     "read_topology",
@@ -42,9 +43,11 @@ __all__ = [
 _SECRET = re.compile(r"password|secret|token|auth", re.IGNORECASE)
 MASK = "********"
 ALIVE_SECS = 10.0  # a worker whose last heartbeat is older is shown dead
-# status --json fields the documents map to Storm's; every other one (checkpoints, stalled, and
-# whatever later features add) is passed on under its own name.
-_KNOWN_STATUS = {"name", "status", "plan_version", "workers", "components", "spouts", "otd", "migrations"}
+# status --json fields the documents map to Storm's or show in a place of their own (the latency
+# constraints and chains: a table and the placement view); every other one (checkpoints, stalled,
+# and whatever later features add) is passed on under its own name.
+_KNOWN_STATUS = {"name", "status", "plan_version", "workers", "components", "spouts", "otd", "migrations",
+                 "constraints", "chains"}
 _KNOWN_COMPONENT = {"parallelism", "emitted", "batches", "executed", "acked", "failed", "queue", "errors",
                     "last_error", "latency_ms", "capacity", "metrics"}
 
@@ -357,6 +360,7 @@ def topology_document(view: TopologyView, now: float | None = None) -> dict[str,
                       "executors": placement, "moving": sorted(m.executor for m in view.migrations if not m.completed_at)},
         "dag": _dag(view.definition),
         "otd": status.get("otd"),
+        **latency_document(view),
         "migrationsTotal": len(view.migrations),
         "configuration": masked(view.conf),
     }
@@ -424,6 +428,13 @@ def migrations_document(view: TopologyView) -> dict[str, Any]:
         data["state"] = r.state.value
         rows.append(data)
     return {"topologyId": view.name, "migrations": rows, "moving": [r["executor"] for r in rows if not r["completed_at"]]}
+
+
+def latency_document(view: TopologyView) -> dict[str, Any]:
+    """``/api/v1/topology/:id/latency``: ``constraints`` and ``chains`` exactly as ``status --json``
+    has them (:meth:`nstorm.client.ClusterClient.status` builds both), so that the CLI, the API
+    and the page never disagree about a constraint."""
+    return {"constraints": list(view.status.get("constraints") or []), "chains": dict(view.status.get("chains") or {})}
 
 
 def otd_document(view: TopologyView) -> dict[str, Any]:

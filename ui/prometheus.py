@@ -12,7 +12,11 @@ UI keeps no state of its own. Labels: ``topology``, ``component``, ``executor``,
   estimated the same way);
 - per worker: CPU (share of a core), queued tuples, dropped frames, forwarded frames, heartbeat age;
 - per topology: migrations by mode and by whom, OTD rounds by case, checkpoint restores, pending
-  spout tuples;
+  spout tuples, chained executors;
+- per latency constraint (label ``path``: ``a>b>c``): its bound and its last window's measured
+  p99 (seconds; no sample before the first judged window), whether that window met the bound
+  (1/0, none before it), and the windows judged and met (counters of the leading Nimbus's
+  controller: they start again at 0 when another Nimbus takes over);
 - user metrics (``context.register_counter`` / ``register_gauge``): ``nstorm_user_<name>_total``
   and ``nstorm_user_<name>``.
 """
@@ -146,9 +150,32 @@ def _topology(f: _Families, view: TopologyView, now: float) -> None:
         last = checkpoints.get("last_committed") or {}
         f.gauge("nstorm_topology_checkpoint_last_committed", "Id of the last committed checkpoint",
                 ["topology"]).add_metric([name], int(last.get("id") or 0))
+    f.gauge("nstorm_topology_chained_executors", "Executors running in their upstream executor's thread",
+            ["topology"]).add_metric([name], len(status.get("chains") or {}))
+    _constraints(f, view)
     _components(f, view)
     _executors(f, view)
     _workers(f, view, now)
+
+
+def _constraints(f: _Families, view: TopologyView) -> None:
+    """The latency constraints' families, from status's ``constraints`` (what ``status --json``
+    and the API show, so that an alert and the page agree)."""
+    labels = ["topology", "path"]
+    for c in view.status.get("constraints") or ():
+        key = [view.name, ">".join(c["path"])]
+        f.gauge("nstorm_latency_constraint_bound_seconds", "The latency constraint's bound on the path's p99",
+                labels).add_metric(key, float(c["p99_ms"]) / 1000.0)
+        if c.get("measured_p99_ms") is not None:
+            f.gauge("nstorm_latency_constraint_p99_seconds", "The path's p99 over the last judged window",
+                    labels).add_metric(key, float(c["measured_p99_ms"]) / 1000.0)
+        if c.get("met") is not None:
+            f.gauge("nstorm_latency_constraint_met", "1 if the last judged window met the bound, else 0",
+                    labels).add_metric(key, 1 if c["met"] else 0)
+        f.counter("nstorm_latency_constraint_windows", "Windows judged (since this Nimbus leads)",
+                  labels).add_metric(key, int(c.get("windows") or 0))
+        f.counter("nstorm_latency_constraint_windows_met", "Judged windows that met the bound (since this Nimbus leads)",
+                  labels).add_metric(key, int(c.get("windows_met") or 0))
 
 
 def _components(f: _Families, view: TopologyView) -> None:

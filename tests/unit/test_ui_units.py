@@ -135,6 +135,37 @@ def test_prometheus_families_parse_with_labels() -> None:
     assert families["nstorm_worker_cpu"].samples[0].value == 0.0
 
 
+_JUDGED = {"path": ["src", "work"], "p99_ms": 20.0, "window_secs": 1.0, "measured_p99_ms": 35.5, "met": False,
+           "windows_met": 3, "windows": 7, "samples": 120, "warning": "p99 35.5 ms over 20 ms: src>work dominates",
+           "parts_ms": {"buffer": {"src>work": 30.0}, "queue": {"src>work": 2.0}, "processing": {"work": 0.5}},
+           "actions": [{"at": 1.0, "kind": "buffer", "detail": "src>work: buffer bound 5 -> 2.5 ms"}]}
+# Not judged yet (no window has passed): status --json's entry from qospolicy.status_entry.
+_FRESH = {"path": ["src", "work", "out"], "p99_ms": 50.0, "window_secs": 5.0, "measured_p99_ms": None, "met": None,
+          "windows_met": 0, "windows": 0, "actions": []}
+
+
+def test_latency_constraints_and_chains_in_the_documents_and_metrics() -> None:
+    view = _view({"constraints": [_JUDGED, _FRESH], "chains": {"work:0": "src:0"}})
+    doc = documents.topology_document(view)
+    assert doc["constraints"] == [_JUDGED, _FRESH] and doc["chains"] == {"work:0": "src:0"}
+    assert "constraints" not in doc["sections"] and "chains" not in doc["sections"]  # a table and marks of their own
+    assert documents.latency_document(view) == {"constraints": [_JUDGED, _FRESH], "chains": {"work:0": "src:0"}}
+    bare = documents.topology_document(_view())  # a status without them: empty, not missing
+    assert bare["constraints"] == [] and bare["chains"] == {}
+    text = prometheus.render(prometheus.topology_families([view], time.time())).decode()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+
+    def values(family: str, suffix: str = "") -> dict[str, float]:
+        return {s.labels["path"]: s.value for s in families[family].samples if s.name == family + suffix}
+
+    assert values("nstorm_latency_constraint_bound_seconds") == {"src>work": 0.02, "src>work>out": 0.05}
+    assert values("nstorm_latency_constraint_p99_seconds") == {"src>work": 0.0355}  # none before a judged window
+    assert values("nstorm_latency_constraint_met") == {"src>work": 0}
+    assert values("nstorm_latency_constraint_windows", "_total") == {"src>work": 7, "src>work>out": 0}
+    assert values("nstorm_latency_constraint_windows_met", "_total") == {"src>work": 3, "src>work>out": 0}
+    assert families["nstorm_topology_chained_executors"].samples[0].value == 1
+
+
 def test_histogram_buckets_are_cumulative() -> None:
     from nstorm import latency
 

@@ -1,5 +1,6 @@
-/* The topology page: DAG with live edge rates, placement with drag-and-drop live moves, the
-   timeline of migrations and OTD rounds, components, traffic heatmap, state and metrics.
+/* The topology page: latency constraints, DAG with live edge rates, placement with drag-and-drop
+   live moves (chained executors marked), the timeline of migrations and OTD rounds, components,
+   traffic heatmap, state and metrics.
    Polls /api/v1/topology/:id every 2 s; rebuilds the placement only when the plan changes and
    otherwise recolours it in place, so that 1,000 executors stay cheap to update. */
 "use strict";
@@ -11,7 +12,7 @@
   const state = {
     name: NAME, doc: null, sups: null, dagTraffic: null, traffic: null, trafficWindow: 60,
     structure: "", chips: new Map(), kinds: new Map(), selected: null, renders: 0, lastRenderMs: 0,
-    firstRenderAt: null, timelineKey: "", configKey: "", missing: false,
+    firstRenderAt: null, timelineKey: "", configKey: "", latencyKey: "", missing: false,
   };
   window.nstorm = state; // read by the browser tests and benchmarks.ui
 
@@ -58,6 +59,51 @@
     }
     if (doc.otd && doc.otd.warning) alerts.push(el("section", { class: "panel" }, el("b", {}, "OTD warning: "), doc.otd.warning));
     document.getElementById("alerts").replaceChildren(...alerts);
+  }
+
+  // -- latency constraints ------------------------------------------------------------------------
+  const PARTS = { buffer: "buffer wait", queue: "queue wait", processing: "processing" };
+
+  /* [channel or component, part, ms] of the largest part of the last window (as the controller's
+     PathWindow.dominant names it), or null before the first judged window. */
+  function dominantPart(c) {
+    let best = null;
+    for (const [part, values] of Object.entries(c.parts_ms || {})) {
+      for (const [where, v] of Object.entries(values || {})) {
+        if (best === null || Number(v) > best[2]) best = [where, PARTS[part] || part, Number(v)];
+      }
+    }
+    return best;
+  }
+
+  /* Shown only for a topology with constraints; rebuilt only when a constraint's record changes. */
+  function renderLatency(doc) {
+    const constraints = doc.constraints || [];
+    const panel = document.getElementById("latency");
+    panel.hidden = constraints.length === 0;
+    const key = JSON.stringify(constraints);
+    if (key === state.latencyKey) return;
+    state.latencyKey = key;
+    const rows = constraints.map((c) => {
+      const path = c.path.join(">");
+      const judged = c.met !== null && c.met !== undefined;
+      const met = judged ? el("span", { class: c.met ? "met" : "broken" }, c.met ? "yes" : "no")
+        : el("span", { class: "muted" }, "not judged yet");
+      const top = dominantPart(c);
+      const why = [];
+      if (c.warning) why.push(el("div", { class: "err", "data-testid": "warning" }, c.warning));
+      if (top) why.push(el("div", { "data-testid": "dominant" }, `${top[0]}: ${top[1]} ${ms(top[2])}`));
+      const actions = (c.actions || []).slice(-3).reverse().map((a) => el("li", { "data-kind": a.kind },
+        el("span", { class: "t" }, clock(a.at)), el("span", { class: "kind" }, a.kind), a.detail));
+      return el("tr", { "data-path": path, "data-met": String(judged ? c.met : "") },
+        el("td", {}, path),
+        el("td", { class: "num", title: `p99 over windows of ${c.window_secs} s` }, ms(c.p99_ms)),
+        el("td", { class: "num", title: c.samples === undefined ? null : `${num(c.samples)} samples` }, ms(c.measured_p99_ms)),
+        el("td", { "data-testid": "met" }, met, ` (${num(c.windows_met)} / ${num(c.windows)})`),
+        el("td", { class: "wrap" }, why.length ? why : el("span", { class: "muted" }, "–")),
+        el("td", { class: "wrap" }, actions.length ? el("ol", { class: "acts" }, actions) : el("span", { class: "muted" }, "none yet")));
+    });
+    panel.querySelector("tbody").replaceChildren(...rows);
   }
 
   // -- DAG ----------------------------------------------------------------------------------------
@@ -147,7 +193,8 @@
     if (chip.dataset.bg !== style) { chip.dataset.bg = style; chip.style.background = style; }
     const title = kind === "acker" ? `${eid} (acker: not moved)`
       : `${eid}: capacity ${capacity === null ? "–" : Number(capacity).toFixed(3)}, executed ${rate(executedRate)}, ` +
-        `emitted ${rate(emittedRate)}, queue ${queue}${errors ? ", " + errors + " errors" : ""}`;
+        `emitted ${rate(emittedRate)}, queue ${queue}${errors ? ", " + errors + " errors" : ""}` +
+        (chip.dataset.chainedTo ? `; chained to ${chip.dataset.chainedTo} (runs in its thread)` : "");
     if (chip.title !== title) chip.title = title;
     chip.classList.toggle("err", errors > 0);
   }
@@ -155,6 +202,7 @@
   function renderPlacement(doc, sups) {
     const rows = doc.placement.executors;
     const moving = new Set(doc.placement.moving);
+    const chains = doc.chains || {}; // downstream executor -> the upstream executor whose thread runs it
     const spouts = new Set(doc.spouts.map((s) => s.spoutId));
     const mine = new Set(doc.workers.map((w) => w.id));
     const nodes = new Map();
@@ -166,7 +214,7 @@
       }
     }
     const placedIn = new Map(rows.map((r) => [r[0], r[1]]));
-    const key = JSON.stringify([doc.planVersion, [...placedIn], [...moving], [...nodes].map(([n, v]) => [n, v.workers.map((w) => [w.id, w.pid, w.alive]), v.free.map((f) => f.id)])]);
+    const key = JSON.stringify([doc.planVersion, [...placedIn], [...moving], Object.entries(chains).sort(), [...nodes].map(([n, v]) => [n, v.workers.map((w) => [w.id, w.pid, w.alive]), v.free.map((f) => f.id)])]);
     const container = document.querySelector("#placement .nodes");
     if (key !== state.structure) {
       state.structure = key;
@@ -184,8 +232,9 @@
             const kind = chipKind(eid, spouts);
             state.kinds.set(eid, kind);
             const drag = kind !== "acker" && !moving.has(eid) ? ' draggable="true"' : "";
-            return `<span class="executor${kind === "acker" ? " acker" : ""}${moving.has(eid) ? " moving" : ""}" ` +
-                   `data-executor="${esc(eid)}"${drag}>${esc(eid)}</span>`;
+            const host = Object.hasOwn(chains, eid) ? ` data-chained-to="${esc(chains[eid])}"` : "";
+            return `<span class="executor${kind === "acker" ? " acker" : ""}${moving.has(eid) ? " moving" : ""}${host ? " chained" : ""}" ` +
+                   `data-executor="${esc(eid)}"${host}${drag}>${esc(eid)}</span>`;
           }).join("");
           html.push(`<div class="worker${w.alive ? "" : " dead"}" data-worker="${esc(w.id)}" data-pid="${esc(w.pid ?? "")}">` +
                     `<div class="wtitle"><b>${esc(w.id)}</b>pid ${esc(w.pid ?? "–")}<span class="cpu">${esc(cpuText(w))}</span>` +
@@ -585,6 +634,7 @@
     const parts = {};
     const timed = (name, fn) => { const t = performance.now(); fn(); parts[name] = performance.now() - t; };
     timed("header", () => { renderHeader(doc); renderSummary(doc); });
+    timed("latency", () => renderLatency(doc));
     timed("dag", () => renderDag(doc));
     timed("placement", () => renderPlacement(doc, sups));
     timed("components", () => renderComponents(doc));
