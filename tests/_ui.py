@@ -140,11 +140,8 @@ def start_chained_with_constraints(zk_address: str, root: str, out_dir: Path, na
     from nstorm.client import ClusterClient
 
     with ClusterClient(zk_address, root) as client:
-        # Fixed 20 ms output buffers: a sampled trace rides on a buffer that holds its tuple, and
-        # adaptive batching at this rate sends each tuple at once (no trace, no judged window).
         client.submit(TOPOLOGIES / "chained_wordcount.py", name=name,
                       conf={"test.output.dir": str(out_dir), "test.sentences": 20_000, "test.rate": 50,
-                            "topology.batch.adaptive": False, "topology.batch.max.latency.ms": 20,
                             "topology.latency.constraints": [MET, BROKEN]})
         plan = client.wait_running(name, timeout=60)
         spout_of = {w: e for e, w in plan.executors.items() if e.startswith("sentences:")}

@@ -127,3 +127,28 @@ def test_the_controller_moves_an_executor_to_keep_a_channel_in_one_worker(client
         assert sum(r.by == "latency" for r in client.migrations(name)) == 1
     finally:
         client.kill(name, wait_secs=0)
+
+
+def test_a_low_rate_with_default_batching_is_measured_window_after_window(client) -> None:
+    """At a few tuples a second adaptive batching sends each tuple at once: traces still ride
+    along, on a path from the spout and on one that starts at a bolt, in every window."""
+    constraints = [{"path": PATH, "p99_ms": 500, "window_secs": 1},
+                   {"path": ["split", "count"], "p99_ms": 500, "window_secs": 1}]
+    client.submit(WORDCOUNT, conf={"wordcount.rate": 20, "topology.latency.constraints": constraints},
+                  name="wcslow")
+    try:
+        client.wait_running("wcslow", 60)
+
+        def judged() -> list[dict[str, Any]] | None:
+            cs = client.status("wcslow")["constraints"]
+            return cs if all(c["windows"] >= 6 for c in cs) else None
+
+        first = wait_until(judged, 60, interval=0.5, what="six judged windows of each constraint")
+        later = wait_until(lambda: (cs := judged()) and all(c["windows"] >= f["windows"] + 3
+                                                            for c, f in zip(cs, first, strict=True)) and cs,
+                           30, interval=0.5, what="three more judged windows of each")
+        for c in later:
+            assert c["met"] and c["samples"] > 0 and c["measured_p99_ms"] < 500, c
+            assert c["windows_met"] == c["windows"], c
+    finally:
+        client.kill("wcslow", wait_secs=0)

@@ -357,12 +357,12 @@ class BoltExecutor(UserExecutor):
         if qos is None or routing is None or src >= len(routing.task_component):
             self._process_batch(src, batch)
             return
-        origin, buffered, sent, cids = traced.trace
+        buffered, sent, origins = traced.trace
         taken = time.time_ns() // 1000
         qos.record_channel(routing.task_component[src], buffered, sent, taken)
-        qos.arm(origin, cids)
+        qos.arm(origins)
         self._process_batch(src, batch)
-        qos.record_done(origin, cids, taken, time.time_ns() // 1000)
+        qos.record_done(origins, taken, time.time_ns() // 1000)
         qos.resolve()
 
     # -- checkpoints (worker.checkpoint) ------------------------------------------------------

@@ -39,7 +39,7 @@ import zmq
 from worker import wire
 from worker.chaining import CHAIN_MARK
 from worker.host import Host
-from worker.qos import Traced
+from worker.qos import Trace, Traced
 from worker.routing import Endpoint, RoutingTable
 from worker.security import make_security
 
@@ -233,18 +233,19 @@ class Courier:
         self._send(wid, wire.data_header(dst, self.src, 0, n, self.epoch), payload, n)
         return len(payload)
 
-    def traced_batch(self, dst: int, wid: str, batch: Any, n: int, trace: tuple[int, int, tuple[int, ...]]) -> int:
-        """:meth:`batch` with a latency constraint's trace ``(origin_us, buffered_us, cids)``: the
-        send time is added, and it travels as a :class:`~worker.qos.Traced` item on a local queue
-        or as the data header's seventh element (worker.qos)."""
-        origin, buffered, cids = trace
+    def traced_batch(self, dst: int, wid: str, batch: Any, n: int, trace: Trace) -> int:
+        """:meth:`batch` with a latency constraint's :class:`~worker.qos.Trace`: the send time is
+        added, and it travels as a :class:`~worker.qos.Traced` item on a local queue or as the
+        data header's seventh element ``[buffered_us, sent_us, [[constraint, origin_us], ...]]``
+        (worker.qos)."""
         sent = time.time_ns() // 1000
+        origins = tuple(trace.origins.items())
         inbox = self.host.inbox(dst, wid)
         if inbox is not None:
-            inbox.put_data(self.src, Traced(batch, (origin, buffered, sent, cids)), n)
+            inbox.put_data(self.src, Traced(batch, (trace.buffered, sent, origins)), n)
             return 0
         payload = wire.pack(batch)
-        header = wire.data_header(dst, self.src, 0, n, self.epoch, (origin, buffered, sent, cids))
+        header = wire.data_header(dst, self.src, 0, n, self.epoch, (trace.buffered, sent, origins))
         self._send(wid, header, payload, n)
         return len(payload)
 

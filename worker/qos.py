@@ -4,12 +4,16 @@ A latency constraint (:mod:`nstorm.constraints`) names a path of components. An 
 its first component *samples* a tuple every ``topology.latency.sample.ms``: it notes the wall
 clock (the trace's origin) and which output buffers of the path's next component hold what,
 and once the unit of work that may emit the tuple is done (a spout's iteration, a bolt's
-batch) it hangs the trace on the first of those buffers that grew. The trace leaves with that
-buffer's batch (:class:`Traced` on a local queue, a seventh header element over the wire) and
-says when the tuple was buffered and when the batch left. The receiver counts the channel's
+batch) it keeps the trace on one of them: an empty one (the trace waits on every empty buffer
+during the unit, so that a batch sent at once, as at low rates, takes it along) that got tuples,
+else the first that grew. The trace leaves with that buffer's batch (:class:`Traced` on a local
+queue, a seventh header element over the wire) and says when the tuple was buffered, when the
+batch left, and per constraint the origin it follows (a bolt can start one path and pass
+another on in the same batch). The receiver counts the channel's
 parts (buffer wait: sent - buffered; queue and wire: taken - sent), the time it took to
 process the batch, and passes the trace on the same way to the path's next component; the
-last one counts the end-to-end latency (origin to the end of processing).
+last one counts the end-to-end latency (origin to the end of processing). Two batches of one
+unit of work that leave within it may both carry its trace: two samples, both of its tuples.
 
 Everything is per batch, never per tuple: an executor that takes part in no constraint pays a
 type check per batch and an attribute read per sent buffer. Traces follow the oldest tuple a
@@ -34,32 +38,54 @@ __all__ = ["Traced", "QosTracer", "channel_key", "trace_from_header"]
 _time_ns = time.time_ns
 
 
+Origins = tuple[tuple[int, int], ...]  # (constraint id, origin_us) of each path a trace follows
+
+
+class Trace:
+    """What waits on an output buffer and leaves with its next batch: when the first traced
+    tuple was buffered, and per constraint the origin of the tuple it follows. Paths that start
+    at different executors can share a batch (a bolt that starts one path and passes another
+    on): each keeps its own origin."""
+
+    __slots__ = ("buffered", "origins")
+
+    def __init__(self, buffered: int, origins: dict[int, int]) -> None:
+        self.buffered = buffered
+        self.origins = origins
+
+
+# One next component's buffers as arm() found them: (buffer, its batches sent, its length, whether
+# the trace waits on it), with the origins arm() added and when.
+Armed = tuple[dict[int, int], int, list[tuple[Any, int, int, bool]]]
+
+
 def channel_key(src: str, dst: str) -> str:
     """The name of the channel from component ``src`` to ``dst`` (heartbeats, tuning)."""
     return f"{src}>{dst}"
 
 
 class Traced:
-    """A batch on a local queue that carries a trace ``(origin_us, buffered_us, sent_us, cids)``."""
+    """A batch on a local queue that carries a trace ``(buffered_us, sent_us, origins)``."""
 
     __slots__ = ("batch", "trace")
 
-    def __init__(self, batch: Any, trace: tuple[int, int, int, tuple[int, ...]]) -> None:
+    def __init__(self, batch: Any, trace: tuple[int, int, Origins]) -> None:
         self.batch = batch
         self.trace = trace
 
 
-def trace_from_header(value: Any) -> tuple[int, int, int, tuple[int, ...]] | None:
-    """A trace from a data header's seventh element; None for anything that is not one
-    (garbage from the network loses its trace, never its tuples)."""
+def trace_from_header(value: Any) -> tuple[int, int, Origins] | None:
+    """A trace from a data header's seventh element ``[buffered_us, sent_us, [[constraint,
+    origin_us], ...]]``; None for anything that is not one (garbage from the network loses its
+    trace, never its tuples)."""
     try:
-        origin, buffered, sent, cids = value
-        if type(origin) is not int or type(buffered) is not int or type(sent) is not int:
+        buffered, sent, pairs = value
+        if type(buffered) is not int or type(sent) is not int:
             return None
-        cids = tuple(cids)
-        if not cids or any(type(c) is not int for c in cids):
+        origins = tuple((c, o) for c, o in pairs)
+        if not origins or any(type(c) is not int or type(o) is not int for c, o in origins):
             return None
-        return origin, buffered, sent, cids
+        return buffered, sent, origins
     except (TypeError, ValueError):
         return None
 
@@ -91,7 +117,7 @@ class QosTracer:
         for i in self.starts:
             self.next_of[i] = constraints[i].path[1]
         self.next_at = 0.0  # monotonic clock of the next sample (starting executors)
-        self.pending: list[tuple[int, int, dict[str, tuple[list[int], list[tuple[Any, int, int]]]]]] = []
+        self.pending: list[list[Armed]] = []  # per armed unit of work
         self.hists: dict[str, dict[int, int]] = {}
         self.samples = 0
 
@@ -117,12 +143,12 @@ class QosTracer:
         self._add("buffer/" + key, (sent_us - buffered_us) / 1e6)
         self._add("queue/" + key, (taken_us - sent_us) / 1e6)
 
-    def record_done(self, origin_us: int, cids: Sequence[int], taken_us: int, done_us: int) -> None:
+    def record_done(self, origins: Origins, taken_us: int, done_us: int) -> None:
         """The traced batch was processed: this executor's processing time, and the end-to-end
-        latency of every constraint whose path ends here."""
+        latency of every constraint whose path ends here (from that path's own origin)."""
         self._add("exec/" + self.component, (done_us - taken_us) / 1e6)
         ends = self.ends
-        for c in cids:
+        for c, origin_us in origins:
             name = ends.get(c)
             if name is not None:
                 self._add("e2e/" + name, (done_us - origin_us) / 1e6)
@@ -136,43 +162,81 @@ class QosTracer:
         self.next_at = now + self.sample_secs
         return True
 
-    def arm(self, origin_us: int, cids: Sequence[int]) -> None:
-        """Note the output buffers of the path's next components before a unit of work that may
-        emit the traced tuple; :meth:`resolve` after it hangs the trace on one that grew."""
+    def arm(self, origins: Origins) -> None:
+        """Note the output buffers of the paths' next components before a unit of work that may
+        emit the traced tuple; :meth:`resolve` after it keeps the trace on one of them.
+
+        An empty buffer's next batch holds only tuples of this unit of work, so the trace waits
+        on every empty one at once: a batch sent within the unit takes it along (a low rate
+        sends each tuple as it comes, and would never be sampled otherwise). A trace that waits
+        there already (another path's, armed in this unit) takes these origins too.
+        """
         routing = self.outbox.routing
         if routing is None:
             return
         buffers = self.outbox.buffers
-        by_next: dict[str, tuple[list[int], list[tuple[Any, int, int]]]] = {}
-        for c in cids:
+        by_next: dict[str, dict[int, int]] = {}
+        for c, origin_us in origins:
             nxt = self.next_of.get(c)
-            if nxt is None:
-                continue
-            entry = by_next.get(nxt)
-            if entry is None:
-                seen = []
-                for t in routing.component_tasks.get(nxt, ()):
-                    buf = buffers.get(t)
-                    if buf is not None:
-                        seen.append((buf, buf.sent, len(buf)))
-                entry = by_next[nxt] = ([], seen)
-            entry[0].append(c)
-        if by_next:
-            self.pending.append((origin_us, _time_ns() // 1000, by_next))
+            if nxt is not None:
+                by_next.setdefault(nxt, {})[c] = origin_us
+        if not by_next:
+            return
+        buffered_us = _time_ns() // 1000
+        armed: list[Armed] = []
+        for nxt, mine in by_next.items():
+            seen = []
+            for t in routing.component_tasks.get(nxt, ()):
+                buf = buffers.get(t)
+                if buf is not None:
+                    n = len(buf)
+                    if n == 0:
+                        trace = buf.trace
+                        if trace is None:
+                            buf.trace = Trace(buffered_us, dict(mine))
+                        else:
+                            trace.origins.update(mine)
+                    seen.append((buf, buf.sent, n, n == 0))
+            armed.append((mine, buffered_us, seen))
+        self.pending.append(armed)
 
     def start(self) -> None:
         """Sample a tuple here (this executor starts a path): its origin is now."""
         now_us = _time_ns() // 1000
-        self.arm(now_us, self.starts)
+        self.arm(tuple((c, now_us) for c in self.starts))
 
     def resolve(self) -> None:
-        """Hang each armed trace on the first buffer of its next component that grew (dropped if
-        none did, or if what grew has left already)."""
+        """Keep each armed trace on one buffer: one it waited on that left with it or holds
+        tuples now, else the first that grew and still holds them; off every other one (and
+        dropped if none)."""
         pending = self.pending
         self.pending = []
-        for origin, buffered, by_next in pending:
-            for cids, seen in by_next.values():
-                for buf, sent, n in seen:
-                    if (buf.sent != sent or len(buf) > n) and len(buf) and buf.trace is None:
-                        buf.trace = (origin, buffered, tuple(cids))
+        for armed in pending:
+            for mine, buffered_us, seen in armed:
+                kept = False
+                for buf, sent, _, waits in seen:
+                    if not waits:
+                        continue
+                    if buf.sent != sent:
+                        kept = True  # it left with a batch of this unit of work
+                        continue
+                    trace = buf.trace
+                    if trace is None:
+                        continue
+                    if len(buf) and not kept:
+                        kept = True
+                        continue
+                    for c in mine:  # nothing came (or it is kept elsewhere): off this buffer
+                        trace.origins.pop(c, None)
+                    if not trace.origins:
+                        buf.trace = None
+                if kept:
+                    continue
+                for buf, sent, n, _ in seen:
+                    if (buf.sent != sent or len(buf) > n) and len(buf):
+                        trace = buf.trace
+                        if trace is None:
+                            buf.trace = Trace(buffered_us, dict(mine))
+                        else:
+                            trace.origins.update(mine)
                         break

@@ -34,29 +34,77 @@ def test_a_trace_goes_with_the_first_buffer_of_the_next_component_that_grew() ->
     tracer.start()
     outbox.buffers[2].append(("new",))
     tracer.resolve()
-    assert outbox.buffers[1].trace is None
-    origin, buffered, cids = outbox.buffers[2].trace
-    assert cids == (0,) and 0 <= buffered - origin < 1_000_000
+    assert outbox.buffers[1].trace is None and outbox.buffers[3].trace is None  # nothing of it came
+    trace = outbox.buffers[2].trace
+    (cid, origin), = trace.origins.items()
+    assert cid == 0 and 0 <= trace.buffered - origin < 1_000_000
+    assert not tracer.pending
+
+
+def _send(buf: Buffer) -> Any:
+    """What ``Outbox.flush_buffer`` does to a buffer: its batch leaves with its trace."""
+    trace, buf.trace = buf.trace, None
+    buf.clear()
+    buf.sent += 1
+    return trace
+
+
+def test_a_trace_leaves_with_a_batch_sent_within_the_unit_of_work() -> None:
+    """A low rate sends each tuple at once: the trace waits on the empty buffers before the work,
+    goes with the batch that leaves, and is taken off the buffers that got nothing."""
+    outbox = _outbox({"split": [1, 2, 3]})
+    tracer = QosTracer("sentences", [WORDCOUNT], outbox, 0.005)
+    outbox.buffers[3].append(("old",))
+    tracer.start()
+    buf = outbox.buffers[1]
+    buf.append(("x",))
+    trace = _send(buf)
+    assert list(trace.origins) == [0] and 0 <= trace.buffered - trace.origins[0] < 1_000_000
+    tracer.resolve()
+    assert all(b.trace is None for b in outbox.buffers.values())  # it left once, and only once
     assert not tracer.pending
 
 
 def test_a_trace_is_dropped_when_what_grew_has_left_already() -> None:
     outbox = _outbox({"split": [1]})
     tracer = QosTracer("sentences", [WORDCOUNT], outbox, 0.005)
-    tracer.start()
     buf = outbox.buffers[1]
+    buf.append(("old",))  # not empty: its next batch holds older tuples, so the trace cannot wait on it
+    tracer.start()
     buf.append(("x",))
-    buf.clear()
-    buf.sent += 1  # sent within the unit of work
+    assert _send(buf) is None
     tracer.resolve()
     assert buf.trace is None
+
+
+def test_a_bolt_that_starts_a_path_and_passes_another_on_sends_both_in_one_trace() -> None:
+    """``split`` starts ``split > count`` and is in the middle of ``sentences > split > count``:
+    a traced batch from the spout arrives as a sample is due; the batch sent to count carries
+    both paths, each with its own origin."""
+    constraints = [WORDCOUNT, LatencyConstraint(("split", "count"), 10.0)]
+    outbox = _outbox({"count": [4, 5]})
+    tracer = QosTracer("split", constraints, outbox, 0.005)
+    assert tracer.starts == (1,) and tracer.next_of == {0: "count", 1: "count"}
+    tracer.start()  # the loop's sample, before the batch
+    tracer.arm(((0, 123),))  # take_traced: the spout's trace, origin 123
+    buf = outbox.buffers[5]
+    buf.append(("w",))
+    trace = _send(buf)
+    assert trace.origins[0] == 123 and trace.origins[1] > 123
+    tracer.resolve()
+    tracer.resolve()
+    assert outbox.buffers[4].trace is None and buf.trace is None
+    count = QosTracer("count", constraints, _outbox({}), 0.005)
+    count.record_done(tuple(trace.origins.items()), trace.origins[1] + 10, trace.origins[1] + 20)
+    assert set(count.hists) == {"exec/count", "e2e/sentences>split>count", "e2e/split>count"}
+    assert count.samples == 2
 
 
 def test_the_last_component_counts_end_to_end_and_its_parts() -> None:
     tracer = QosTracer("count", [WORDCOUNT], _outbox({}), 0.005)
     assert tracer.ends == {0: "sentences>split>count"} and not tracer.starts
     tracer.record_channel("split", 1_000, 3_000, 4_000)
-    tracer.record_done(0, (0,), 4_000, 9_000)
+    tracer.record_done(((0, 0),), 4_000, 9_000)
     hists = tracer.hists
     assert latency.percentile(hists["buffer/split>count"], 0.5) == pytest.approx(0.002, rel=0.1)
     assert latency.percentile(hists["queue/split>count"], 0.5) == pytest.approx(0.001, rel=0.1)
@@ -77,14 +125,15 @@ def test_sampling_waits_its_interval() -> None:
     assert not QosTracer("split", [WORDCOUNT], _outbox({}), 0.005).sample_due(9.0)  # starts nothing
 
 
-@pytest.mark.parametrize("value", [None, 3, [1, 2, 3], [1, 2, 3, []], [1, "2", 3, [0]], [1, 2, 3, ["x"]]])
+@pytest.mark.parametrize("value", [None, 3, [1, 2, 3], [1, 2, []], [1, "2", [[0, 1]]], [1, 2, [["x", 1]]],
+                                   [1, 2, [[0]]], [1, 2, [0, 1]]])
 def test_a_header_trace_that_is_not_one_is_ignored(value: Any) -> None:
     assert trace_from_header(value) is None
 
 
 def test_a_header_carries_a_trace_as_its_seventh_element() -> None:
-    header = wire.unpack(wire.data_header(5, 6, 0, 10, 0, (1, 2, 3, (0,))))
-    assert len(header) == 7 and trace_from_header(header[6]) == (1, 2, 3, (0,))
+    header = wire.unpack(wire.data_header(5, 6, 0, 10, 0, (2, 3, ((0, 1), (1, 2)))))
+    assert len(header) == 7 and trace_from_header(header[6]) == (2, 3, ((0, 1), (1, 2)))
     assert len(wire.unpack(wire.data_header(5, 6, 0, 10, 0))) == 6  # untraced batches are unchanged
 
 
