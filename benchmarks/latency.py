@@ -1,6 +1,6 @@
 """Latency constraints (issue 17): how well the controller holds a p99 bound, and at what cost.
 
-``python -m benchmarks.latency [--only half,bytewax,bursty,chaining] [--rounds R] [--peak-rate S] ...``
+``python -m benchmarks.latency [--only half,bytewax,bursty,chaining,buffers,load] [--rounds R] [--peak-rate S] ...``
 
 Word count (``topologies/wordcount.py``, the two seeded sentence streams of ``benchmarks.peers``,
 acking on) on a fresh local cluster of real processes per run (ZooKeeper, Nimbus, 2 supervisors,
@@ -32,6 +32,17 @@ acking on) on a fresh local cluster of real processes per run (ZooKeeper, Nimbus
    peak, ``--chain-rounds`` interleaved rounds of the channel ``sentences > split`` chained
    (``ClusterClient.chain``, each split in its spout's thread) and not: worker CPU per word and
    the arrival p99 (no constraint: the chains are set by hand, so that only chaining differs).
+5. **buffers** (no constraint): why the controller shrinks buffers only where they dominate. At
+   ``--buffers-share`` of the peak (default 0.35, about bytewax's 1-process peak), ``--buffers-rounds``
+   interleaved rounds of fixed output-buffer bounds: the default ``topology.batch.max.latency.ms``
+   (5 ms), 1 ms (what a controller that shrank on every violation reaches in a few windows), and
+   1 ms with ``topology.max.spout.pending`` unbounded (the spouts' cap of tuples in flight, which a
+   slower tree fills): arrival p50 / p99 and worker cores.
+6. **load** (no constraint): what the workers pay whatever the load. At 10%, 25% and 50% of the
+   peak and as fast as it goes, ``--load-rounds`` rounds (the order reversed every other round):
+   worker cores, CPU per word and context switches per second (every thread of the workers, from
+   ``/proc``: each wake-up of an executor's thread and each hand-off of the GIL is one); every
+   other part reports the switches too.
 
 nstorm's percentiles come from log-bucket histograms (:mod:`nstorm.latency`): each is a bucket's
 upper bound, 10% apart, so two runs often show the very same value. Every run notes the
@@ -49,6 +60,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -59,7 +71,8 @@ from benchmarks._workload import STREAMS, WORDS_PER_SENTENCE
 
 __all__ = ["main"]
 
-PARTS = ("half", "bytewax", "bursty", "chaining")
+PARTS = ("half", "bytewax", "bursty", "chaining", "buffers", "load")
+LOAD_SHARES = (0.1, 0.25, 0.5, 0.0)  # load: shares of the peak (0: as fast as it goes)
 PATH = ["sentences", "split", "count"]
 NAME = "wordcount"
 HALF_BOUND_MS, HALF_WINDOW = 5.0, 5
@@ -89,14 +102,20 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--bursty-duration", type=float, default=80.0,
                         help="bursty: measurement window, s (best a multiple of 2 x --bursty-step)")
     parser.add_argument("--chain-rounds", type=int, default=3, help="chaining: interleaved rounds of chained, not")
+    parser.add_argument("--buffers-rounds", type=int, default=3, help="buffers: interleaved rounds of the bounds")
+    parser.add_argument("--buffers-share", type=float, default=0.35, help="buffers: the rate, a share of the peak")
+    parser.add_argument("--load-rounds", type=int, default=1, help="load: rounds over the shares of the peak")
     parser.add_argument("--name", default="latency", help="results/<name>.json")
     parser.add_argument("-c", "--conf", action="append", default=[], help="extra key=value for every nstorm run")
     args = parser.parse_args(argv)
     only = [s.strip() for s in args.only.split(",") if s.strip()]
     if not only or set(only) - set(PARTS):
         parser.error(f"--only takes some of {','.join(PARTS)}, got {args.only!r}")
-    if min(args.rounds, args.bytewax_rounds, args.bursty_rounds, args.chain_rounds) < 1:
-        parser.error("--rounds, --bytewax-rounds, --bursty-rounds and --chain-rounds must be at least 1")
+    if min(args.rounds, args.bytewax_rounds, args.bursty_rounds, args.chain_rounds, args.buffers_rounds,
+           args.load_rounds) < 1:
+        parser.error("--rounds and every --*-rounds must be at least 1")
+    if not 0 < args.buffers_share <= 1:
+        parser.error("--buffers-share must be in (0, 1]")
     if min(args.duration, args.peak_duration, args.bursty_duration, args.bursty_step) <= 0:
         parser.error("durations and --bursty-step must be > 0")
     if min(args.warmup, args.baseline_warmup, args.peak_warmup, args.bursty_warmup, args.peak_rate) < 0:
@@ -143,6 +162,23 @@ def _chain_splits(client: Any) -> dict[str, str]:
     raise RuntimeError(msg)
 
 
+def context_switches(pids: Any) -> dict[int, int]:
+    """Context switches so far (voluntary and not) of every thread of each process, by pid: a
+    thread's wake-up and the GIL's hand-offs cost a switch each (``/proc``; empty elsewhere)."""
+    out = {}
+    for pid in pids:
+        total = 0
+        for status in Path(f"/proc/{pid}/task").glob("*/status"):
+            try:
+                for line in status.read_text().splitlines():
+                    if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                        total += int(line.split()[1])
+            except (OSError, ValueError):
+                continue  # a thread that ended meanwhile
+        out[int(pid)] = total
+    return out
+
+
 def run_nstorm(extra: dict[str, Any], warmup: float, duration: float, poll: float = 1.0,
                chain: bool = False) -> dict[str, Any]:
     """Word count with ``extra`` conf on a fresh local cluster: the window ``duration`` s after
@@ -161,6 +197,7 @@ def run_nstorm(extra: dict[str, Any], warmup: float, duration: float, poll: floa
         time.sleep(warmup)
         first = client.status(NAME)
         hist0, cpu0 = client.arrival_histogram(NAME, "count"), ns._worker_cpu(first)
+        switches0 = context_switches(cpu0)
         t0, window_at = time.monotonic(), time.time()
         timeline: list[dict[str, Any]] = []
         seen = (first["constraints"][0]["windows"] if first["constraints"] else 0)
@@ -175,6 +212,7 @@ def run_nstorm(extra: dict[str, Any], warmup: float, duration: float, poll: floa
         elapsed = time.monotonic() - t0
         last = client.status(NAME)
         hist, cpu = latency.subtract(client.arrival_histogram(NAME, "count"), hist0), ns._worker_cpu(last)
+        switches = context_switches(cpu)
     load.append(os.getloadavg()[0])
     words = last["components"]["count"]["executed"] - first["components"]["count"]["executed"]
     cpu_secs = sum(cpu.get(pid, 0.0) - cpu0.get(pid, 0.0) for pid in cpu)
@@ -189,6 +227,7 @@ def run_nstorm(extra: dict[str, Any], warmup: float, duration: float, poll: floa
         "failed": last["spouts"]["failed"] - first["spouts"]["failed"],
         "worker_cpu_secs": cpu_secs, "worker_pids": sorted(cpu),
         "cpu_us_per_word": 1e6 * cpu_secs / words if words else None,
+        "context_switches_per_sec": (sum(switches.values()) - sum(switches0.get(p, 0) for p in switches)) / elapsed,
         "arrival_ms": {"p50": ms(0.5), "p99": ms(0.99), "samples": sum(hist.values())},
         "chains": chains,
     }
@@ -319,6 +358,56 @@ def chaining(args: argparse.Namespace, rate: float, log: Console) -> dict[str, A
             "median": {"cpu_ratio": _med([x["cpu_ratio"] for x in rounds]),
                        "chained_p99_ms": _med([(x["chained"].get("arrival_ms") or {}).get("p99") for x in rounds]),
                        "unchained_p99_ms": _med([(x["unchained"].get("arrival_ms") or {}).get("p99") for x in rounds])}}
+
+
+BUFFER_CONFIGS: dict[str, dict[str, Any]] = {  # buffers: label -> conf
+    "5 ms (default)": {},
+    "1 ms": {"topology.batch.max.latency.ms": 1},
+    "1 ms, pending unbounded": {"topology.batch.max.latency.ms": 1, "topology.max.spout.pending": 0},
+}
+
+
+def buffers(args: argparse.Namespace, rate: float, log: Console) -> dict[str, Any]:
+    """Fixed output-buffer bounds, interleaved, at ``rate`` sentences/s, no constraint."""
+    base = {"wordcount.rate": rate / STREAMS, **args.conf}
+    rounds = []
+    for r in range(args.buffers_rounds):
+        labels = list(BUFFER_CONFIGS) if r % 2 == 0 else list(reversed(BUFFER_CONFIGS))
+        got = {label: _guarded(f"buffers, round {r + 1}: {label}",
+                               lambda label=label: run_nstorm({**base, **BUFFER_CONFIGS[label]},
+                                                              args.baseline_warmup, args.duration), log)
+               for label in labels}
+        rounds.append(got)
+    median = {label: {"p50_ms": _med([(x[label].get("arrival_ms") or {}).get("p50") for x in rounds]),
+                      "p99_ms": _med([(x[label].get("arrival_ms") or {}).get("p99") for x in rounds]),
+                      "cores": _med([x[label]["worker_cpu_secs"] / x[label]["elapsed_secs"]
+                                     if x[label].get("elapsed_secs") else None for x in rounds]),
+                      "cpu_us_per_word": _med([x[label].get("cpu_us_per_word") for x in rounds])}
+              for label in BUFFER_CONFIGS}
+    return {"rate_sentences_per_sec": rate, "rounds": rounds, "median": median}
+
+
+def load(args: argparse.Namespace, rate: float, log: Console) -> dict[str, Any]:
+    """Worker CPU and context switches at shares of the peak ``rate``, no constraint."""
+    rounds = []
+    for r in range(args.load_rounds):
+        shares = LOAD_SHARES if r % 2 == 0 else tuple(reversed(LOAD_SHARES))
+        got = {}
+        for share in shares:
+            offered = round(rate * share, -1)
+            label = f"{share:.0%} of the peak" if share else "as fast as it goes"
+            got[str(share)] = _guarded(f"load, round {r + 1}: {label}",
+                                       lambda offered=offered: run_nstorm({"wordcount.rate": offered / STREAMS,
+                                                                            **args.conf},
+                                                                           args.baseline_warmup, args.duration), log)
+        rounds.append(got)
+    median = {str(share): {key: _med([x[str(share)].get(key) for x in rounds])
+                           for key in ("sentences_per_sec", "cpu_us_per_word", "context_switches_per_sec")}
+              for share in LOAD_SHARES}
+    for share in LOAD_SHARES:
+        median[str(share)]["cores"] = _med([x[str(share)]["worker_cpu_secs"] / x[str(share)]["elapsed_secs"]
+                                            if x[str(share)].get("elapsed_secs") else None for x in rounds])
+    return {"peak_sentences_per_sec": rate, "rounds": rounds, "median": median}
 
 
 def _bytewax_run(rate: float, warmup: float, duration: float) -> dict[str, Any]:
@@ -464,6 +553,34 @@ def render(results: dict[str, Any], args: argparse.Namespace) -> list[Table]:
                           _ms((r.get("arrival_ms") or {}).get("p99")), str(len(c.get("actions") or [])), _load(r),
                           style="red" if r.get("error") else None)
         tables.append(t)
+    if bf := results.get("buffers"):
+        t = Table(title=f"fixed output-buffer bounds at {_num(bf['rate_sentences_per_sec'])} sentences/s, no constraint; "
+                        f"{args.duration:g} s windows after {args.baseline_warmup:g} s")
+        for col in ("round", "bounds", "arrival p50 ms", "arrival p99 ms", "worker cores", "CPU µs/word",
+                    "context switches/s", "load 1 min"):
+            t.add_column(col, justify="right")
+        for i, x in enumerate(bf["rounds"], 1):
+            for label, r in x.items():
+                a = r.get("arrival_ms") or {}
+                cores = r["worker_cpu_secs"] / r["elapsed_secs"] if r.get("elapsed_secs") else None
+                t.add_row(str(i), label, _ms(a.get("p50")), _ms(a.get("p99")), _f2(cores), _f2(r.get("cpu_us_per_word")),
+                          _num(r.get("context_switches_per_sec")), _load(r), style="red" if r.get("error") else None)
+        for label, m in bf["median"].items():
+            t.add_row("median", label, _ms(m["p50_ms"]), _ms(m["p99_ms"]), _f2(m["cores"]), _f2(m["cpu_us_per_word"]),
+                      "", "", style="bold")
+        tables.append(t)
+    if ld := results.get("load"):
+        t = Table(title=f"worker cost by load (peak {_num(ld['peak_sentences_per_sec'])} sentences/s), no constraint; "
+                        f"{args.duration:g} s windows after {args.baseline_warmup:g} s; medians of {len(ld['rounds'])}")
+        for col in ("offered", "sentences/s", "worker cores", "CPU µs/word", "context switches/s",
+                    "switches per 1,000 words"):
+            t.add_column(col, justify="right")
+        for share in LOAD_SHARES:
+            m = ld["median"][str(share)]
+            sw, sps = m["context_switches_per_sec"], m["sentences_per_sec"]
+            t.add_row(f"{share:.0%}" if share else "peak", _num(sps), _f2(m["cores"]), _f2(m["cpu_us_per_word"]),
+                      _num(sw), _f2(1000 * sw / (sps * WORDS_PER_SENTENCE)) if sw is not None and sps else "-")
+        tables.append(t)
     t = Table(title="latency constraints (issue 17): goals")
     for col in ("part", "measure", "result", "goal"):
         t.add_column(col, justify="left")
@@ -530,7 +647,7 @@ def main(argv: list[str] | None = None) -> None:
     started, load0 = time.time(), os.getloadavg()
     results: dict[str, Any] = {}
     rate = 0.0
-    if {"half", "bursty", "chaining"} & set(args.only):
+    if {"half", "bursty", "chaining", "buffers", "load"} & set(args.only):
         rate = peak(args, log, results)
         if not rate:
             log.print("nstorm's peak was not measured: half and bursty are skipped", style="red")
@@ -542,6 +659,10 @@ def main(argv: list[str] | None = None) -> None:
         results["bursty"] = bursty(args, rate, log)
     if "chaining" in args.only and rate:
         results["chaining"] = chaining(args, round(rate / 2, -1), log)
+    if "buffers" in args.only and rate:
+        results["buffers"] = buffers(args, round(rate * args.buffers_share, -1), log)
+    if "load" in args.only and rate:
+        results["load"] = load(args, rate, log)
     ended, load1 = time.time(), os.getloadavg()
     for table in render(results, args):
         out.print(table)

@@ -11,12 +11,13 @@ from topologies.wordcount import rate_schedule, scheduled_sends
 
 
 def test_only_selects_parts_in_their_order() -> None:
-    args = _parse_args(["--only", "bursty,half", "--rounds", "5", "-c", "a=1"])
-    assert args.only == ["half", "bursty"]
+    args = _parse_args(["--only", "buffers,bursty,half", "--rounds", "5", "-c", "a=1"])
+    assert args.only == ["half", "bursty", "buffers"]
     assert args.conf == {"a": 1}
 
 
-@pytest.mark.parametrize("argv", [["--only", "nope"], ["--rounds", "0"], ["--duration", "0"], ["--warmup", "-1"]])
+@pytest.mark.parametrize("argv", [["--only", "nope"], ["--rounds", "0"], ["--duration", "0"], ["--warmup", "-1"],
+                                  ["--buffers-rounds", "0"], ["--buffers-share", "0"], ["--buffers-share", "1.5"]])
 def test_bad_options_exit_2(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         _parse_args(argv)
