@@ -291,6 +291,8 @@ class BoltExecutor(UserExecutor):
             except Exception as exc:  # this executor's error, never its host's
                 outbox.current = None
                 self.record_error("batch", exc)
+                if qos is not None and qos.pending:
+                    qos.resolve()
             if not armed and outbox.deadline.at is not None:
                 self.ctl_q.put(_WAKE)  # its own thread sleeps on control: what it holds leaves by the deadline
 
@@ -361,9 +363,11 @@ class BoltExecutor(UserExecutor):
         taken = time.time_ns() // 1000
         qos.record_channel(routing.task_component[src], buffered, sent, taken)
         qos.arm(origins)
-        self._process_batch(src, batch)
-        qos.record_done(origins, taken, time.time_ns() // 1000)
-        qos.resolve()
+        try:
+            self._process_batch(src, batch)
+            qos.record_done(origins, taken, time.time_ns() // 1000)
+        finally:
+            qos.resolve()  # even if the batch failed: no trace may wait on a buffer past its unit
 
     # -- checkpoints (worker.checkpoint) ------------------------------------------------------
     def _take_aligning(self, src: int, batch: Any) -> None:

@@ -234,10 +234,13 @@ class Courier:
         return len(payload)
 
     def traced_batch(self, dst: int, wid: str, batch: Any, n: int, trace: Trace) -> int:
-        """:meth:`batch` with a latency constraint's :class:`~worker.qos.Trace`: the send time is
-        added, and it travels as a :class:`~worker.qos.Traced` item on a local queue or as the
+        """:meth:`batch` with a latency constraint's :class:`~worker.qos.Trace` (unless another batch
+        took it already): the send time is added, and it travels as a :class:`~worker.qos.Traced` item on a local queue or as the
         data header's seventh element ``[buffered_us, sent_us, [[constraint, origin_us], ...]]``
         (worker.qos)."""
+        if trace.sent:  # another batch of its unit of work took it
+            return self.batch(dst, wid, batch, n)
+        trace.sent = True
         sent = time.time_ns() // 1000
         origins = tuple(trace.origins.items())
         inbox = self.host.inbox(dst, wid)

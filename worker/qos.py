@@ -12,8 +12,10 @@ batch left, and per constraint the origin it follows (a bolt can start one path 
 another on in the same batch). The receiver counts the channel's
 parts (buffer wait: sent - buffered; queue and wire: taken - sent), the time it took to
 process the batch, and passes the trace on the same way to the path's next component; the
-last one counts the end-to-end latency (origin to the end of processing). Two batches of one
-unit of work that leave within it may both carry its trace: two samples, both of its tuples.
+last one counts the end-to-end latency (origin to the end of processing). One trace waits on
+all the empty buffers of a unit of work and only the first batch that leaves takes it, so a
+sample is counted once however many tasks the unit's tuples go to; where a trace meets an older
+one on a buffer, the older origin stays (the batch's oldest tuples).
 
 Everything is per batch, never per tuple: an executor that takes part in no constraint pays a
 type check per batch and an attribute read per sent buffer. Traces follow the oldest tuple a
@@ -45,18 +47,20 @@ class Trace:
     """What waits on an output buffer and leaves with its next batch: when the first traced
     tuple was buffered, and per constraint the origin of the tuple it follows. Paths that start
     at different executors can share a batch (a bolt that starts one path and passes another
-    on): each keeps its own origin."""
+    on): each keeps its own origin. One trace waits on all the empty buffers of a unit of work;
+    the first batch that leaves takes it (``sent``), the others leave untraced."""
 
-    __slots__ = ("buffered", "origins")
+    __slots__ = ("buffered", "origins", "sent")
 
     def __init__(self, buffered: int, origins: dict[int, int]) -> None:
         self.buffered = buffered
         self.origins = origins
+        self.sent = False
 
 
-# One next component's buffers as arm() found them: (buffer, its batches sent, its length, whether
-# the trace waits on it), with the origins arm() added and when.
-Armed = tuple[dict[int, int], int, list[tuple[Any, int, int, bool]]]
+# One next component's buffers as arm() found them: (buffer, its batches sent, its length, the trace
+# that waits on it or None), with the origins arm() added and when.
+Armed = tuple[dict[int, int], int, list[tuple[Any, int, int, "Trace | None"]]]
 
 
 def channel_key(src: str, dst: str) -> str:
@@ -185,18 +189,24 @@ class QosTracer:
         buffered_us = _time_ns() // 1000
         armed: list[Armed] = []
         for nxt, mine in by_next.items():
-            seen = []
+            shared: Trace | None = None
+            seen: list[tuple[Any, int, int, Trace | None]] = []
             for t in routing.component_tasks.get(nxt, ()):
                 buf = buffers.get(t)
-                if buf is not None:
-                    n = len(buf)
-                    if n == 0:
-                        trace = buf.trace
-                        if trace is None:
-                            buf.trace = Trace(buffered_us, dict(mine))
-                        else:
-                            trace.origins.update(mine)
-                    seen.append((buf, buf.sent, n, n == 0))
+                if buf is None:
+                    continue
+                n = len(buf)
+                waiting = None
+                if n == 0:
+                    waiting = buf.trace  # an empty buffer's trace is one armed in this unit
+                    if waiting is None or waiting.sent:
+                        if shared is None:
+                            shared = Trace(buffered_us, dict(mine))
+                        waiting = buf.trace = shared
+                    else:
+                        for c, origin_us in mine.items():
+                            waiting.origins.setdefault(c, origin_us)
+                seen.append((buf, buf.sent, n, waiting))
             armed.append((mine, buffered_us, seen))
         self.pending.append(armed)
 
@@ -206,30 +216,23 @@ class QosTracer:
         self.arm(tuple((c, now_us) for c in self.starts))
 
     def resolve(self) -> None:
-        """Keep each armed trace on one buffer: one it waited on that left with it or holds
-        tuples now, else the first that grew and still holds them; off every other one (and
-        dropped if none)."""
+        """Keep each armed trace on one buffer: the one it left with, or the first it waited on
+        that holds tuples now, else the first that grew and still holds them (older origins
+        there stay: a trace follows the oldest tuple it can); off every other one."""
         pending = self.pending
         self.pending = []
         for armed in pending:
             for mine, buffered_us, seen in armed:
-                kept = False
-                for buf, sent, _, waits in seen:
-                    if not waits:
-                        continue
-                    if buf.sent != sent:
-                        kept = True  # it left with a batch of this unit of work
-                        continue
-                    trace = buf.trace
-                    if trace is None:
-                        continue
-                    if len(buf) and not kept:
-                        kept = True
-                        continue
-                    for c in mine:  # nothing came (or it is kept elsewhere): off this buffer
-                        trace.origins.pop(c, None)
-                    if not trace.origins:
-                        buf.trace = None
+                keeper = None
+                kept = any(waiting is not None and waiting.sent for _, _, _, waiting in seen)
+                if not kept:
+                    for buf, _, _, waiting in seen:
+                        if waiting is not None and buf.trace is waiting and len(buf):
+                            keeper, kept = buf, True
+                            break
+                for buf, _, _, waiting in seen:
+                    if waiting is not None and buf.trace is waiting and buf is not keeper:
+                        buf.trace = None  # nothing of the unit came, or the trace left or stays elsewhere
                 if kept:
                     continue
                 for buf, sent, n, _ in seen:
@@ -238,5 +241,6 @@ class QosTracer:
                         if trace is None:
                             buf.trace = Trace(buffered_us, dict(mine))
                         else:
-                            trace.origins.update(mine)
+                            for c, origin_us in mine.items():
+                                trace.origins.setdefault(c, origin_us)
                         break

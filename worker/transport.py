@@ -107,6 +107,8 @@ class Transport:
             return
         try:
             header = wire.unpack(frames[0])
+            if type(header) is not tuple:  # an array (a map's keys would be read as its elements)
+                raise ValueError("bad header")
             kind, dst, src = header[0], header[1], header[2]
             hops = header[3] if len(header) > 3 else 0
             count = header[4] if len(header) > 4 else 0

@@ -42,10 +42,14 @@ def test_a_trace_goes_with_the_first_buffer_of_the_next_component_that_grew() ->
 
 
 def _send(buf: Buffer) -> Any:
-    """What ``Outbox.flush_buffer`` does to a buffer: its batch leaves with its trace."""
+    """What ``Outbox.flush_buffer`` and ``Courier.traced_batch`` do: the batch leaves with the
+    buffer's trace, unless another batch took that trace already."""
     trace, buf.trace = buf.trace, None
     buf.clear()
     buf.sent += 1
+    if trace is None or trace.sent:
+        return None
+    trace.sent = True
     return trace
 
 
@@ -63,6 +67,38 @@ def test_a_trace_leaves_with_a_batch_sent_within_the_unit_of_work() -> None:
     tracer.resolve()
     assert all(b.trace is None for b in outbox.buffers.values())  # it left once, and only once
     assert not tracer.pending
+
+
+def test_only_the_first_batch_of_a_unit_takes_its_trace() -> None:
+    """At a low rate every emit leaves at once: the unit's first batch carries the sample, the
+    others go untraced (no sample counted twice)."""
+    outbox = _outbox({"split": [1, 2, 3]})
+    tracer = QosTracer("sentences", [WORDCOUNT], outbox, 0.005)
+    tracer.start()
+    sent = []
+    for t in (2, 1, 3):
+        outbox.buffers[t].append(("x",))
+        sent.append(_send(outbox.buffers[t]))
+    tracer.resolve()
+    assert sent[0] is not None and sent[1:] == [None, None]
+    assert all(b.trace is None for b in outbox.buffers.values())
+
+
+def test_a_later_sample_on_a_buffer_keeps_the_older_origin() -> None:
+    """A buffer that is never empty when a sample starts: two samples fall back to it, and the
+    trace keeps the first origin (its oldest tuples), never the later one."""
+    outbox = _outbox({"split": [1]})
+    tracer = QosTracer("sentences", [WORDCOUNT], outbox, 0.005)
+    buf = outbox.buffers[1]
+    buf.append(("old",))
+    tracer.arm(((0, 1_000),))
+    buf.append(("a",))
+    tracer.resolve()
+    tracer.arm(((0, 6_000),))
+    buf.append(("b",))
+    tracer.resolve()
+    trace = _send(buf)
+    assert trace.origins == {0: 1_000} and trace.buffered >= 1_000
 
 
 def test_a_trace_is_dropped_when_what_grew_has_left_already() -> None:
@@ -91,6 +127,8 @@ def test_a_bolt_that_starts_a_path_and_passes_another_on_sends_both_in_one_trace
     buf.append(("w",))
     trace = _send(buf)
     assert trace.origins[0] == 123 and trace.origins[1] > 123
+    outbox.buffers[4].append(("v",))
+    assert _send(outbox.buffers[4]) is None  # the first batch took it for both paths
     tracer.resolve()
     tracer.resolve()
     assert outbox.buffers[4].trace is None and buf.trace is None
@@ -378,3 +416,43 @@ def test_a_saturated_chain_is_undone_without_samples_and_not_chained_again_at_on
     kinds = [getattr(decide(PATH, 10.0, broken, state, {}, 5.0, moves=False, chainable=["sentences>split"]), "kind", None)
              for _ in range(6)]
     assert "chain" not in kinds, kinds
+
+
+def test_a_batch_that_fails_leaves_no_trace_behind() -> None:
+    """A traced batch whose processing raises: the trace armed on the next buffers is taken back,
+    so that no later batch carries its (by then absurd) origin."""
+    from nstorm.topology import TopologyBuilder
+    from topologies.wordcount import Count, Sentences, Split
+    from worker.bolt import BoltExecutor
+    from worker.qos import Traced
+
+    from fakes import FakeHost, plan_of
+
+    builder = TopologyBuilder("t")
+    builder.set_spout("sentences", Sentences)
+    builder.set_bolt("split", Split).shuffle_grouping("sentences")
+    builder.set_bolt("count", Count, parallelism=2).fields_grouping("split", ["word"])
+    builder.latency_constraint(list(PATH), p99_ms=10)
+    definition = builder.build(workers=1).definition
+    plan = plan_of({e: "n1:1" for e in ["sentences:0", "split:0", "count:0", "count:1", "__acker:0"]})
+    host = FakeHost(plan)
+    split = BoltExecutor(host, "split:0", 1, Split, definition)  # type: ignore[arg-type]
+    split.setup()
+    assert split.qos is not None
+    split.outbox._buffer(2), split.outbox._buffer(3)  # the count buffers exist (empty): the trace waits on them
+    with pytest.raises(TypeError):
+        split.take_traced(0, Traced((5, None, None), (1, 2, ((0, 1),))))  # values that are not a sequence
+    assert not split.qos.pending
+    assert all(b.trace is None for b in split.outbox.buffers.values())
+
+
+def test_a_data_header_that_is_a_map_is_dropped_not_raised() -> None:
+    """A msgpack map with the keys 0-5 and 7 (no 6) used to reach ``header[6]`` and kill the
+    receiving thread; it is a malformed frame like any other."""
+    from worker.transport import Transport
+
+    transport = object.__new__(Transport)
+    transport.host, transport.dropped, transport.stale = None, 0, 0
+    header = wire.pack({0: wire.DATA, 1: 1, 2: 0, 3: 0, 4: 1, 5: 0, 7: 0})
+    transport._on_data([header, wire.pack([[("x",)], None, None])])
+    assert transport.dropped == 1
