@@ -225,7 +225,7 @@ def run_nstorm(extra: dict[str, Any], warmup: float, duration: float, poll: floa
         "conf": conf, "window_at": window_at, "elapsed_secs": round(elapsed, 2), "load_1min": load, "words": words,
         "words_per_sec": words / elapsed, "sentences_per_sec": words / elapsed / WORDS_PER_SENTENCE,
         "failed": last["spouts"]["failed"] - first["spouts"]["failed"],
-        "worker_cpu_secs": cpu_secs, "worker_pids": sorted(cpu),
+        "worker_cpu_secs": cpu_secs, "worker_cores": cpu_secs / elapsed, "worker_pids": sorted(cpu),
         "cpu_us_per_word": 1e6 * cpu_secs / words if words else None,
         "context_switches_per_sec": (sum(switches.values()) - sum(switches0.get(p, 0) for p in switches)) / elapsed,
         "arrival_ms": {"p50": ms(0.5), "p99": ms(0.99), "samples": sum(hist.values())},
@@ -380,8 +380,7 @@ def buffers(args: argparse.Namespace, rate: float, log: Console) -> dict[str, An
         rounds.append(got)
     median = {label: {"p50_ms": _med([(x[label].get("arrival_ms") or {}).get("p50") for x in rounds]),
                       "p99_ms": _med([(x[label].get("arrival_ms") or {}).get("p99") for x in rounds]),
-                      "cores": _med([x[label]["worker_cpu_secs"] / x[label]["elapsed_secs"]
-                                     if x[label].get("elapsed_secs") else None for x in rounds]),
+                      "cores": _med([x[label].get("worker_cores") for x in rounds]),
                       "cpu_us_per_word": _med([x[label].get("cpu_us_per_word") for x in rounds])}
               for label in BUFFER_CONFIGS}
     return {"rate_sentences_per_sec": rate, "rounds": rounds, "median": median}
@@ -402,11 +401,8 @@ def load(args: argparse.Namespace, rate: float, log: Console) -> dict[str, Any]:
                                                                            args.baseline_warmup, args.duration), log)
         rounds.append(got)
     median = {str(share): {key: _med([x[str(share)].get(key) for x in rounds])
-                           for key in ("sentences_per_sec", "cpu_us_per_word", "context_switches_per_sec")}
+                           for key in ("sentences_per_sec", "cpu_us_per_word", "context_switches_per_sec", "worker_cores")}
               for share in LOAD_SHARES}
-    for share in LOAD_SHARES:
-        median[str(share)]["cores"] = _med([x[str(share)]["worker_cpu_secs"] / x[str(share)]["elapsed_secs"]
-                                            if x[str(share)].get("elapsed_secs") else None for x in rounds])
     return {"peak_sentences_per_sec": rate, "rounds": rounds, "median": median}
 
 
@@ -562,8 +558,8 @@ def render(results: dict[str, Any], args: argparse.Namespace) -> list[Table]:
         for i, x in enumerate(bf["rounds"], 1):
             for label, r in x.items():
                 a = r.get("arrival_ms") or {}
-                cores = r["worker_cpu_secs"] / r["elapsed_secs"] if r.get("elapsed_secs") else None
-                t.add_row(str(i), label, _ms(a.get("p50")), _ms(a.get("p99")), _f2(cores), _f2(r.get("cpu_us_per_word")),
+                t.add_row(str(i), label, _ms(a.get("p50")), _ms(a.get("p99")), _f2(r.get("worker_cores")),
+                          _f2(r.get("cpu_us_per_word")),
                           _num(r.get("context_switches_per_sec")), _load(r), style="red" if r.get("error") else None)
         for label, m in bf["median"].items():
             t.add_row("median", label, _ms(m["p50_ms"]), _ms(m["p99_ms"]), _f2(m["cores"]), _f2(m["cpu_us_per_word"]),
@@ -578,7 +574,7 @@ def render(results: dict[str, Any], args: argparse.Namespace) -> list[Table]:
         for share in LOAD_SHARES:
             m = ld["median"][str(share)]
             sw, sps = m["context_switches_per_sec"], m["sentences_per_sec"]
-            t.add_row(f"{share:.0%}" if share else "peak", _num(sps), _f2(m["cores"]), _f2(m["cpu_us_per_word"]),
+            t.add_row(f"{share:.0%}" if share else "peak", _num(sps), _f2(m["worker_cores"]), _f2(m["cpu_us_per_word"]),
                       _num(sw), _f2(1000 * sw / (sps * WORDS_PER_SENTENCE)) if sw is not None and sps else "-")
         tables.append(t)
     t = Table(title="latency constraints (issue 17): goals")
