@@ -6,8 +6,10 @@ import json
 import os
 import platform
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -37,8 +39,28 @@ def write_json(name: str, data: dict[str, Any]) -> Path:
 
 
 @contextmanager
+def sigterm_exits() -> Iterator[None]:
+    """SIGTERM raises ``SystemExit(143)`` meanwhile, so the ``finally`` blocks that stop a
+    benchmark's clusters run (by default SIGTERM ends Python at once and leaves them running).
+    Only in the main thread, where Python handles signals; the old handler comes back after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def _exit(signum: int, _frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    old = signal.signal(signal.SIGTERM, _exit)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+@contextmanager
 def temporary_home() -> Iterator[Path]:
-    """Run with ``NSTORM_HOME`` in a fresh directory (daemon logs end up there).
+    """Run with ``NSTORM_HOME`` in a fresh directory (daemon logs end up there), with SIGTERM
+    turned into an exit that stops what the benchmark started (:func:`sigterm_exits`).
 
     Removed afterwards, unless the run failed or ``NSTORM_BENCH_KEEP_HOME=1``: then its logs
     stay, and stderr says where.
@@ -48,7 +70,8 @@ def temporary_home() -> Iterator[Path]:
     os.environ["NSTORM_HOME"] = str(home)
     keep = os.environ.get("NSTORM_BENCH_KEEP_HOME") == "1"
     try:
-        yield home
+        with sigterm_exits():
+            yield home
     except BaseException:
         keep = True
         raise
