@@ -342,6 +342,11 @@ class Worker:
                             inbox.put(channel, item)
             for ex in created:
                 ex.start()
+                if orders.pending and isinstance(ex, SpoutExecutor):
+                    # A worker that rolls back late (a restart, a loaded machine) finds the next
+                    # checkpoint ordered already: its spouts take it, or none commits until it is
+                    # abandoned, and every failure meanwhile rolls back to the same old checkpoint.
+                    ex.inbox.put_control(wire.CHECKPOINT, WORKER_TASK, orders.pending)
             for eid, move in local.plan.moved.items():
                 if move.target == self.worker_id and move.record and eid in mine.values():
                     self.migrations.completed(move.record, 0.0, lost=False)  # restored, not handed over

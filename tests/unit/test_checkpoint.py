@@ -395,3 +395,37 @@ def test_a_rollback_skips_a_damaged_checkpoint_for_the_one_before(tmp_path: Path
     _coordinator()._roll_back("t", record, store, "a test")
     assert (record.epoch, record.restore) == (3, 0)
     store.close()
+
+
+def test_a_worker_that_rolls_back_after_the_next_checkpoint_was_ordered_has_its_spouts_take_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A restarted or loaded worker can see the rollback's epoch only once the coordinator has
+    ordered the next checkpoint: its new spouts must take that one, or no checkpoint commits
+    until it is abandoned (30 s) and every failure meanwhile restores the same old checkpoint."""
+    from nstorm.config import merge_conf
+    from nstorm.state.record import CheckpointRecord
+    from worker.executor import Executor
+    from worker.process import Worker
+    from worker.recovery import WorkerCheckpoints
+    from worker.routing import RoutingTable
+    from worker.spout import SpoutExecutor
+    from worker.transport import WORKER_TASK
+
+    monkeypatch.setattr(Executor, "start", lambda self: None)  # no threads: the queues are looked at
+    definition = _definition()
+    plan = plan_of(PLACES)
+    worker = Worker("n1", 1, "t", tmp_path / "store", None, "/nstorm")
+    worker.conf = merge_conf(definition.get("conf"))
+    worker.definition = definition
+    worker.classes = {"numbers": Numbers, "sum": Sum, "sink": Sink}
+    worker.routing = RoutingTable.from_plan(plan)
+    worker.local = types.SimpleNamespace(plan=plan)  # type: ignore[assignment]
+    worker.checkpoints = WorkerCheckpoints(StateConfig(provider="lmdb", directory=tmp_path), "t", "1", "n1:1",
+                                           lambda: None)
+    worker._roll_back(CheckpointRecord(submission="1", provider="lmdb", epoch=1, restore=0, pending=7, next_id=8))
+    spouts = [ex for ex in worker.executors.values() if isinstance(ex, SpoutExecutor)]
+    assert len(spouts) == 2 and worker.ordered == 7
+    for ex in spouts:
+        assert ex.ctl_q.get_nowait() == (wire.CHECKPOINT, WORKER_TASK, 7)
+    bolts = [ex for ex in worker.executors.values() if isinstance(ex, BoltExecutor)]
+    assert bolts and all(ex.ctl_q.empty() for ex in bolts), "only spouts take orders"
