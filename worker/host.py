@@ -133,8 +133,9 @@ class Host(Protocol):
         """Every executor here, draining ones included, for load collection."""
         ...
 
-    def stash(self, dst: int, channel: str, item: Any, extra: Any) -> None:
-        """Keep a frame for a task that is not here (yet), until the next plan says where it is."""
+    def stash(self, dst: int, channel: str, item: Any, extra: Any, epoch: int | None = None) -> None:
+        """Keep a frame for a task that is not here (yet), until the next plan says where it is;
+        a data frame of an ``epoch`` this worker has rolled back from meanwhile is dropped."""
         ...
 
     def hold_newer(self, frames: list[bytes]) -> None:

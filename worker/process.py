@@ -144,13 +144,17 @@ class Worker:
         return [ExecutorStats(ex.executor_id, ex.task, ex.traffic, ex.data_q.qsize(), ex.thread.native_id)
                 for ex in everyone]
 
-    def stash(self, dst: int, channel: str, item: Any, extra: Any) -> None:
+    def stash(self, dst: int, channel: str, item: Any, extra: Any, epoch: int | None = None) -> None:
         """Keep a frame for a task this worker does not host, until the next plan says where it is.
 
         Called by a receiver: the task may be about to arrive here (the plan that moves it
         is on its way) or may have left (the frame is forwarded). The main loop settles it.
+        A data frame's ``epoch`` is compared under the lock a rollback takes: one of an epoch
+        rolled back meanwhile is dropped, not given to the executors the rollback makes.
         """
         with self.lock:
+            if epoch is not None and epoch != self.epoch:
+                return
             inbox = self.inbox(dst)
             if inbox is not None:  # arrived while we looked
                 inbox.put(channel, item)

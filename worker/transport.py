@@ -121,6 +121,9 @@ class Transport:
             self._drop(f"header: {type(exc).__name__}")
             return
         host = self.host
+        # The inbox is looked up before the epoch is read: a rollback between the two would
+        # otherwise hand a frame of the old epoch to an executor it has just made.
+        inbox = host.inbox(dst)
         if epoch != host.epoch:
             if epoch < host.epoch:
                 self.stale += 1  # sent before a rollback this worker has taken: its effects are undone
@@ -135,7 +138,6 @@ class Transport:
             payload, count = wire.ShiftMark(count), 0  # a rescale's marker carries its version
         else:
             payload = None
-        inbox = host.inbox(dst)
         if inbox is not None:
             if len(header) > 6 and kind == wire.DATA:  # a latency constraint's sampled batch (worker.qos)
                 trace = trace_from_header(header[6])
@@ -149,7 +151,7 @@ class Transport:
         if hops >= wire.MAX_HOPS:
             self._drop(f"task {dst} forwarded {hops} times")
             return
-        self.host.stash(dst, DATA, (src, payload), (hops, count))
+        self.host.stash(dst, DATA, (src, payload), (hops, count), epoch)
 
     def _ctl_loop(self) -> None:
         self._serve(self.ctl_pull, self._on_control)

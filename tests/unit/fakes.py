@@ -143,8 +143,9 @@ class FakeHost:
     def executor_stats(self) -> list[ExecutorStats]:
         return []
 
-    def stash(self, dst: int, channel: str, item: Any, extra: Any) -> None:
-        self.stashed.append((dst, channel, item, extra))
+    def stash(self, dst: int, channel: str, item: Any, extra: Any, epoch: int | None = None) -> None:
+        if epoch is None or epoch == self.epoch:
+            self.stashed.append((dst, channel, item, extra))
 
     # -- for the tests ----------------------------------------------------------------------
     def data(self, task: int) -> queue.SimpleQueue[Any]:

@@ -429,3 +429,33 @@ def test_a_worker_that_rolls_back_after_the_next_checkpoint_was_ordered_has_its_
         assert ex.ctl_q.get_nowait() == (wire.CHECKPOINT, WORKER_TASK, 7)
     bolts = [ex for ex in worker.executors.values() if isinstance(ex, BoltExecutor)]
     assert bolts and all(ex.ctl_q.empty() for ex in bolts), "only spouts take orders"
+
+
+def test_a_frame_of_an_epoch_rolled_back_while_it_is_received_reaches_no_new_executor(tmp_path: Path) -> None:
+    """A receiver that compared a frame's epoch just before its worker rolled back must not hand
+    it to an executor the rollback made (a tuple counted twice, or an old barrier that makes a new
+    bolt hold an input until the next checkpoint), neither directly nor through the stash."""
+    from worker.delivery import DATA
+    from worker.process import Worker
+    from worker.transport import Transport
+
+    host = FakeHost(plan_of(PLACES))
+    host.epoch = 1
+    lookup = host.inbox
+
+    def rolled_back_meanwhile(task: int, wid: str | None = None) -> Any:
+        host.epoch = 2  # the main loop rolls back while the receiver looks: new executors, new inboxes
+        return lookup(task, wid)
+
+    host.inbox = rolled_back_meanwhile  # type: ignore[method-assign]
+    transport = object.__new__(Transport)
+    transport.host, transport.dropped, transport.stale = host, 0, 0
+    transport._on_data([wire.data_header(2, 0, 0, 1, 1), wire.pack([[(1,)], None, None])])
+    assert host.data(2).empty() and transport.stale == 1
+
+    worker = Worker("n1", 1, "t", tmp_path / "store", None, "/nstorm")
+    worker.epoch = 2
+    worker.stash(5, DATA, (0, b"x"), (0, 1), 1)  # compared before the rollback, stashed after it
+    assert not worker.stashed
+    worker.stash(5, DATA, (0, b"x"), (0, 1), 2)
+    assert list(worker.stashed) == [5]
