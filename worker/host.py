@@ -138,6 +138,7 @@ class Host(Protocol):
         a data frame of an ``epoch`` this worker has rolled back from meanwhile is dropped."""
         ...
 
-    def hold_newer(self, frames: list[bytes]) -> None:
-        """Keep a data message of a newer epoch (its sender rolled back before this worker did)."""
+    def hold_newer(self, frames: list[bytes], epoch: int) -> bool:
+        """Keep a data message of a newer ``epoch`` (its sender rolled back before this worker did);
+        False if this worker has reached that epoch meanwhile (the caller delivers it)."""
         ...

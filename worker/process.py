@@ -162,10 +162,16 @@ class Worker:
             self.stashed.setdefault(dst, []).append((time.monotonic(), (channel, item, extra)))
         self._wake.set()
 
-    def hold_newer(self, frames: list[bytes]) -> None:
+    def hold_newer(self, frames: list[bytes], epoch: int) -> bool:
+        """Keep a data message of a newer ``epoch`` until this worker rolls back; False (not kept)
+        if it has rolled back meanwhile: a message kept after the rollback took the list would
+        wait for the next one, and be dropped then."""
         with self.lock:
+            if epoch <= self.epoch:
+                return False
             self.newer.append(frames)
         self._wake.set()
+        return True
 
     def _send_gone(self, wid: str, task: int, entries: Any) -> None:
         self.courier.routing = self.routing

@@ -127,8 +127,8 @@ class Transport:
         if epoch != host.epoch:
             if epoch < host.epoch:
                 self.stale += 1  # sent before a rollback this worker has taken: its effects are undone
-            else:
-                host.hold_newer(frames)  # its sender rolled back first: kept until this worker has
+            elif not host.hold_newer(frames, epoch):  # its sender rolled back first: kept until this worker has,
+                self._on_data(frames)  # unless it did so while this frame was looked at: delivered now
             return
         if kind == wire.DATA:
             payload: Any = frames[1]

@@ -122,8 +122,11 @@ class FakeHost:
         routing = self.routing
         return routing is None or (task < len(routing.location) and routing.location[task] == self.worker_id)
 
-    def hold_newer(self, frames: list[bytes]) -> None:
+    def hold_newer(self, frames: list[bytes], epoch: int) -> bool:
+        if epoch <= self.epoch:
+            return False
         self.newer.append(frames)
+        return True
 
     def inbox(self, task: int, wid: str | None = None) -> Inbox | None:
         if (wid is not None and wid != self.worker_id) or not self._here(task):

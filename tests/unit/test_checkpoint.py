@@ -459,3 +459,31 @@ def test_a_frame_of_an_epoch_rolled_back_while_it_is_received_reaches_no_new_exe
     assert not worker.stashed
     worker.stash(5, DATA, (0, b"x"), (0, 1), 2)
     assert list(worker.stashed) == [5]
+
+
+def test_a_frame_of_the_next_epoch_that_comes_while_its_worker_rolls_back_is_delivered_not_kept(
+        tmp_path: Path) -> None:
+    """A frame found to be of a newer epoch is kept until its worker rolls back; if the rollback
+    happens between that comparison and the keeping, it is delivered (kept, it waited for the
+    next rollback and was dropped then: its tuple trees timed out)."""
+    from worker.process import Worker
+    from worker.transport import Transport
+
+    host = FakeHost(plan_of(PLACES))
+    host.epoch = 1
+    keep = host.hold_newer
+
+    def rolled_back_meanwhile(frames: list[bytes], epoch: int) -> bool:
+        host.epoch = 2  # the main loop took the kept frames and moved to epoch 2 meanwhile
+        return keep(frames, epoch)
+
+    host.hold_newer = rolled_back_meanwhile  # type: ignore[method-assign]
+    transport = object.__new__(Transport)
+    transport.host, transport.dropped, transport.stale = host, 0, 0
+    transport._on_data([wire.data_header(2, 0, 0, 1, 2), wire.pack([[(1,)], None, None])])
+    assert not host.newer and host.data(2).get_nowait()[0] == 0
+
+    worker = Worker("n1", 1, "t", tmp_path / "store", None, "/nstorm")
+    worker.epoch = 2
+    assert not worker.hold_newer([b"h", b"p"], 2) and not worker.newer
+    assert worker.hold_newer([b"h", b"p"], 3) and worker.newer == [[b"h", b"p"]]
