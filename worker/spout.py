@@ -273,6 +273,13 @@ class SpoutExecutor(UserExecutor):
             return  # taken by the old copy of this moved spout, or restored from a later one
         if self.routing is not None and self.routing.rescales:
             return  # a rescale changes the layout: no checkpoint until it is done (the coordinator waits)
+        checkpoints = self.host.checkpoints
+        if checkpoints is not None and checkpoints.tainted:
+            # Data was lost here and the rollback is on its way; no barrier either. A restarted
+            # worker's spout finds a part of ``cid`` its killed copy may have written (with trees
+            # pending whose tuples died with it): its barrier would let the bolts complete ``cid``
+            # around that part, and a restore from it would ack tuples nobody processed.
+            return
         self._close_group()
         self.checkpoint.take(cid)
         self.outbox.send_barrier(cid)

@@ -121,10 +121,15 @@ class Transport:
             self._drop(f"header: {type(exc).__name__}")
             return
         host = self.host
-        # The inbox is looked up before the epoch is read: a rollback between the two would
-        # otherwise hand a frame of the old epoch to an executor it has just made.
+        # The epoch is read before and after the inbox is looked up: a rollback in between (it
+        # empties the executors, moves to the new epoch, then makes new ones) would otherwise hand
+        # a frame of the old epoch to an executor it made, or one of the new epoch to an old one.
+        current = host.epoch
         inbox = host.inbox(dst)
-        if epoch != host.epoch:
+        if host.epoch != current:
+            self._on_data(frames)  # decided again in the new epoch
+            return
+        if epoch != current:
             if epoch < host.epoch:
                 self.stale += 1  # sent before a rollback this worker has taken: its effects are undone
             elif not host.hold_newer(frames, epoch):  # its sender rolled back first: kept until this worker has,

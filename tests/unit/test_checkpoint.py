@@ -280,6 +280,26 @@ def test_a_tainted_worker_writes_no_checkpoint_and_a_failed_tuple_taints(bolt) -
     assert not bolt.checkpoint.take(1)
 
 
+def test_a_tainted_worker_passes_no_barrier_on(bolt, tmp_path: Path) -> None:
+    """A restarted worker is tainted until the rollback: its killed copy may have written its part
+    of a checkpoint before that checkpoint's barrier left, so a barrier from the new copy would let
+    downstream complete the checkpoint around a part whose pending trees died with the old copy."""
+    from worker.spout import SpoutExecutor
+
+    bolt.host.checkpoints.request_rollback("worker n1:1 restarted")
+    bolt.take(0, 1)
+    bolt.take(1, 1)  # aligned: the held input goes on, the barrier does not
+    bolt.take(0, _batch(7))
+    items = _sink_items(bolt)
+    assert [type(b) for _src, b in items if type(b) is int] == [] and bolt.checkpoint.written == 0
+    spout = SpoutExecutor(bolt.host, "numbers:0", 0, Numbers, _definition())  # type: ignore[arg-type]
+    spout.setup()
+    spout._take_checkpoint(1)
+    to_sum = bolt.host.inbox(2).data
+    sent = [to_sum.get_nowait()[1] for _ in range(to_sum.qsize())]
+    assert 1 not in sent and spout.checkpoint.last == 0
+
+
 def test_an_unreachable_store_fails_the_checkpoint_and_the_next_entries_are_full(bolt) -> None:
     def refuse(*_: Any) -> int:
         raise StateError("Redis at redis://nowhere: ConnectionError")
@@ -435,7 +455,7 @@ def test_a_frame_of_an_epoch_rolled_back_while_it_is_received_reaches_no_new_exe
     """A receiver that compared a frame's epoch just before its worker rolled back must not hand
     it to an executor the rollback made (a tuple counted twice, or an old barrier that makes a new
     bolt hold an input until the next checkpoint), neither directly nor through the stash."""
-    from worker.delivery import DATA
+    from worker.delivery import DATA, Inbox
     from worker.process import Worker
     from worker.transport import Transport
 
@@ -452,6 +472,26 @@ def test_a_frame_of_an_epoch_rolled_back_while_it_is_received_reaches_no_new_exe
     transport.host, transport.dropped, transport.stale = host, 0, 0
     transport._on_data([wire.data_header(2, 0, 0, 1, 1), wire.pack([[(1,)], None, None])])
     assert host.data(2).empty() and transport.stale == 1
+
+    # The other way round: the lookup found the old executor's inbox, then the rollback moved to
+    # the frame's (new) epoch and made a new executor: the frame goes to the new one.
+    host = FakeHost(plan_of(PLACES))
+    host.epoch = 1
+    old_inbox = host.inbox(2)
+    new_inbox = Inbox(16)
+    looked: list[int] = []
+
+    def rolled_back_after_the_lookup(task: int, wid: str | None = None) -> Any:
+        if looked:
+            return new_inbox
+        looked.append(task)
+        host.epoch = 2
+        return old_inbox
+
+    host.inbox = rolled_back_after_the_lookup  # type: ignore[method-assign]
+    transport.host = host
+    transport._on_data([wire.data_header(2, 0, 0, 1, 2), wire.pack([[(1,)], None, None])])
+    assert old_inbox is not None and old_inbox.data.empty() and new_inbox.data.get_nowait()[0] == 0
 
     worker = Worker("n1", 1, "t", tmp_path / "store", None, "/nstorm")
     worker.epoch = 2
