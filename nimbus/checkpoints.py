@@ -8,6 +8,10 @@ workers watch for their orders. Each pass:
    Nimbus reassigned the executors of lost workers (:meth:`CheckpointCoordinator.roll_back`):
    the epoch grows, ``restore`` is the last committed checkpoint that is whole in the store
    (else the one before it, else the empty start), and the pending checkpoint is dropped.
+   After ``topology.state.max.rollbacks`` rollbacks in a row with no checkpoint committed (a
+   poison tuple that fails on every replay, a worker that dies whenever it starts) the topology
+   is also deactivated, with ``last_error`` saying why: a rollback loop without end otherwise,
+   as Flink's restart strategies end one by failing the job.
 2. **Commit** (two phases: every executor wrote its part, then the record says committed,
    and the workers call ``on_commit``): once every user executor of the plan wrote the pending
    checkpoint. What the last two committed checkpoints need is kept, the rest pruned. A
@@ -35,7 +39,7 @@ from nstorm.state.config import StateConfig, state_config
 from nstorm.state.record import CheckpointRecord
 from nstorm.state.store import StateError, StateStore, open_store, unpack_snapshot
 from nstorm.topology import is_acker
-from nstorm.zkschema import ZkPaths
+from nstorm.zkschema import INACTIVE, ZkPaths, encode
 
 __all__ = ["CheckpointCoordinator", "drop_checkpoints"]
 
@@ -155,6 +159,8 @@ class CheckpointCoordinator:
         reason = self._requested(name, record)
         if reason is not None:
             self._roll_back(name, record, store, reason)
+            if config.max_rollbacks and record.rollbacks_in_a_row >= config.max_rollbacks:
+                self._deactivate(name, record, reason)
         elif plan.rescales:
             # Key groups change owners: a checkpoint now would mix the layouts. The one being
             # taken is abandoned, the next is ordered once the rescale is done (in the new layout).
@@ -225,8 +231,22 @@ class CheckpointCoordinator:
         record.pending = 0
         record.pending_at = time.time()
         record.restores += 1
+        record.rollbacks_in_a_row += 1
         record.last_restore = {"id": restore, "at": time.time(), "epoch": record.epoch, "reason": reason}
         log.warning("topology %s: rolling back to checkpoint %d (epoch %d): %s", name, restore, record.epoch, reason)
+
+    def _deactivate(self, name: str, record: CheckpointRecord, reason: str) -> None:
+        """Too many rollbacks in a row: the topology stays at its restored checkpoint, inactive (its
+        spouts emit nothing), until a user activates it again, with a fresh count."""
+        record.last_error = (f"rolled back {record.rollbacks_in_a_row} times in a row with no checkpoint committed "
+                             f"(topology.state.max.rollbacks; the last: {reason}): deactivated at checkpoint "
+                             f"{record.restore}; `nstorm activate {name}` tries again")
+        record.rollbacks_in_a_row = 0
+        log.error("topology %s: %s", name, record.last_error)
+        try:
+            self.zk.set(self.paths.status(name), encode({"status": INACTIVE, "updated_at": time.time()}))
+        except NoNodeError:
+            pass  # killed meanwhile
 
     def _check_pending(self, name: str, record: CheckpointRecord, store: StateStore, executors: list[str],
                        config: StateConfig) -> None:
@@ -245,6 +265,7 @@ class CheckpointCoordinator:
             record.duration_ms = (now - record.pending_at) * 1000.0
             record.bytes = sum(written[e] for e in executors)
             record.pending = 0
+            record.rollbacks_in_a_row = 0
             record.last_error = None
             keep = record.previous or record.committed
             try:

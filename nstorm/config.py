@@ -47,6 +47,7 @@ DEFAULTS: dict[str, Any] = {
     "topology.state.dir": None,  # LMDB checkpoints; None = $NSTORM_HOME/state (a local filesystem)
     "topology.state.checkpoint.interval.ms": 1000,
     "topology.state.checkpoint.timeout.secs": 30,  # a checkpoint not committed by then is abandoned
+    "topology.state.max.rollbacks": 10,  # in a row with no checkpoint committed: then deactivated (0: no bound)
     "topology.max.parallelism": 128,  # key groups of keyed state (and of fields grouping)
     # windows (README "Windows")
     "topology.window.max.tuples": 100000,  # tuples a windowed bolt executor keeps at most; more are failed

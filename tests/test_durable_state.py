@@ -178,3 +178,31 @@ def test_an_unreachable_redis_fails_checkpoints_while_processing_goes_on(client,
         client.kill("redisdown")
         client.wait_removed("redisdown", 30)
         stop_process(redis_proc)
+
+
+def test_a_poison_tuple_deactivates_the_topology_after_max_rollbacks(cluster, client, tmp_path: Path) -> None:
+    """A tuple that fails on every replay rolls a durable topology back to the same checkpoint
+    again and again; after ``topology.state.max.rollbacks`` in a row it is deactivated, and the
+    status says why. Activated again, it gets as many tries again."""
+    name = "poisoned"
+    client.submit(DURABLE_SUM, name=name, conf={"test.output.dir": str(tmp_path), "test.numbers": 3000,
+                                                "test.rate": 1500, "test.poison": 700,
+                                                "topology.state.provider": "lmdb",
+                                                "topology.state.checkpoint.interval.ms": 300,
+                                                "topology.state.max.rollbacks": 3})
+    try:
+        client.wait_running(name, 60)
+        wait_until(lambda: client.status(name)["status"] == "INACTIVE", 120, what="the topology deactivated")
+        checkpoints = client.status(name)["checkpoints"]
+        assert checkpoints["restores"] >= 3, checkpoints
+        assert "rolled back 3 times in a row" in checkpoints["last_error"], checkpoints
+        assert "a tuple failed" in checkpoints["last_error"] and checkpoints["rollbacks_in_a_row"] == 0
+        shown = run_cli("status", name, cluster=cluster)
+        assert "deactivated at checkpoint" in shown.stdout and "nstorm activate poisoned" in shown.stdout, shown.stdout
+        first = checkpoints["restores"]
+        run_cli("activate", name, cluster=cluster)
+        wait_until(lambda: client.status(name)["checkpoints"]["restores"] >= first + 3
+                   and client.status(name)["status"] == "INACTIVE", 120, what="three more tries, then deactivated again")
+    finally:
+        client.kill(name)
+        client.wait_removed(name, 30)

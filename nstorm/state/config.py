@@ -23,12 +23,15 @@ class StateConfig:
     :ivar options: ``topology.state.provider.config`` (a JSON object): ``url`` for Redis,
         ``map_size`` for LMDB.
     :ivar directory: the LMDB environments' directory (``topology.state.dir``).
+    :ivar max_rollbacks: ``topology.state.max.rollbacks``: rollbacks in a row with no checkpoint
+        committed in between after which the topology is deactivated (0: no bound).
     """
 
     provider: str = "memory"
     interval_ms: int = 1000
     timeout_secs: float = 30.0
     max_parallelism: int = 128
+    max_rollbacks: int = 10
     directory: Path | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
 
@@ -67,7 +70,8 @@ def state_config(conf: Mapping[str, Any]) -> StateConfig:
     interval = number("topology.state.checkpoint.interval.ms", 10)
     timeout = number("topology.state.checkpoint.timeout.secs", 0.1)
     groups = number("topology.max.parallelism", 1)
+    rollbacks = number("topology.state.max.rollbacks", 0)
     directory = conf.get("topology.state.dir")
     return StateConfig(provider=str(provider), interval_ms=int(interval), timeout_secs=timeout,
-                       max_parallelism=int(groups), directory=Path(directory) if directory else None,
-                       options=dict(options))
+                       max_parallelism=int(groups), max_rollbacks=int(rollbacks),
+                       directory=Path(directory) if directory else None, options=dict(options))

@@ -23,6 +23,8 @@ class CheckpointRecord:
     :ivar pending: the checkpoint being taken (0: none); ``pending_at`` when it was ordered.
     :ivar next_id: the id of the next checkpoint (ids are never reused, rollbacks included).
     :ivar committed: the last committed checkpoint (0: none); ``previous`` the one before.
+    :ivar rollbacks_in_a_row: rollbacks since a checkpoint last committed (or since the coordinator
+        deactivated the topology for too many of them: ``topology.state.max.rollbacks``).
     """
 
     submission: str | None = None
@@ -41,6 +43,7 @@ class CheckpointRecord:
     duration_ms: float = 0.0
     bytes: int = 0
     restores: int = 0
+    rollbacks_in_a_row: int = 0
     last_restore: dict[str, Any] | None = None
     last_error: str | None = None
     abandoned: int = 0
@@ -72,5 +75,6 @@ class CheckpointRecord:
             last = {"id": self.committed, "at": self.committed_at, "duration_ms": round(self.duration_ms, 1),
                     "bytes": self.bytes}
         return {"provider": self.provider, "interval_ms": self.interval_ms, "last_committed": last,
-                "restores": self.restores, "epoch": self.epoch, "pending": self.pending or None,
+                "restores": self.restores, "rollbacks_in_a_row": self.rollbacks_in_a_row, "epoch": self.epoch,
+                "pending": self.pending or None,
                 "last_restore": self.last_restore, "abandoned": self.abandoned, "last_error": self.last_error}

@@ -9,7 +9,8 @@ position and pending ids to ``numbers.json`` in ``test.output.dir``, each ``sum`
 to ``sum-<index>.json``; ``commits.json`` lists the checkpoints ``on_commit`` heard of.
 
 conf: ``test.output.dir`` (required), ``test.numbers`` (default 20000), ``test.rate``
-(default 2000 a second), ``test.bad.state`` (``sum:0`` keeps a set in ``self.state``).
+(default 2000 a second), ``test.bad.state`` (``sum:0`` keeps a set in ``self.state``),
+``test.poison`` (``mod`` raises on that number, on every replay too).
 """
 
 from __future__ import annotations
@@ -54,7 +55,12 @@ class Numbers(Spout):
 class Mod(Bolt):
     outputs = ("key", "n")
 
+    def prepare(self, conf, context):
+        self.poison = int(conf.get("test.poison", 0))
+
     def process(self, tup):
+        if tup["n"] == self.poison:
+            raise ValueError(f"poison tuple {self.poison}")
         self.emit((tup["n"] % 7, tup["n"]))
 
 

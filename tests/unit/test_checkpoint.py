@@ -527,3 +527,77 @@ def test_a_frame_of_the_next_epoch_that_comes_while_its_worker_rolls_back_is_del
     worker.epoch = 2
     assert not worker.hold_newer([b"h", b"p"], 2) and not worker.newer
     assert worker.hold_newer([b"h", b"p"], 3) and worker.newer == [[b"h", b"p"]]
+
+
+class _Nodes:
+    """The few ZooKeeper nodes the coordinator reads and writes, as a dict."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, tuple[bytes, int]] = {}
+
+    def get(self, path: str) -> tuple[bytes, Any]:
+        from kazoo.exceptions import NoNodeError
+
+        if path not in self.nodes:
+            raise NoNodeError(path)
+        data, version = self.nodes[path]
+        return data, types.SimpleNamespace(version=version)
+
+    def get_children(self, path: str) -> list[str]:
+        return []
+
+    def create(self, path: str, data: bytes, makepath: bool = False) -> None:
+        self.nodes[path] = (data, 0)
+
+    def set(self, path: str, data: bytes, version: int = -1) -> None:
+        old = self.nodes.get(path, (b"", -1))[1]
+        assert version in (-1, old)
+        self.nodes[path] = (data, old + 1)
+
+
+def test_too_many_rollbacks_in_a_row_deactivate_the_topology_and_a_commit_resets_the_count(tmp_path: Path) -> None:
+    """A poison tuple fails on every replay: each failure rolls back to the same checkpoint, without
+    end. After ``topology.state.max.rollbacks`` in a row the coordinator deactivates the topology
+    (its spouts stop) and says why; a checkpoint that commits starts the count again."""
+    import json
+    import time
+
+    from nimbus.checkpoints import CheckpointCoordinator
+    from nstorm.records import TopologyStatus
+    from nstorm.state.record import CheckpointRecord
+    from nstorm.zkschema import ZkPaths
+
+    zk = _Nodes()
+    paths = ZkPaths("/t")
+    coordinator = CheckpointCoordinator(zk, paths)  # type: ignore[arg-type]
+    conf = {"topology.state.provider": "lmdb", "topology.state.dir": str(tmp_path),
+            "topology.state.max.rollbacks": 3}
+    topo = {"definition": {"conf": {}}, "conf": conf, "submission": "s1"}
+    plan = types.SimpleNamespace(submission="s1", executors={"a:0": "w1"}, status=TopologyStatus.ACTIVE,
+                                 rescales={})
+    coordinator.cluster = types.SimpleNamespace(  # type: ignore[assignment]
+        topology=lambda _n: topo, plan=lambda _n: (plan, None), status=lambda _n: (TopologyStatus.ACTIVE, 0.0))
+
+    def record() -> CheckpointRecord:
+        got = CheckpointRecord.from_json(zk.get(paths.checkpoints("poison"))[0])
+        assert got is not None
+        return got
+
+    coordinator.step("poison")
+    for n in (1, 2):
+        coordinator.roll_back("poison", "sum:0: a tuple failed")
+        coordinator.step("poison")
+        assert record().rollbacks_in_a_row == n and paths.status("poison") not in zk.nodes
+    coordinator.roll_back("poison", "sum:0: a tuple failed")
+    coordinator.step("poison")
+    got = record()
+    assert got.restores == 3 and got.rollbacks_in_a_row == 0, "a fresh count once a user activates it again"
+    assert "rolled back 3 times in a row" in got.last_error and "nstorm activate poison" in got.last_error
+    assert json.loads(zk.get(paths.status("poison"))[0])["status"] == "INACTIVE"
+
+    store = LMDBStateStore(StateConfig(provider="lmdb", directory=tmp_path), "t-1")
+    again = CheckpointRecord(submission="s", provider="lmdb", pending=5, pending_at=time.time(), rollbacks_in_a_row=2)
+    store.write(5, "a:0", wire.pack({"state": {}}), {})
+    coordinator._check_pending("t", again, store, ["a:0"], StateConfig(provider="lmdb"))
+    assert again.committed == 5 and again.rollbacks_in_a_row == 0
+    store.close()

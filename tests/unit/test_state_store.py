@@ -33,6 +33,7 @@ def test_two_submissions_do_not_share_checkpoints(tmp_path: Path) -> None:
     ({"topology.state.provider": "redis", "topology.state.provider.config": [1]}, "JSON object"),
     ({"topology.state.checkpoint.interval.ms": 0}, "interval.ms"),
     ({"topology.max.parallelism": "many"}, "max.parallelism"),
+    ({"topology.state.max.rollbacks": -1}, "max.rollbacks"),
 ])
 def test_bad_state_settings_are_one_line_errors(conf: dict, needle: str) -> None:
     with pytest.raises(ConfigError, match=needle):
@@ -42,4 +43,4 @@ def test_bad_state_settings_are_one_line_errors(conf: dict, needle: str) -> None
 def test_defaults_keep_no_checkpoints() -> None:
     config = state_config(merge_conf({}))
     assert config.provider == "memory" and not config.durable
-    assert config.interval_ms == 1000 and config.max_parallelism == 128
+    assert config.interval_ms == 1000 and config.max_parallelism == 128 and config.max_rollbacks == 10
