@@ -48,13 +48,14 @@ def sigterm_exits() -> Iterator[None]:
         return
 
     def _exit(signum: int, _frame: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM does not cut the cleanup short
         raise SystemExit(128 + signum)
 
     old = signal.signal(signal.SIGTERM, _exit)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, old)
+        signal.signal(signal.SIGTERM, old if old is not None else signal.SIG_DFL)
 
 
 @contextmanager

@@ -8,10 +8,12 @@ workers watch for their orders. Each pass:
    Nimbus reassigned the executors of lost workers (:meth:`CheckpointCoordinator.roll_back`):
    the epoch grows, ``restore`` is the last committed checkpoint that is whole in the store
    (else the one before it, else the empty start), and the pending checkpoint is dropped.
-   After ``topology.state.max.rollbacks`` rollbacks in a row with no checkpoint committed (a
-   poison tuple that fails on every replay, a worker that dies whenever it starts) the topology
-   is also deactivated, with ``last_error`` saying why: a rollback loop without end otherwise,
-   as Flink's restart strategies end one by failing the job.
+   After ``topology.state.max.rollbacks`` rollbacks in a row while the topology is active, with
+   fewer than two checkpoints committed in between (a poison tuple that fails on every replay,
+   a worker that dies whenever it starts), the topology is also deactivated, with
+   ``last_error`` saying why: a rollback loop without end otherwise. One commit is no sign of
+   progress: the spouts of a worker that rolls back late take the checkpoint already ordered
+   at their restored position, before they emit anything.
 2. **Commit** (two phases: every executor wrote its part, then the record says committed,
    and the workers call ``on_commit``): once every user executor of the plan wrote the pending
    checkpoint. What the last two committed checkpoints need is kept, the rest pruned. A
@@ -39,7 +41,7 @@ from nstorm.state.config import StateConfig, state_config
 from nstorm.state.record import CheckpointRecord
 from nstorm.state.store import StateError, StateStore, open_store, unpack_snapshot
 from nstorm.topology import is_acker
-from nstorm.zkschema import INACTIVE, ZkPaths, encode
+from nstorm.zkschema import ACTIVE, INACTIVE, ZkPaths, encode
 
 __all__ = ["CheckpointCoordinator", "drop_checkpoints"]
 
@@ -157,10 +159,18 @@ class CheckpointCoordinator:
             return
         executors = sorted(e for e in plan.executors if not is_acker(e))
         reason = self._requested(name, record)
+        give_up = False
         if reason is not None:
             self._roll_back(name, record, store, reason)
-            if config.max_rollbacks and record.rollbacks_in_a_row >= config.max_rollbacks:
-                self._deactivate(name, record, reason)
+            if desired is TopologyStatus.ACTIVE and not plan.rescales:  # (no checkpoint is ordered otherwise)
+                record.rollbacks_in_a_row += 1
+            give_up = bool(config.max_rollbacks) and record.rollbacks_in_a_row >= config.max_rollbacks
+            if give_up:
+                record.last_error = (
+                    f"rolled back {record.rollbacks_in_a_row} times in a row with no progress (topology.state."
+                    f"max.rollbacks; the last: {reason}): deactivated at checkpoint {record.restore}; "
+                    f"`nstorm activate {name}` tries again")
+                record.rollbacks_in_a_row = 0  # a fresh count once a user activates it again
         elif plan.rescales:
             # Key groups change owners: a checkpoint now would mix the layouts. The one being
             # taken is abandoned, the next is ordered once the rescale is done (in the new layout).
@@ -179,7 +189,8 @@ class CheckpointCoordinator:
                 record.pending = record.next_id
                 record.next_id += 1
                 record.pending_at = now
-        self._write(path, record, before, version)
+        if self._write(path, record, before, version) and give_up:
+            self._deactivate(name, record)
 
     def _requested(self, name: str, record: CheckpointRecord) -> str | None:
         """Why ``name`` must roll back now (requests of older epochs are stale); None if it need not."""
@@ -231,22 +242,23 @@ class CheckpointCoordinator:
         record.pending = 0
         record.pending_at = time.time()
         record.restores += 1
-        record.rollbacks_in_a_row += 1
+        record.commits_since_rollback = 0
         record.last_restore = {"id": restore, "at": time.time(), "epoch": record.epoch, "reason": reason}
         log.warning("topology %s: rolling back to checkpoint %d (epoch %d): %s", name, restore, record.epoch, reason)
 
-    def _deactivate(self, name: str, record: CheckpointRecord, reason: str) -> None:
-        """Too many rollbacks in a row: the topology stays at its restored checkpoint, inactive (its
-        spouts emit nothing), until a user activates it again, with a fresh count."""
-        record.last_error = (f"rolled back {record.rollbacks_in_a_row} times in a row with no checkpoint committed "
-                             f"(topology.state.max.rollbacks; the last: {reason}): deactivated at checkpoint "
-                             f"{record.restore}; `nstorm activate {name}` tries again")
-        record.rollbacks_in_a_row = 0
+    def _deactivate(self, name: str, record: CheckpointRecord) -> None:
+        """Too many rollbacks in a row (the record saying so is written): the topology stays at its
+        restored checkpoint, inactive (its spouts emit nothing), until a user activates it again.
+        Only an active topology is deactivated: a kill or a user's change meanwhile wins."""
         log.error("topology %s: %s", name, record.last_error)
+        path = self.paths.status(name)
         try:
-            self.zk.set(self.paths.status(name), encode({"status": INACTIVE, "updated_at": time.time()}))
-        except NoNodeError:
-            pass  # killed meanwhile
+            raw, stat = self.zk.get(path)
+            if json.loads(raw.decode()).get("status") != ACTIVE:
+                return
+            self.zk.set(path, encode({"status": INACTIVE, "updated_at": time.time()}), version=stat.version)
+        except (NoNodeError, BadVersionError, ValueError, UnicodeDecodeError, AttributeError):
+            pass  # killed or changed meanwhile: left as it is
 
     def _check_pending(self, name: str, record: CheckpointRecord, store: StateStore, executors: list[str],
                        config: StateConfig) -> None:
@@ -265,7 +277,9 @@ class CheckpointCoordinator:
             record.duration_ms = (now - record.pending_at) * 1000.0
             record.bytes = sum(written[e] for e in executors)
             record.pending = 0
-            record.rollbacks_in_a_row = 0
+            record.commits_since_rollback += 1
+            if record.commits_since_rollback >= 2:  # (see the module docstring)
+                record.rollbacks_in_a_row = 0
             record.last_error = None
             keep = record.previous or record.committed
             try:
@@ -299,17 +313,19 @@ class CheckpointCoordinator:
                     found.append(str(error))
         return "; ".join(found[:3])
 
-    def _write(self, path: str, record: CheckpointRecord, before: bytes, version: int) -> None:
+    def _write(self, path: str, record: CheckpointRecord, before: bytes, version: int) -> bool:
+        """Write ``record`` if it changed; False if the node changed meanwhile (nothing written)."""
         data = record.to_json()
         if data == before and version >= 0:
-            return
+            return True
         try:
             if version < 0:
                 self.zk.create(path, data, makepath=True)
             else:
                 self.zk.set(path, data, version=version)
         except (BadVersionError, NodeExistsError, NoNodeError):
-            pass  # changed meanwhile (a kill, another leader): the next pass reads it again
+            return False  # changed meanwhile (a kill, another leader): the next pass reads it again
+        return True
 
 
 def drop_checkpoints(topo: dict[str, Any] | None, name: str) -> None:

@@ -90,7 +90,9 @@ class Worker:
         self.executors: dict[int, Executor] = {}
         self.draining: dict[int, Executor] = {}  # moved-away copies still finishing their input
         self.stashed: dict[int, list[tuple[float, Any]]] = {}  # frames for tasks not (yet) here
-        self.lock = threading.Lock()  # executors/draining/stash changes vs the receivers' slow path
+        # Executors/draining/stash changes vs the receivers' slow path; re-entrant: a rollback
+        # replays held frames through the receiver's path while it holds it.
+        self.lock = threading.RLock()
         self.restart_pending = False
         self.routing: RoutingTable | None = None
         self.version = 0
@@ -322,6 +324,11 @@ class Worker:
             self.stashed.clear()
             self.epoch = orders.epoch  # from here on, older frames are dropped as they come
             newer, self.newer = self.newer, []
+            # Frames of this epoch that came before the rollback go to the stash first, ahead of
+            # any a receiver stashes from now on (it waits for the lock): each channel's order,
+            # barriers included, is kept into the new executors.
+            for frames in newer:
+                self.transport.replay(frames)  # type: ignore[union-attr]
         for ex in old:
             outbox = getattr(ex, "outbox", None)
             if outbox is not None:
@@ -339,17 +346,18 @@ class Worker:
         if routing is not None and local is not None:
             mine = {routing.tasks.index(e): e for e in local.plan.executors_of(self.worker_id)}
             with self.lock:
+                fresh: dict[int, Executor] = {}
                 for task, eid in mine.items():
                     ex = self._make_executor(eid, task)
                     if isinstance(ex, UserExecutor):
                         ex.restore_from = orders.restore  # 0: the empty start
-                    self.executors[task] = ex
+                    # What was stashed since the rollback began (frames of the new epoch) goes in
+                    # before the executor is seen by a receiver, which puts the later frames in.
+                    for _, (channel, item, _extra) in self.stashed.pop(task, []):
+                        ex.inbox.put(channel, item)
+                    fresh[task] = ex
                     created.append(ex)
-                for task in list(self.stashed):  # frames of the new epoch that came meanwhile
-                    inbox = self.inbox(task)
-                    if inbox is not None:
-                        for _, (channel, item, _extra) in self.stashed.pop(task):
-                            inbox.put(channel, item)
+                self.executors = fresh
             for ex in created:
                 ex.start()
                 if orders.pending and isinstance(ex, SpoutExecutor):
@@ -360,8 +368,6 @@ class Worker:
             for eid, move in local.plan.moved.items():
                 if move.target == self.worker_id and move.record and eid in mine.values():
                     self.migrations.completed(move.record, 0.0, lost=False)  # restored, not handed over
-        for frames in newer:
-            self.transport.replay(frames)  # type: ignore[union-attr]
         log.warning("rolled back to checkpoint %d in %.3fs (epoch %d, %d executors restored)", orders.restore,
                     time.monotonic() - began, orders.epoch, len(created))
 

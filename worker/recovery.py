@@ -6,7 +6,10 @@ loop carries them out (worker.process): a new ``pending`` checkpoint goes to the
 (CHECKPOINT), a new ``committed`` one to every executor (COMMITTED), a larger ``epoch`` is a
 rollback. When this worker loses data (it was restarted, a moved-in copy got no state, a
 tuple tree failed or timed out, queued tuples were dropped) it is *tainted*: its executors
-write no checkpoint until the rollback it asks for (a sequential node under the record).
+write no checkpoint until the rollback it asks for (a sequential node under the record), and
+pass no barrier on. A request not answered within :data:`RESEND_SECS` is made again (one lost
+between the coordinator's read and its write would otherwise leave this worker tainted, and the
+other workers' bolts waiting for its barriers, until some other failure rolled the topology back).
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ __all__ = ["WorkerCheckpoints"]
 
 log = logging.getLogger(__name__)
 
+RESEND_SECS = 5.0  # a rollback request still unanswered after this long is made again
+
 
 class WorkerCheckpoints:
     """See the module docstring; the :class:`worker.host.Checkpoints` of a worker."""
@@ -45,6 +50,7 @@ class WorkerCheckpoints:
         self.orders: CheckpointRecord | None = None  # the newest record seen
         self._wake = wake
         self._requests: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self._asked: tuple[float, str] | None = None  # when this epoch's request was written, and why
         self._store: StateStore | None = None
         self._lock = threading.Lock()
 
@@ -85,6 +91,7 @@ class WorkerCheckpoints:
     def rolled_back(self, epoch: int) -> None:
         self.epoch = epoch
         self.tainted = False
+        self._asked = None
         while True:
             try:
                 self._requests.get_nowait()
@@ -98,13 +105,20 @@ class WorkerCheckpoints:
         try:
             reason = self._requests.get_nowait()
         except queue.Empty:
-            return
+            asked = self._asked
+            if not self.tainted or asked is None or time.monotonic() - asked[0] < RESEND_SECS:
+                return
+            reason = asked[1]  # not answered: (a request of an epoch the topology has left is ignored)
+            log.warning("rollback request of epoch %d unanswered for %.0fs: asking again", self.epoch,
+                        time.monotonic() - asked[0])
         body = {"epoch": self.epoch, "reason": reason, "worker": self.worker_id, "at": time.time()}
         try:
             zk.create(f"{paths.rollback_requests(self.topology)}/r-", encode(body), sequence=True, makepath=True)
         except Exception:  # noqa: BLE001 - ZooKeeper away: asked again next pass
             self._requests.put(reason)
             log.warning("cannot ask for a rollback now (ZooKeeper); trying again", exc_info=True)
+            return
+        self._asked = (time.monotonic(), reason)
 
     # -- ZooKeeper -------------------------------------------------------------------------
     def watch(self, zk: Any, paths: ZkPaths) -> None:

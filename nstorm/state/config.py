@@ -71,6 +71,9 @@ def state_config(conf: Mapping[str, Any]) -> StateConfig:
     timeout = number("topology.state.checkpoint.timeout.secs", 0.1)
     groups = number("topology.max.parallelism", 1)
     rollbacks = number("topology.state.max.rollbacks", 0)
+    if rollbacks != int(rollbacks):
+        msg = f"topology.state.max.rollbacks={rollbacks!r}: expected a whole number >= 0"
+        raise ConfigError(msg)
     directory = conf.get("topology.state.dir")
     return StateConfig(provider=str(provider), interval_ms=int(interval), timeout_secs=timeout,
                        max_parallelism=int(groups), max_rollbacks=int(rollbacks),

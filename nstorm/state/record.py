@@ -23,8 +23,9 @@ class CheckpointRecord:
     :ivar pending: the checkpoint being taken (0: none); ``pending_at`` when it was ordered.
     :ivar next_id: the id of the next checkpoint (ids are never reused, rollbacks included).
     :ivar committed: the last committed checkpoint (0: none); ``previous`` the one before.
-    :ivar rollbacks_in_a_row: rollbacks since a checkpoint last committed (or since the coordinator
-        deactivated the topology for too many of them: ``topology.state.max.rollbacks``).
+    :ivar rollbacks_in_a_row: rollbacks of the active topology with fewer than two commits between
+        them (reset when the coordinator deactivates it for too many: ``topology.state.max.rollbacks``);
+        ``commits_since_rollback`` counts those commits.
     """
 
     submission: str | None = None
@@ -44,6 +45,7 @@ class CheckpointRecord:
     bytes: int = 0
     restores: int = 0
     rollbacks_in_a_row: int = 0
+    commits_since_rollback: int = 0
     last_restore: dict[str, Any] | None = None
     last_error: str | None = None
     abandoned: int = 0

@@ -583,11 +583,12 @@ def test_too_many_rollbacks_in_a_row_deactivate_the_topology_and_a_commit_resets
         assert got is not None
         return got
 
+    zk.create(paths.status("poison"), json.dumps({"status": "ACTIVE"}).encode())
     coordinator.step("poison")
     for n in (1, 2):
         coordinator.roll_back("poison", "sum:0: a tuple failed")
         coordinator.step("poison")
-        assert record().rollbacks_in_a_row == n and paths.status("poison") not in zk.nodes
+        assert record().rollbacks_in_a_row == n and json.loads(zk.get(paths.status("poison"))[0])["status"] == "ACTIVE"
     coordinator.roll_back("poison", "sum:0: a tuple failed")
     coordinator.step("poison")
     got = record()
@@ -595,9 +596,126 @@ def test_too_many_rollbacks_in_a_row_deactivate_the_topology_and_a_commit_resets
     assert "rolled back 3 times in a row" in got.last_error and "nstorm activate poison" in got.last_error
     assert json.loads(zk.get(paths.status("poison"))[0])["status"] == "INACTIVE"
 
+    # One commit after a rollback is no progress (a late worker's spouts take the checkpoint already
+    # ordered at their restored position); two are.
     store = LMDBStateStore(StateConfig(provider="lmdb", directory=tmp_path), "t-1")
-    again = CheckpointRecord(submission="s", provider="lmdb", pending=5, pending_at=time.time(), rollbacks_in_a_row=2)
-    store.write(5, "a:0", wire.pack({"state": {}}), {})
-    coordinator._check_pending("t", again, store, ["a:0"], StateConfig(provider="lmdb"))
-    assert again.committed == 5 and again.rollbacks_in_a_row == 0
+    again = CheckpointRecord(submission="s", provider="lmdb", rollbacks_in_a_row=2)
+    for cid, left in ((5, 2), (6, 0)):
+        again.pending, again.pending_at = cid, time.time()
+        store.write(cid, "a:0", wire.pack({"state": {}}), {})
+        coordinator._check_pending("t", again, store, ["a:0"], StateConfig(provider="lmdb"))
+        assert again.committed == cid and again.rollbacks_in_a_row == left
     store.close()
+
+
+def test_the_coordinator_leaves_a_killed_or_inactive_topologys_status_alone(tmp_path: Path) -> None:
+    """Rollbacks of an inactive topology do not count, and a kill that lands before the coordinator
+    deactivates a topology stays a kill."""
+    import json
+
+    from nimbus.checkpoints import CheckpointCoordinator
+    from nstorm.records import TopologyStatus
+    from nstorm.state.record import CheckpointRecord
+    from nstorm.zkschema import ZkPaths
+
+    zk = _Nodes()
+    paths = ZkPaths("/t")
+    coordinator = CheckpointCoordinator(zk, paths)  # type: ignore[arg-type]
+    conf = {"topology.state.provider": "lmdb", "topology.state.dir": str(tmp_path), "topology.state.max.rollbacks": 1}
+    topo = {"definition": {"conf": {}}, "conf": conf, "submission": "s1"}
+    desired = [TopologyStatus.INACTIVE]
+    plan = types.SimpleNamespace(submission="s1", executors={"a:0": "w1"}, status=TopologyStatus.ACTIVE,
+                                 rescales={})
+    coordinator.cluster = types.SimpleNamespace(  # type: ignore[assignment]
+        topology=lambda _n: topo, plan=lambda _n: (plan, None), status=lambda _n: (desired[0], 0.0))
+    zk.create(paths.status("t"), json.dumps({"status": "INACTIVE"}).encode())
+    coordinator.roll_back("t", "w1: a tuple failed")
+    coordinator.step("t")
+    got = CheckpointRecord.from_json(zk.get(paths.checkpoints("t"))[0])
+    assert got is not None and got.restores == 1 and got.rollbacks_in_a_row == 0 and not got.last_error
+    desired[0] = TopologyStatus.ACTIVE  # activated, and then killed before the coordinator writes
+    zk.create(paths.status("t"), json.dumps({"status": "KILLED", "kill_at": 0}).encode())
+    coordinator.roll_back("t", "w1: a tuple failed")
+    coordinator.step("t")
+    got = CheckpointRecord.from_json(zk.get(paths.checkpoints("t"))[0])
+    assert got is not None and "deactivated" in got.last_error
+    assert json.loads(zk.get(paths.status("t"))[0])["status"] == "KILLED"
+
+
+def test_a_rollback_keeps_each_channels_order_into_the_new_executors(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Frames of the new epoch that came before this worker rolled back (its sender rolled back
+    first), then frames that came during the rollback, reach the new executor in that order,
+    ahead of what comes after: a barrier overtaken by data sent after it would put that data in
+    the bolt's snapshot while the spout's snapshot says it is still to come (counted twice)."""
+    from nstorm.config import merge_conf
+    from nstorm.state.record import CheckpointRecord
+    from worker.executor import Executor
+    from worker.process import Worker
+    from worker.recovery import WorkerCheckpoints
+    from worker.routing import RoutingTable
+    from worker.transport import Transport
+
+    monkeypatch.setattr(Executor, "start", lambda self: None)  # no threads: the queues are looked at
+    definition = _definition()
+    plan = plan_of(PLACES)
+    worker = Worker("n1", 1, "t", tmp_path / "store", None, "/nstorm")
+    worker.conf = merge_conf(definition.get("conf"))
+    worker.definition = definition
+    worker.classes = {"numbers": Numbers, "sum": Sum, "sink": Sink}
+    worker.routing = RoutingTable.from_plan(plan)
+    worker.local = types.SimpleNamespace(plan=plan)  # type: ignore[assignment]
+    worker.checkpoints = WorkerCheckpoints(StateConfig(provider="lmdb", directory=tmp_path), "t", "1", "n1:1",
+                                           lambda: None)
+    transport = object.__new__(Transport)
+    transport.host, transport.dropped, transport.stale = worker, 0, 0
+    worker.transport = transport  # type: ignore[assignment]
+
+    def frame(n: int) -> list[bytes]:
+        return [wire.data_header(2, 0, 0, 1, 1), wire.pack([[(n,)], None, None])]
+
+    worker.epoch = 0
+    transport._on_data(frame(1))  # epoch 1 while the worker is at 0: held
+    transport._on_data(frame(2))
+    assert len(worker.newer) == 2
+    rolled_back = worker.checkpoints.rolled_back
+
+    def a_frame_comes_meanwhile(epoch: int) -> None:
+        transport._on_data(frame(3))  # the old executors are gone, the new ones not made yet
+        rolled_back(epoch)
+
+    worker.checkpoints.rolled_back = a_frame_comes_meanwhile  # type: ignore[method-assign]
+    worker._roll_back(CheckpointRecord(submission="1", provider="lmdb", epoch=1, restore=0))
+    transport._on_data(frame(4))  # after the rollback: straight into the new inbox
+    queued = worker.executors[2].data_q
+    got = [wire.unpack(queued.get_nowait()[1])[0][0][0] for _ in range(queued.qsize())]
+    assert got == [1, 2, 3, 4]
+
+
+def test_an_unanswered_rollback_request_is_made_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tainted worker passes no barrier on, so a request lost on the coordinator's side would
+    hold the other workers' bolts at every checkpoint: it is made again until the rollback comes."""
+    import worker.recovery as recovery
+    from nstorm.zkschema import ZkPaths
+    from worker.recovery import WorkerCheckpoints
+
+    made: list[bytes] = []
+    zk = types.SimpleNamespace(create=lambda _path, data, **_kw: made.append(data))
+    clock = [100.0]
+    monkeypatch.setattr(recovery.time, "monotonic", lambda: clock[0])
+    cp = WorkerCheckpoints(StateConfig(provider="lmdb", directory=tmp_path), "t", "1", "n1:1", lambda: None)
+    paths = ZkPaths("/t")
+    cp.send_requests(zk, paths)
+    assert made == [], "nothing asked, nothing sent"
+    cp.request_rollback("a tuple failed")
+    cp.send_requests(zk, paths)
+    clock[0] += recovery.RESEND_SECS - 1
+    cp.send_requests(zk, paths)
+    assert len(made) == 1
+    clock[0] += 1
+    cp.send_requests(zk, paths)
+    assert len(made) == 2 and b"a tuple failed" in made[1]
+    cp.rolled_back(1)
+    clock[0] += 2 * recovery.RESEND_SECS
+    cp.send_requests(zk, paths)
+    assert len(made) == 2

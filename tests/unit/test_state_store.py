@@ -34,6 +34,7 @@ def test_two_submissions_do_not_share_checkpoints(tmp_path: Path) -> None:
     ({"topology.state.checkpoint.interval.ms": 0}, "interval.ms"),
     ({"topology.max.parallelism": "many"}, "max.parallelism"),
     ({"topology.state.max.rollbacks": -1}, "max.rollbacks"),
+    ({"topology.state.max.rollbacks": 0.5}, "whole number"),
 ])
 def test_bad_state_settings_are_one_line_errors(conf: dict, needle: str) -> None:
     with pytest.raises(ConfigError, match=needle):
