@@ -126,8 +126,10 @@ def test_the_example_sums_sensor_windows_and_routes_stragglers_to_the_late_strea
     client.submit(example, name="windowedexample", conf={"windowed.output.dir": str(tmp_path)})
     try:
         client.wait_running("windowedexample", 60)
-        report = wait_until(lambda: (r := read_outputs(tmp_path).get("report")) and r.get("windows", 0) >= 8 and r,
-                            60, interval=0.5, what="window totals at the report bolt")
+        # Three slides of 8 sensors: windows go on firing (the example's spouts once stalled at their
+        # pending cap after the first, holding the readings the next windows waited for).
+        report = wait_until(lambda: (r := read_outputs(tmp_path).get("report")) and r.get("windows", 0) >= 24 and r,
+                            90, interval=0.5, what="window totals at the report bolt, slide after slide")
         sensors = {k: v for k, v in report.items() if k.startswith("s")}
         assert sensors and all(v["end"] - v["start"] == 10.0 and v["readings"] > 0 for v in sensors.values())
         window = wait_until(lambda: (w := client.status("windowedexample")["components"]["totals"]["window"])
