@@ -60,6 +60,7 @@ class CheckpointCoordinator:
         self.cluster = ClusterState(zk, paths)
         self._stores: dict[str, tuple[str, StateStore]] = {}  # name -> (submission, store)
         self._rollbacks: dict[str, str] = {}  # name -> why Nimbus wants a rollback
+        self._desired: dict[str, TopologyStatus] = {}  # name -> its status at the last pass
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="checkpoints", daemon=True)
@@ -78,6 +79,7 @@ class CheckpointCoordinator:
         """``name`` was killed: close its store here, then delete its checkpoints (any thread)."""
         with self._lock:
             held = self._stores.pop(name, None)
+        self._desired.pop(name, None)
         if held is not None:
             held[1].close()
         drop_checkpoints(topo, name)
@@ -151,6 +153,9 @@ class CheckpointCoordinator:
         # A fresh record is written even where its node exists: a worker registering under it
         # (``lives``, makepath) may have created the node, empty, before this first pass.
         before = b"" if fresh else record.to_json()
+        if self._desired.get(name) is TopologyStatus.INACTIVE and desired is TopologyStatus.ACTIVE:
+            record.rollbacks_in_a_row = 0  # activated again (by a user): as many tries again
+        self._desired[name] = desired
         try:
             store = self._store(name, config, submission)
         except StateError as exc:

@@ -156,6 +156,8 @@ class Worker:
         """
         with self.lock:
             if epoch is not None and epoch != self.epoch:
+                if self.transport is not None:
+                    self.transport.stale += 1  # (as the receiver counts those it drops itself)
                 return
             inbox = self.inbox(dst)
             if inbox is not None:  # arrived while we looked

@@ -719,3 +719,32 @@ def test_an_unanswered_rollback_request_is_made_again(tmp_path: Path, monkeypatc
     clock[0] += 2 * recovery.RESEND_SECS
     cp.send_requests(zk, paths)
     assert len(made) == 2
+
+
+def test_activating_a_topology_again_gives_it_as_many_tries_again(tmp_path: Path) -> None:
+    """Rollbacks in a row count on across a user's deactivate and activate only until the
+    activation: then the count starts again, as after the coordinator's own deactivation."""
+    import json
+
+    from nimbus.checkpoints import CheckpointCoordinator
+    from nstorm.records import TopologyStatus
+    from nstorm.state.record import CheckpointRecord
+    from nstorm.zkschema import ZkPaths
+
+    zk = _Nodes()
+    paths = ZkPaths("/t")
+    coordinator = CheckpointCoordinator(zk, paths)  # type: ignore[arg-type]
+    conf = {"topology.state.provider": "lmdb", "topology.state.dir": str(tmp_path)}
+    topo = {"definition": {"conf": {}}, "conf": conf, "submission": "s1"}
+    desired = [TopologyStatus.INACTIVE]
+    plan = types.SimpleNamespace(submission="s1", executors={"a:0": "w1"}, status=TopologyStatus.ACTIVE,
+                                 rescales={})
+    coordinator.cluster = types.SimpleNamespace(  # type: ignore[assignment]
+        topology=lambda _n: topo, plan=lambda _n: (plan, None), status=lambda _n: (desired[0], 0.0))
+    zk.create(paths.checkpoints("t"), CheckpointRecord(submission="s1", provider="lmdb", rollbacks_in_a_row=2,
+                                                       pending_at=9e12).to_json())
+    coordinator.step("t")
+    assert json.loads(zk.get(paths.checkpoints("t"))[0])["rollbacks_in_a_row"] == 2
+    desired[0] = TopologyStatus.ACTIVE
+    coordinator.step("t")
+    assert json.loads(zk.get(paths.checkpoints("t"))[0])["rollbacks_in_a_row"] == 0
