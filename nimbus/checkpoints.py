@@ -41,7 +41,7 @@ from nstorm.state.config import StateConfig, state_config
 from nstorm.state.record import CheckpointRecord
 from nstorm.state.store import StateError, StateStore, open_store, unpack_snapshot
 from nstorm.topology import is_acker
-from nstorm.zkschema import ACTIVE, INACTIVE, ZkPaths, encode
+from nstorm.zkschema import ACTIVE, INACTIVE, ZkPaths, decode, encode
 
 __all__ = ["CheckpointCoordinator", "drop_checkpoints"]
 
@@ -259,11 +259,12 @@ class CheckpointCoordinator:
         path = self.paths.status(name)
         try:
             raw, stat = self.zk.get(path)
-            if json.loads(raw.decode()).get("status") != ACTIVE:
+            current = decode(raw)
+            if not isinstance(current, dict) or current.get("status") != ACTIVE:
                 return
             self.zk.set(path, encode({"status": INACTIVE, "updated_at": time.time()}), version=stat.version)
-        except (NoNodeError, BadVersionError, ValueError, UnicodeDecodeError, AttributeError):
-            pass  # killed or changed meanwhile: left as it is
+        except (NoNodeError, BadVersionError, ValueError):
+            pass  # killed or changed meanwhile (or garbage): left as it is
 
     def _check_pending(self, name: str, record: CheckpointRecord, store: StateStore, executors: list[str],
                        config: StateConfig) -> None:

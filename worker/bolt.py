@@ -391,8 +391,7 @@ class BoltExecutor(UserExecutor):
         """Every input's barrier is in: snapshot, write, pass the barrier on, take what waited."""
         cid = self.aligner.cid
         self.checkpoint.take(cid)
-        checkpoints = self.host.checkpoints
-        if checkpoints is None or not checkpoints.tainted:  # (tainted: see SpoutExecutor._take_checkpoint)
+        if not self.tainted:  # (see SpoutExecutor._take_checkpoint)
             self.outbox.send_barrier(cid)
         held = self.aligner.release()
         self.take = self._process_batch

@@ -163,6 +163,13 @@ class Executor:
         log.exception("executor %s: error in %s", self.executor_id, where)
 
     @property
+    def tainted(self) -> bool:
+        """This worker lost data in this epoch (:meth:`taint`): it writes no checkpoint and passes
+        no barrier on until the rollback."""
+        checkpoints = self.host.checkpoints
+        return checkpoints is not None and checkpoints.tainted
+
+    @property
     def traffic(self) -> Mapping[int, list[int]]:
         """Cumulative ``[tuples, bytes]`` sent per destination task (load collection)."""
         return {}

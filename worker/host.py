@@ -133,9 +133,9 @@ class Host(Protocol):
         """Every executor here, draining ones included, for load collection."""
         ...
 
-    def stash(self, dst: int, channel: str, item: Any, extra: Any, epoch: int | None = None) -> None:
+    def stash(self, dst: int, channel: str, item: Any, extra: Any, epoch: int | None = None) -> bool:
         """Keep a frame for a task that is not here (yet), until the next plan says where it is;
-        a data frame of an ``epoch`` this worker has rolled back from meanwhile is dropped."""
+        a data frame of an ``epoch`` this worker has rolled back from meanwhile is dropped (False)."""
         ...
 
     def hold_newer(self, frames: list[bytes], epoch: int) -> bool:

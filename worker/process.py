@@ -146,25 +146,24 @@ class Worker:
         return [ExecutorStats(ex.executor_id, ex.task, ex.traffic, ex.data_q.qsize(), ex.thread.native_id)
                 for ex in everyone]
 
-    def stash(self, dst: int, channel: str, item: Any, extra: Any, epoch: int | None = None) -> None:
+    def stash(self, dst: int, channel: str, item: Any, extra: Any, epoch: int | None = None) -> bool:
         """Keep a frame for a task this worker does not host, until the next plan says where it is.
 
         Called by a receiver: the task may be about to arrive here (the plan that moves it
         is on its way) or may have left (the frame is forwarded). The main loop settles it.
         A data frame's ``epoch`` is compared under the lock a rollback takes: one of an epoch
-        rolled back meanwhile is dropped, not given to the executors the rollback makes.
+        rolled back meanwhile is dropped, not given to the executors the rollback makes (False).
         """
         with self.lock:
             if epoch is not None and epoch != self.epoch:
-                if self.transport is not None:
-                    self.transport.stale += 1  # (as the receiver counts those it drops itself)
-                return
+                return False
             inbox = self.inbox(dst)
             if inbox is not None:  # arrived while we looked
                 inbox.put(channel, item)
-                return
+                return True
             self.stashed.setdefault(dst, []).append((time.monotonic(), (channel, item, extra)))
         self._wake.set()
+        return True
 
     def hold_newer(self, frames: list[bytes], epoch: int) -> bool:
         """Keep a data message of a newer ``epoch`` until this worker rolls back; False (not kept)

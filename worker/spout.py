@@ -273,8 +273,7 @@ class SpoutExecutor(UserExecutor):
             return  # taken by the old copy of this moved spout, or restored from a later one
         if self.routing is not None and self.routing.rescales:
             return  # a rescale changes the layout: no checkpoint until it is done (the coordinator waits)
-        checkpoints = self.host.checkpoints
-        if checkpoints is not None and checkpoints.tainted:
+        if self.tainted:
             # Data was lost here and the rollback is on its way; no barrier either. A restarted
             # worker's spout finds a part of ``cid`` its killed copy may have written (with trees
             # pending whose tuples died with it): its barrier would let the bolts complete ``cid``

@@ -156,7 +156,8 @@ class Transport:
         if hops >= wire.MAX_HOPS:
             self._drop(f"task {dst} forwarded {hops} times")
             return
-        self.host.stash(dst, DATA, (src, payload), (hops, count), epoch)
+        if not self.host.stash(dst, DATA, (src, payload), (hops, count), epoch):
+            self.stale += 1  # its worker rolled back while it was looked at
 
     def _ctl_loop(self) -> None:
         self._serve(self.ctl_pull, self._on_control)

@@ -146,9 +146,11 @@ class FakeHost:
     def executor_stats(self) -> list[ExecutorStats]:
         return []
 
-    def stash(self, dst: int, channel: str, item: Any, extra: Any, epoch: int | None = None) -> None:
-        if epoch is None or epoch == self.epoch:
-            self.stashed.append((dst, channel, item, extra))
+    def stash(self, dst: int, channel: str, item: Any, extra: Any, epoch: int | None = None) -> bool:
+        if epoch is not None and epoch != self.epoch:
+            return False
+        self.stashed.append((dst, channel, item, extra))
+        return True
 
     # -- for the tests ----------------------------------------------------------------------
     def data(self, task: int) -> queue.SimpleQueue[Any]:

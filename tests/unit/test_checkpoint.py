@@ -417,19 +417,14 @@ def test_a_rollback_skips_a_damaged_checkpoint_for_the_one_before(tmp_path: Path
     store.close()
 
 
-def test_a_worker_that_rolls_back_after_the_next_checkpoint_was_ordered_has_its_spouts_take_it(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A restarted or loaded worker can see the rollback's epoch only once the coordinator has
-    ordered the next checkpoint: its new spouts must take that one, or no checkpoint commits
-    until it is abandoned (30 s) and every failure meanwhile restores the same old checkpoint."""
+def _rolling_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A real Worker with PLACES' executors planned and LMDB checkpoints, whose executors start no
+    thread (their queues are looked at): what ``_roll_back`` needs, without ZooKeeper or sockets."""
     from nstorm.config import merge_conf
-    from nstorm.state.record import CheckpointRecord
     from worker.executor import Executor
     from worker.process import Worker
     from worker.recovery import WorkerCheckpoints
     from worker.routing import RoutingTable
-    from worker.spout import SpoutExecutor
-    from worker.transport import WORKER_TASK
 
     monkeypatch.setattr(Executor, "start", lambda self: None)  # no threads: the queues are looked at
     definition = _definition()
@@ -442,6 +437,19 @@ def test_a_worker_that_rolls_back_after_the_next_checkpoint_was_ordered_has_its_
     worker.local = types.SimpleNamespace(plan=plan)  # type: ignore[assignment]
     worker.checkpoints = WorkerCheckpoints(StateConfig(provider="lmdb", directory=tmp_path), "t", "1", "n1:1",
                                            lambda: None)
+    return worker
+
+
+def test_a_worker_that_rolls_back_after_the_next_checkpoint_was_ordered_has_its_spouts_take_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A restarted or loaded worker can see the rollback's epoch only once the coordinator has
+    ordered the next checkpoint: its new spouts must take that one, or no checkpoint commits
+    until it is abandoned (30 s) and every failure meanwhile restores the same old checkpoint."""
+    from nstorm.state.record import CheckpointRecord
+    from worker.spout import SpoutExecutor
+    from worker.transport import WORKER_TASK
+
+    worker = _rolling_worker(tmp_path, monkeypatch)
     worker._roll_back(CheckpointRecord(submission="1", provider="lmdb", epoch=1, restore=0, pending=7, next_id=8))
     spouts = [ex for ex in worker.executors.values() if isinstance(ex, SpoutExecutor)]
     assert len(spouts) == 2 and worker.ordered == 7
@@ -555,6 +563,26 @@ class _Nodes:
         self.nodes[path] = (data, old + 1)
 
 
+def _coordinator_on(tmp_path: Path, desired: list[Any], conf: dict[str, Any] | None = None) -> tuple[Any, _Nodes, Any]:
+    """A coordinator over :class:`_Nodes` for a one-executor LMDB topology (with ``conf`` too) whose
+    asked-for status is ``desired[0]`` (a test changes it)."""
+    from nimbus.checkpoints import CheckpointCoordinator
+    from nstorm.records import TopologyStatus
+    from nstorm.zkschema import ZkPaths
+
+    zk = _Nodes()
+    paths = ZkPaths("/t")
+    coordinator = CheckpointCoordinator(zk, paths)  # type: ignore[arg-type]
+    topo = {"definition": {"conf": {}}, "submission": "s1",
+            "conf": {"topology.state.provider": "lmdb", "topology.state.dir": str(tmp_path),
+                     **(conf or {})}}
+    plan = types.SimpleNamespace(submission="s1", executors={"a:0": "w1"}, status=TopologyStatus.ACTIVE,
+                                 rescales={})
+    coordinator.cluster = types.SimpleNamespace(  # type: ignore[assignment]
+        topology=lambda _n: topo, plan=lambda _n: (plan, None), status=lambda _n: (desired[0], 0.0))
+    return coordinator, zk, paths
+
+
 def test_too_many_rollbacks_in_a_row_deactivate_the_topology_and_a_commit_resets_the_count(tmp_path: Path) -> None:
     """A poison tuple fails on every replay: each failure rolls back to the same checkpoint, without
     end. After ``topology.state.max.rollbacks`` in a row the coordinator deactivates the topology
@@ -562,21 +590,10 @@ def test_too_many_rollbacks_in_a_row_deactivate_the_topology_and_a_commit_resets
     import json
     import time
 
-    from nimbus.checkpoints import CheckpointCoordinator
     from nstorm.records import TopologyStatus
     from nstorm.state.record import CheckpointRecord
-    from nstorm.zkschema import ZkPaths
 
-    zk = _Nodes()
-    paths = ZkPaths("/t")
-    coordinator = CheckpointCoordinator(zk, paths)  # type: ignore[arg-type]
-    conf = {"topology.state.provider": "lmdb", "topology.state.dir": str(tmp_path),
-            "topology.state.max.rollbacks": 3}
-    topo = {"definition": {"conf": {}}, "conf": conf, "submission": "s1"}
-    plan = types.SimpleNamespace(submission="s1", executors={"a:0": "w1"}, status=TopologyStatus.ACTIVE,
-                                 rescales={})
-    coordinator.cluster = types.SimpleNamespace(  # type: ignore[assignment]
-        topology=lambda _n: topo, plan=lambda _n: (plan, None), status=lambda _n: (TopologyStatus.ACTIVE, 0.0))
+    coordinator, zk, paths = _coordinator_on(tmp_path, [TopologyStatus.ACTIVE], {"topology.state.max.rollbacks": 3})
 
     def record() -> CheckpointRecord:
         got = CheckpointRecord.from_json(zk.get(paths.checkpoints("poison"))[0])
@@ -613,21 +630,11 @@ def test_the_coordinator_leaves_a_killed_or_inactive_topologys_status_alone(tmp_
     deactivates a topology stays a kill."""
     import json
 
-    from nimbus.checkpoints import CheckpointCoordinator
     from nstorm.records import TopologyStatus
     from nstorm.state.record import CheckpointRecord
-    from nstorm.zkschema import ZkPaths
 
-    zk = _Nodes()
-    paths = ZkPaths("/t")
-    coordinator = CheckpointCoordinator(zk, paths)  # type: ignore[arg-type]
-    conf = {"topology.state.provider": "lmdb", "topology.state.dir": str(tmp_path), "topology.state.max.rollbacks": 1}
-    topo = {"definition": {"conf": {}}, "conf": conf, "submission": "s1"}
     desired = [TopologyStatus.INACTIVE]
-    plan = types.SimpleNamespace(submission="s1", executors={"a:0": "w1"}, status=TopologyStatus.ACTIVE,
-                                 rescales={})
-    coordinator.cluster = types.SimpleNamespace(  # type: ignore[assignment]
-        topology=lambda _n: topo, plan=lambda _n: (plan, None), status=lambda _n: (desired[0], 0.0))
+    coordinator, zk, paths = _coordinator_on(tmp_path, desired, {"topology.state.max.rollbacks": 1})
     zk.create(paths.status("t"), json.dumps({"status": "INACTIVE"}).encode())
     coordinator.roll_back("t", "w1: a tuple failed")
     coordinator.step("t")
@@ -648,25 +655,10 @@ def test_a_rollback_keeps_each_channels_order_into_the_new_executors(tmp_path: P
     first), then frames that came during the rollback, reach the new executor in that order,
     ahead of what comes after: a barrier overtaken by data sent after it would put that data in
     the bolt's snapshot while the spout's snapshot says it is still to come (counted twice)."""
-    from nstorm.config import merge_conf
     from nstorm.state.record import CheckpointRecord
-    from worker.executor import Executor
-    from worker.process import Worker
-    from worker.recovery import WorkerCheckpoints
-    from worker.routing import RoutingTable
     from worker.transport import Transport
 
-    monkeypatch.setattr(Executor, "start", lambda self: None)  # no threads: the queues are looked at
-    definition = _definition()
-    plan = plan_of(PLACES)
-    worker = Worker("n1", 1, "t", tmp_path / "store", None, "/nstorm")
-    worker.conf = merge_conf(definition.get("conf"))
-    worker.definition = definition
-    worker.classes = {"numbers": Numbers, "sum": Sum, "sink": Sink}
-    worker.routing = RoutingTable.from_plan(plan)
-    worker.local = types.SimpleNamespace(plan=plan)  # type: ignore[assignment]
-    worker.checkpoints = WorkerCheckpoints(StateConfig(provider="lmdb", directory=tmp_path), "t", "1", "n1:1",
-                                           lambda: None)
+    worker = _rolling_worker(tmp_path, monkeypatch)
     transport = object.__new__(Transport)
     transport.host, transport.dropped, transport.stale = worker, 0, 0
     worker.transport = transport  # type: ignore[assignment]
@@ -726,21 +718,11 @@ def test_activating_a_topology_again_gives_it_as_many_tries_again(tmp_path: Path
     activation: then the count starts again, as after the coordinator's own deactivation."""
     import json
 
-    from nimbus.checkpoints import CheckpointCoordinator
     from nstorm.records import TopologyStatus
     from nstorm.state.record import CheckpointRecord
-    from nstorm.zkschema import ZkPaths
 
-    zk = _Nodes()
-    paths = ZkPaths("/t")
-    coordinator = CheckpointCoordinator(zk, paths)  # type: ignore[arg-type]
-    conf = {"topology.state.provider": "lmdb", "topology.state.dir": str(tmp_path)}
-    topo = {"definition": {"conf": {}}, "conf": conf, "submission": "s1"}
     desired = [TopologyStatus.INACTIVE]
-    plan = types.SimpleNamespace(submission="s1", executors={"a:0": "w1"}, status=TopologyStatus.ACTIVE,
-                                 rescales={})
-    coordinator.cluster = types.SimpleNamespace(  # type: ignore[assignment]
-        topology=lambda _n: topo, plan=lambda _n: (plan, None), status=lambda _n: (desired[0], 0.0))
+    coordinator, zk, paths = _coordinator_on(tmp_path, desired)
     zk.create(paths.checkpoints("t"), CheckpointRecord(submission="s1", provider="lmdb", rollbacks_in_a_row=2,
                                                        pending_at=9e12).to_json())
     coordinator.step("t")
