@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import temporary_home
+from benchmarks._common import beat_rate, temporary_home
 from benchmarks._workload import STREAMS, WORDS_PER_SENTENCE, RunResult, check_counts, per_stream
 
 __all__ = ["base_conf", "fixed_on", "run_fixed", "run_rate"]
@@ -61,17 +61,17 @@ def _measure(client: Any, name: str, warmup: float, duration: float) -> dict[str
     time.sleep(warmup)
     first = client.status(name)
     e2e0, complete0 = client.arrival_histogram(name, "count"), client.latency_histogram(name)
-    cpu0 = _worker_cpu(first)
+    beats0, cpu0 = client.heartbeats(name), _worker_cpu(first)
     t0 = time.monotonic()
     time.sleep(duration)
     elapsed = time.monotonic() - t0
     last = client.status(name)
     e2e = latency.subtract(client.arrival_histogram(name, "count"), e2e0)
     complete = latency.subtract(client.latency_histogram(name), complete0)
-    cpu = _worker_cpu(last)
+    beats, cpu = client.heartbeats(name), _worker_cpu(last)
 
     def rate(component: str, key: str) -> float:
-        return (last["components"][component][key] - first["components"][component][key]) / elapsed
+        return beat_rate(beats0, beats, component, key)
 
     def ms(hist: dict[int, int], q: float) -> float | None:
         secs = latency.percentile(hist, q)

@@ -23,7 +23,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from benchmarks._common import machine, temporary_home, write_json
+from benchmarks._common import beat_rate, machine, temporary_home, write_json
 
 WORDCOUNT = Path(__file__).parents[1] / "topologies" / "wordcount.py"
 BASE = {"wordcount.spouts": 2, "wordcount.splits": 2, "wordcount.counts": 2, "topology.workers": 2}
@@ -68,22 +68,22 @@ def run(conf: dict[str, Any], warmup: float, seconds: float) -> dict[str, Any]:
 
                 e2e0, done0 = client.arrival_histogram("wordcount", "count"), client.latency_histogram("wordcount")
                 msgs0, cpu0 = _message_counts(client), cpu()
-                words0, t0 = client.status("wordcount")["components"]["count"]["executed"], time.monotonic()
+                beats0, t0 = client.heartbeats("wordcount"), time.monotonic()
                 time.sleep(seconds)
-                words1, elapsed = client.status("wordcount")["components"]["count"]["executed"], time.monotonic() - t0
+                beats1, elapsed = client.heartbeats("wordcount"), time.monotonic() - t0
                 msgs1, cpu1 = _message_counts(client), cpu()
                 e2e = latency.subtract(client.arrival_histogram("wordcount", "count"), e2e0)
                 done = latency.subtract(client.latency_histogram("wordcount"), done0)
         finally:
             cluster.stop()
-    words = (words1 - words0) / elapsed
+    words = beat_rate(beats0, beats1, "count", "executed")  # over the heartbeats' own times
 
     def ms(hist: dict[int, int], q: float) -> float | None:
         value = latency.percentile(hist, q)
         return None if value is None else 1000 * value
 
     return {"words_per_sec": words, "worker_cores": (cpu1 - cpu0) / elapsed,
-            "cpu_us_per_word": (cpu1 - cpu0) / max(1.0, words1 - words0) * 1e6,
+            "cpu_us_per_word": (cpu1 - cpu0) / max(1.0, words * elapsed) * 1e6,
             "batches_per_sec": (msgs1[0] - msgs0[0]) / elapsed, "control_per_sec": (msgs1[1] - msgs0[1]) / elapsed,
             "e2e_ms": {"p50": ms(e2e, 0.5), "p99": ms(e2e, 0.99)},
             "complete_ms": {"p50": ms(done, 0.5), "p99": ms(done, 0.99)}, "conf": conf}

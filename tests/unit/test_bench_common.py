@@ -1,4 +1,5 @@
-"""``benchmarks._common``: a SIGTERM'd benchmark still runs the ``finally`` that stops its clusters."""
+"""``benchmarks._common``: a SIGTERM'd benchmark still runs the ``finally`` that stops its clusters;
+rates over the heartbeats' own times."""
 
 from __future__ import annotations
 
@@ -45,3 +46,19 @@ def test_sigterm_runs_the_benchmarks_finally(tmp_path: Path) -> None:
         for stream in (proc.stdout, proc.stderr):
             if stream is not None:
                 stream.close()
+
+
+def test_beat_rate_counts_over_each_workers_own_heartbeat_times() -> None:
+    from benchmarks._common import beat_rate
+    from nstorm.records import Heartbeat
+
+    def beat(wid: str, pid: int, at: float, **executed: int) -> Heartbeat:
+        return Heartbeat(worker_id=wid, pid=pid, time=at, version=1,
+                         executors={k.replace("_", ":"): {"executed": v} for k, v in executed.items()})
+
+    before = {"a": beat("a", 1, 100.0, count_0=1000, split_0=5), "b": beat("b", 2, 100.5, count_1=0),
+              "c": beat("c", 3, 100.0, count_2=500)}
+    # a: 4,000 in 2 s; b: 3,000 in 1.5 s (read 0.5 s apart, each over its own times); c restarted
+    after = {"a": beat("a", 1, 102.0, count_0=5000, split_0=9), "b": beat("b", 2, 102.0, count_1=3000),
+             "c": beat("c", 4, 102.0, count_2=10)}
+    assert beat_rate(before, after, "count", "executed") == 2000.0 + 2000.0
