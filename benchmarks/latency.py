@@ -1,6 +1,6 @@
 """Latency constraints (issue 17): how well the controller holds a p99 bound, and at what cost.
 
-``python -m benchmarks.latency [--only half,bytewax,bursty,chaining,buffers,load] [--rounds R] [--peak-rate S] ...``
+``python -m benchmarks.latency [--only half,bytewax,bursty,chaining,buffers,load,pinning] [--rounds R] [--peak-rate S] ...``
 
 Word count (``topologies/wordcount.py``, the two seeded sentence streams of ``benchmarks.peers``,
 acking on) on a fresh local cluster of real processes per run (ZooKeeper, Nimbus, 2 supervisors,
@@ -43,6 +43,10 @@ acking on) on a fresh local cluster of real processes per run (ZooKeeper, Nimbus
    worker cores, CPU per word and context switches per second (every thread of the workers, from
    ``/proc``: each wake-up of an executor's thread and each hand-off of the GIL is one); every
    other part reports the switches too.
+7. **pinning** (no constraint): each worker on a core of its own (``worker.cpu.pin=true``,
+   ``worker/cpupin.py``) against workers whose threads float over every core (the default),
+   ``--pinning-rounds`` interleaved rounds, as fast as it goes and at half of the peak: words/s,
+   worker CPU per word, arrival p50 / p99 and context switches.
 
 nstorm's percentiles come from log-bucket histograms (:mod:`nstorm.latency`): each is a bucket's
 upper bound, 10% apart, so two runs often show the very same value. Every run notes the
@@ -66,12 +70,12 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from benchmarks._common import machine, write_json
+from benchmarks._common import beat_rate, machine, write_json
 from benchmarks._workload import STREAMS, WORDS_PER_SENTENCE
 
 __all__ = ["main"]
 
-PARTS = ("half", "bytewax", "bursty", "chaining", "buffers", "load")
+PARTS = ("half", "bytewax", "bursty", "chaining", "buffers", "load", "pinning")
 LOAD_SHARES = (0.1, 0.25, 0.5, 0.0)  # load: shares of the peak (0: as fast as it goes)
 PATH = ["sentences", "split", "count"]
 NAME = "wordcount"
@@ -105,6 +109,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--buffers-rounds", type=int, default=3, help="buffers: interleaved rounds of the bounds")
     parser.add_argument("--buffers-share", type=float, default=0.35, help="buffers: the rate, a share of the peak")
     parser.add_argument("--load-rounds", type=int, default=1, help="load: rounds over the shares of the peak")
+    parser.add_argument("--pinning-rounds", type=int, default=3, help="pinning: interleaved rounds of pinned, floating")
     parser.add_argument("--name", default="latency", help="results/<name>.json")
     parser.add_argument("-c", "--conf", action="append", default=[], help="extra key=value for every nstorm run")
     args = parser.parse_args(argv)
@@ -196,7 +201,7 @@ def run_nstorm(extra: dict[str, Any], warmup: float, duration: float, poll: floa
         chains = _chain_splits(client) if chain else {}
         time.sleep(warmup)
         first = client.status(NAME)
-        hist0, cpu0 = client.arrival_histogram(NAME, "count"), ns._worker_cpu(first)
+        hist0, beats0, cpu0 = client.arrival_histogram(NAME, "count"), client.heartbeats(NAME), ns._worker_cpu(first)
         switches0 = context_switches(cpu0)
         t0, window_at = time.monotonic(), time.time()
         timeline: list[dict[str, Any]] = []
@@ -212,10 +217,11 @@ def run_nstorm(extra: dict[str, Any], warmup: float, duration: float, poll: floa
         elapsed = time.monotonic() - t0
         last = client.status(NAME)
         hist, cpu = latency.subtract(client.arrival_histogram(NAME, "count"), hist0), ns._worker_cpu(last)
+        words_per_sec = beat_rate(beats0, client.heartbeats(NAME), "count", "executed")
         switches = context_switches(cpu)
     load.append(os.getloadavg()[0])
-    words = last["components"]["count"]["executed"] - first["components"]["count"]["executed"]
     cpu_secs = sum(cpu.get(pid, 0.0) - cpu0.get(pid, 0.0) for pid in cpu)
+    words = words_per_sec * elapsed  # counted over the heartbeats' own times (benchmarks._common.beat_rate)
 
     def ms(q: float) -> float | None:
         secs = latency.percentile(hist, q)
@@ -223,13 +229,13 @@ def run_nstorm(extra: dict[str, Any], warmup: float, duration: float, poll: floa
 
     out: dict[str, Any] = {
         "conf": conf, "window_at": window_at, "elapsed_secs": round(elapsed, 2), "load_1min": load, "words": words,
-        "words_per_sec": words / elapsed, "sentences_per_sec": words / elapsed / WORDS_PER_SENTENCE,
+        "words_per_sec": words_per_sec, "sentences_per_sec": words_per_sec / WORDS_PER_SENTENCE,
         "failed": last["spouts"]["failed"] - first["spouts"]["failed"],
         "worker_cpu_secs": cpu_secs, "worker_cores": cpu_secs / elapsed, "worker_pids": sorted(cpu),
         "cpu_us_per_word": 1e6 * cpu_secs / words if words else None,
         "context_switches_per_sec": (sum(switches.values()) - sum(switches0.get(p, 0) for p in switches)) / elapsed,
         "arrival_ms": {"p50": ms(0.5), "p99": ms(0.99), "samples": sum(hist.values())},
-        "chains": chains,
+        "chains": chains, "cores": {w["id"]: w.get("core") for w in last["workers"]},
     }
     if first["constraints"]:
         c0, c1 = first["constraints"][0], last["constraints"][0]
@@ -406,6 +412,39 @@ def load(args: argparse.Namespace, rate: float, log: Console) -> dict[str, Any]:
     return {"peak_sentences_per_sec": rate, "rounds": rounds, "median": median}
 
 
+PIN_CONFIGS: dict[str, dict[str, Any]] = {"pinned": {"worker.cpu.pin": True}, "floating": {}}
+PIN_KEYS = ("words_per_sec", "cpu_us_per_word", "worker_cores", "context_switches_per_sec")
+
+
+def pinning(args: argparse.Namespace, rate: float, log: Console) -> dict[str, Any]:
+    """Pinned workers against floating ones, interleaved, as fast as it goes and at half of ``rate``."""
+    loads = {"peak": 0.0, "half": round(rate / 2, -1)}
+    rounds = []
+    for r in range(args.pinning_rounds):
+        labels = list(PIN_CONFIGS) if r % 2 == 0 else list(reversed(PIN_CONFIGS))
+        got: dict[str, dict[str, Any]] = {}
+        for load_name, offered in loads.items():
+            for label in labels:
+                extra = {"wordcount.rate": offered / STREAMS, **args.conf, **PIN_CONFIGS[label]}
+                warmup = args.peak_warmup if not offered else args.baseline_warmup
+                got[f"{load_name}/{label}"] = _guarded(
+                    f"pinning, round {r + 1}: {load_name}, {label}",
+                    lambda extra=extra, warmup=warmup: run_nstorm(extra, warmup, args.duration), log)
+        rounds.append(got)
+
+    def med(key: str, field: str) -> float | None:
+        if field in ("p50", "p99"):
+            return _med([(x[key].get("arrival_ms") or {}).get(field) for x in rounds])
+        return _med([x[key].get(field) for x in rounds])
+
+    median = {key: {f: med(key, f) for f in (*PIN_KEYS, "p50", "p99")}
+              for key in (f"{n}/{label}" for n in loads for label in PIN_CONFIGS)}
+    ratios = {n: {f: _med([x[f"{n}/pinned"][f] / x[f"{n}/floating"][f] for x in rounds
+                           if x[f"{n}/pinned"].get(f) and x[f"{n}/floating"].get(f)]) for f in PIN_KEYS}
+              for n in loads}
+    return {"half_rate_sentences_per_sec": loads["half"], "rounds": rounds, "median": median, "ratios": ratios}
+
+
 def _bytewax_run(rate: float, warmup: float, duration: float) -> dict[str, Any]:
     from benchmarks import _peers_bytewax as bw
 
@@ -577,6 +616,21 @@ def render(results: dict[str, Any], args: argparse.Namespace) -> list[Table]:
             t.add_row(f"{share:.0%}" if share else "peak", _num(sps), _f2(m["worker_cores"]), _f2(m["cpu_us_per_word"]),
                       _num(sw), _f2(1000 * sw / (sps * WORDS_PER_SENTENCE)) if sw is not None and sps else "-")
         tables.append(t)
+    if pn := results.get("pinning"):
+        t = Table(title=f"each worker on a core of its own (worker.cpu.pin) against floating threads, no constraint; "
+                        f"as fast as it goes and at {_num(pn['half_rate_sentences_per_sec'])} sentences/s; medians "
+                        f"of {len(pn['rounds'])} interleaved rounds")
+        for col in ("load", "workers", "words/s", "worker cores", "CPU µs/word", "arrival p50 ms", "arrival p99 ms",
+                    "context switches/s"):
+            t.add_column(col, justify="right")
+        for key, m in pn["median"].items():
+            load_name, label = key.split("/")
+            t.add_row(load_name, label, _num(m["words_per_sec"]), _f2(m["worker_cores"]), _f2(m["cpu_us_per_word"]),
+                      _ms(m["p50"]), _ms(m["p99"]), _num(m["context_switches_per_sec"]))
+        for load_name, ratio in pn["ratios"].items():
+            t.add_row(load_name, "pinned / floating", _f3(ratio["words_per_sec"]), _f3(ratio["worker_cores"]),
+                      _f3(ratio["cpu_us_per_word"]), "", "", _f3(ratio["context_switches_per_sec"]), style="bold")
+        tables.append(t)
     t = Table(title="latency constraints (issue 17): goals")
     for col in ("part", "measure", "result", "goal"):
         t.add_column(col, justify="left")
@@ -614,7 +668,8 @@ def render(results: dict[str, Any], args: argparse.Namespace) -> list[Table]:
                               f"{_num(ch['rate_sentences_per_sec'])} sentences/s)", _f3(m["cpu_ratio"]), "")
         t.add_row("chaining", "arrival p99 ms, chained / not", f"{_ms(m['chained_p99_ms'])} / {_ms(m['unchained_p99_ms'])}",
                   "")
-    tables.append(t)
+    if t.row_count:
+        tables.append(t)
     return tables
 
 
@@ -643,7 +698,7 @@ def main(argv: list[str] | None = None) -> None:
     started, load0 = time.time(), os.getloadavg()
     results: dict[str, Any] = {}
     rate = 0.0
-    if {"half", "bursty", "chaining", "buffers", "load"} & set(args.only):
+    if {"half", "bursty", "chaining", "buffers", "load", "pinning"} & set(args.only):
         rate = peak(args, log, results)
         if not rate:
             log.print("nstorm's peak was not measured: half and bursty are skipped", style="red")
@@ -659,6 +714,8 @@ def main(argv: list[str] | None = None) -> None:
         results["buffers"] = buffers(args, round(rate * args.buffers_share, -1), log)
     if "load" in args.only and rate:
         results["load"] = load(args, rate, log)
+    if "pinning" in args.only and rate:
+        results["pinning"] = pinning(args, rate, log)
     ended, load1 = time.time(), os.getloadavg()
     for table in render(results, args):
         out.print(table)

@@ -375,7 +375,7 @@ class ClusterClient:
                 "pid": beat.pid if beat else None, "executors": by_worker.get(wid, []),
                 "alive": beat is not None and time.time() - beat.time < 10,
                 "plan_version": beat.version if beat else None, "cpu": beat.cpu if beat else None,
-                "cpu_limit": beat.cpu_limit if beat else None,
+                "cpu_limit": beat.cpu_limit if beat else None, "core": beat.core if beat else None,
             })
         counters: dict[str, dict[str, Any]] = {}
         for beat in beats.values():

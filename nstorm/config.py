@@ -66,6 +66,7 @@ DEFAULTS: dict[str, Any] = {
     "worker.state.wait.ms": 10000,  # a moved-in copy waits this long for its state, then starts empty
     "worker.heartbeat.interval.secs": 1.0,
     "worker.gil.switch.interval.ms": 5.0,  # sys.setswitchinterval of workers
+    "worker.cpu.pin": False,  # each worker keeps its threads on a core no other worker of the machine holds (worker/cpupin.py)
     "worker.gc.threshold": 20000,  # gen-0 threshold of the cyclic GC in workers (0: Python's 700)
     "worker.metrics.interval.secs": 1.0,  # load collection period (0 turns it off)
     "worker.stats.window.secs": 10,  # heartbeats' per-executor rates, capacity and execute latency cover this

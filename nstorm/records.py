@@ -58,6 +58,11 @@ def _number(data: Mapping[str, Any], key: str, default: float | None = None) -> 
     return float(value)
 
 
+def _whole(value: Any) -> int | None:
+    """A whole number, or None for anything else (an optional field of an older writer)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 @dataclass(frozen=True)
 class MigrationRecord:
     """One executor move, ``migrations/<name>/m-N``: created by Nimbus, completed by the new copy.
@@ -147,6 +152,7 @@ class Heartbeat:
     cpu: float = 0.0
     queue: int = 0
     cpu_limit: float | None = None
+    core: int | None = None  # the core the worker is pinned to (worker.cpu.pin); None: unpinned
     executors: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     dropped_frames: int = 0
     forwarded: int = 0
@@ -168,6 +174,7 @@ class Heartbeat:
                    submission=submission if isinstance(submission, str) else None,
                    cpu=_number(data, "cpu", 0.0) or 0.0, queue=int(_number(data, "queue", 0) or 0),
                    cpu_limit=_number(data, "cpu_limit"), executors=dict(executors),
+                   core=_whole(data.get("core")),
                    dropped_frames=int(_number(data, "dropped_frames", 0) or 0),
                    forwarded=int(_number(data, "forwarded", 0) or 0),
                    curve_refused=int(_number(data, "curve_refused", 0) or 0),
@@ -176,6 +183,6 @@ class Heartbeat:
     def to_json(self) -> dict[str, Any]:
         return {"worker_id": self.worker_id, "submission": self.submission, "pid": self.pid, "time": self.time,
                 "version": self.version, "cpu": self.cpu, "queue": self.queue, "cpu_limit": self.cpu_limit,
-                "executors": {k: dict(v) for k, v in self.executors.items()}, "dropped_frames": self.dropped_frames,
+                "core": self.core, "executors": {k: dict(v) for k, v in self.executors.items()}, "dropped_frames": self.dropped_frames,
                 "forwarded": self.forwarded, "curve_refused": self.curve_refused,
                 "backpressure_events": self.backpressure_events}

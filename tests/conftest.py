@@ -23,6 +23,8 @@ import pytest
 
 _HOME = Path(tempfile.mkdtemp(prefix="nstorm-test-home-"))
 os.environ["NSTORM_HOME"] = str(_HOME)
+# The tests' workers claim cores among themselves (worker.cpupin), not against the machine's others.
+os.environ["NSTORM_CPU_LOCK_DIR"] = str(_HOME / "cpu-locks")
 os.environ.pop("NSTORM_ZK", None)
 
 TOPOLOGIES = Path(__file__).parent / "topologies"

@@ -41,6 +41,7 @@ from worker import wire
 from worker.acker import AckerExecutor
 from worker.backpressure import BackpressureMonitor
 from worker.bolt import BoltExecutor
+from worker.cpupin import CorePin, pin_worker
 from worker.delivery import CONTROL, DATA, Courier, Inbox, Sockets
 from worker.executor import Executor, UserExecutor
 from worker.fencing import Fence
@@ -98,6 +99,7 @@ class Worker:
         self.version = 0
         self.active = False
         self.conf: dict[str, Any] = {}
+        self.core_pin: CorePin | None = None  # the core this worker holds (worker.cpu.pin), if any
         self.acking = False
         self.sockets: Sockets | None = None  # type: ignore[assignment]
         self.courier = Courier(self, WORKER_TASK)  # the main loop's: forwarded frames, GONE answers
@@ -483,6 +485,7 @@ class Worker:
         return Heartbeat(
             worker_id=self.worker_id, submission=self.submission, pid=os.getpid(), time=time.time(),
             version=self.version, cpu=float(load["cpu"]), queue=int(load["queue"]), cpu_limit=self.cpu_limit,
+            core=self.core_pin.core if self.core_pin else None,
             executors=executors, dropped_frames=self.transport.dropped if self.transport else 0,
             forwarded=self.forwarded, curve_refused=self.sockets.security.refused if self.sockets else 0,
             backpressure_events=self.backpressure.events if self.backpressure else 0,  # on/off switches
@@ -494,6 +497,8 @@ class Worker:
         beat_file = self.store_path.parent / f"heartbeat-{self.port}.json"
         failing = False
         while not self._stop.wait(interval):
+            if self.core_pin is None:  # every core was held (a stopping topology's workers): try again
+                self.core_pin = pin_worker(self.conf, again=True)
             beat = self.heartbeat()
             try:
                 tmp = beat_file.with_suffix(".tmp")
@@ -538,6 +543,8 @@ class Worker:
         # A thread woken by a socket or queue waits for the GIL until the running thread
         # is forced to drop it; a short interval keeps hand-offs between executors quick.
         sys.setswitchinterval(float(self.conf["worker.gil.switch.interval.ms"]) / 1000.0)
+        # Before the sockets and the executors start their threads: they inherit the core.
+        self.core_pin = pin_worker(self.conf)
         slot = local.plan.workers.get(self.worker_id)
         if slot is None:
             log.error("worker %s is not in plan v%d", self.worker_id, local.plan.version)

@@ -177,7 +177,8 @@
   // -- placement ----------------------------------------------------------------------------------
   const ESCAPES = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" };
   const esc = (text) => String(text).replace(/[&<>"']/g, (c) => ESCAPES[c]);
-  const cpuText = (w) => (w.cpu === null || w.cpu === undefined ? "" : `cpu ${(100 * w.cpu).toFixed(0)}%`);
+  const cpuText = (w) => (w.cpu === null || w.cpu === undefined ? "" : `cpu ${(100 * w.cpu).toFixed(0)}%`) +
+                         (w.core === null || w.core === undefined ? "" : ` · core ${w.core}`);
 
   function chipKind(eid, spouts) {
     if (eid.startsWith("__acker:")) return "acker";
