@@ -166,7 +166,10 @@ class Reference:
     def _add_session(self, key: Any, ts: float, item: int) -> None:
         gap = self.window.length
         rows = self.open.get(key, [])
-        touching = [r for r in rows if r[0] - gap < ts < r[0] + gap]
+        # The same comparison as _components (a later tuple joins if later < earlier + gap), so that
+        # rounding cannot make a tuple touch a session it is then split from (1.0 - 1.0 < 5e-251, but
+        # 5e-251 + 1.0 == 1.0).
+        touching = [r for r in rows if r[0] < ts + gap and ts < r[0] + gap]
         if not touching and ts + gap + self.lateness <= self.w:
             self.late.append(item)
             self.released.add(item)
