@@ -7,15 +7,11 @@ from __future__ import annotations
 
 import os
 import signal
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
-
-from worker.cpupin import ENV_LOCK_DIR
 
 from conftest import wait_until
 
@@ -23,21 +19,6 @@ WORDCOUNT = Path(__file__).parents[1] / "topologies" / "wordcount.py"
 CORES = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
 
 pytestmark = pytest.mark.skipif(len(CORES) < 2, reason="needs two cores")
-
-
-@pytest.fixture(scope="module")
-def pinned_cluster(zookeeper: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from nstorm.localcluster import LocalCluster
-
-    locks = tmp_path_factory.mktemp("cpu-locks")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv(ENV_LOCK_DIR, str(locks))
-        c = LocalCluster(supervisors=2, slots=2, zk_address=zookeeper, root=f"/pin-{uuid.uuid4().hex[:8]}")
-        try:
-            c.start(timeout=60)
-            yield c
-        finally:
-            c.stop()
 
 
 def _masks(pid: int) -> set[tuple[int, ...]]:
@@ -59,45 +40,39 @@ def _workers(client: Any, name: str, count: int) -> list[dict[str, Any]]:
     return wait_until(ready, 60, what=f"{count} workers of {name} heartbeating")
 
 
-def test_workers_hold_a_core_each_and_claim_one_again_after_a_restart(pinned_cluster: Any) -> None:
-    from nstorm.client import ClusterClient
+def test_workers_hold_a_core_each_and_claim_one_again_after_a_restart(client: Any) -> None:
+    client.submit(WORDCOUNT, name="pinned", conf={"wordcount.rate": 500, "worker.cpu.pin": True})
+    try:
+        client.wait_running("pinned", 60)
+        workers = _workers(client, "pinned", 2)
+        cores = sorted(w["core"] for w in workers)
+        assert cores == CORES[:2], workers
+        for w in workers:
+            assert _masks(w["pid"]) == {(w["core"],)}, f"a thread of {w['id']} runs off its core"
 
-    with ClusterClient(pinned_cluster.address, pinned_cluster.root) as client:
-        client.submit(WORDCOUNT, name="pinned", conf={"wordcount.rate": 500, "worker.cpu.pin": True})
-        try:
-            client.wait_running("pinned", 60)
-            workers = _workers(client, "pinned", 2)
-            cores = sorted(w["core"] for w in workers)
-            assert cores == CORES[:2], workers
-            for w in workers:
-                assert _masks(w["pid"]) == {(w["core"],)}, f"a thread of {w['id']} runs off its core"
+        victim = workers[0]
+        os.kill(victim["pid"], signal.SIGKILL)  # its lock goes with it; the supervisor starts it again
 
-            victim = workers[0]
-            os.kill(victim["pid"], signal.SIGKILL)  # its lock goes with it; the supervisor starts it again
+        def restarted() -> dict[str, Any] | None:
+            w = next((w for w in client.status("pinned")["workers"] if w["id"] == victim["id"]), None)
+            ok = w and w.get("pid") not in (None, victim["pid"]) and w.get("alive") and w.get("core") is not None
+            return w if ok else None
 
-            def restarted() -> dict[str, Any] | None:
-                w = next((w for w in client.status("pinned")["workers"] if w["id"] == victim["id"]), None)
-                ok = w and w.get("pid") not in (None, victim["pid"]) and w.get("alive") and w.get("core") is not None
-                return w if ok else None
-
-            again = wait_until(restarted, 60, what="the killed worker restarted and pinned")
-            assert again["core"] == victim["core"]
-            assert _masks(again["pid"]) == {(again["core"],)}
-        finally:
-            client.kill("pinned")
-            client.wait_removed("pinned", 30)
+        again = wait_until(restarted, 60, what="the killed worker restarted and pinned")
+        assert again["core"] == victim["core"]
+        assert _masks(again["pid"]) == {(again["core"],)}
+    finally:
+        client.kill("pinned")
+        client.wait_removed("pinned", 30)
 
 
-def test_by_default_workers_run_on_every_core(pinned_cluster: Any) -> None:
-    from nstorm.client import ClusterClient
-
-    with ClusterClient(pinned_cluster.address, pinned_cluster.root) as client:
-        client.submit(WORDCOUNT, name="floating", conf={"wordcount.rate": 500})
-        try:
-            client.wait_running("floating", 60)
-            for w in _workers(client, "floating", 2):
-                assert w["core"] is None
-                assert _masks(w["pid"]) == {tuple(CORES)}
-        finally:
-            client.kill("floating")
-            client.wait_removed("floating", 30)
+def test_by_default_workers_run_on_every_core(client: Any) -> None:
+    client.submit(WORDCOUNT, name="floating", conf={"wordcount.rate": 500})
+    try:
+        client.wait_running("floating", 60)
+        for w in _workers(client, "floating", 2):
+            assert w["core"] is None
+            assert _masks(w["pid"]) == {tuple(CORES)}
+    finally:
+        client.kill("floating")
+        client.wait_removed("floating", 30)
