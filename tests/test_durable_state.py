@@ -196,7 +196,10 @@ def test_a_poison_tuple_deactivates_the_topology_after_max_rollbacks(cluster, cl
         checkpoints = client.status(name)["checkpoints"]
         assert checkpoints["restores"] >= 3, checkpoints
         assert "rolled back 3 times in a row" in checkpoints["last_error"], checkpoints
-        assert "a tuple failed" in checkpoints["last_error"] and checkpoints["rollbacks_in_a_row"] == 0
+        # The bolt that raised and the spout whose tree failed both ask for the rollback; either may be last.
+        reasons = ("a tuple failed", "a tuple tree failed or timed out")
+        assert any(r in checkpoints["last_error"] for r in reasons), checkpoints
+        assert checkpoints["rollbacks_in_a_row"] == 0, checkpoints
         shown = run_cli("status", name, cluster=cluster)
         assert "deactivated at checkpoint" in shown.stdout and "nstorm activate poisoned" in shown.stdout, shown.stdout
         first = checkpoints["restores"]
