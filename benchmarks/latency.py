@@ -75,7 +75,7 @@ from benchmarks._workload import STREAMS, WORDS_PER_SENTENCE
 
 __all__ = ["main"]
 
-PARTS = ("half", "bytewax", "bursty", "chaining", "buffers", "load", "pinning")
+PARTS = ("half", "bytewax", "bursty", "chaining", "buffers", "load", "pinning", "compare")
 LOAD_SHARES = (0.1, 0.25, 0.5, 0.0)  # load: shares of the peak (0: as fast as it goes)
 PATH = ["sentences", "split", "count"]
 NAME = "wordcount"
@@ -110,6 +110,9 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--buffers-share", type=float, default=0.35, help="buffers: the rate, a share of the peak")
     parser.add_argument("--load-rounds", type=int, default=1, help="load: rounds over the shares of the peak")
     parser.add_argument("--pinning-rounds", type=int, default=3, help="pinning: interleaved rounds of pinned, floating")
+    parser.add_argument("--compare", action="append", default=[],
+                        help="compare: a key=value setting of the runs 'with' (repeatable), against runs without")
+    parser.add_argument("--compare-rounds", type=int, default=3, help="compare: interleaved rounds of with, without")
     parser.add_argument("--name", default="latency", help="results/<name>.json")
     parser.add_argument("-c", "--conf", action="append", default=[], help="extra key=value for every nstorm run")
     args = parser.parse_args(argv)
@@ -130,6 +133,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 
     try:
         args.conf = parse_conf_options(args.conf)
+        args.compare = parse_conf_options(args.compare)
     except ConfigError as exc:
         parser.error(str(exc))
     args.only = [p for p in PARTS if p in only]
@@ -416,19 +420,21 @@ PIN_CONFIGS: dict[str, dict[str, Any]] = {"pinned": {"worker.cpu.pin": True}, "f
 PIN_KEYS = ("words_per_sec", "cpu_us_per_word", "worker_cores", "context_switches_per_sec")
 
 
-def pinning(args: argparse.Namespace, rate: float, log: Console) -> dict[str, Any]:
-    """Pinned workers against floating ones, interleaved, as fast as it goes and at half of ``rate``."""
+def compare(args: argparse.Namespace, rate: float, log: Console, part: str, configs: dict[str, dict[str, Any]],
+            rounds_n: int) -> dict[str, Any]:
+    """The first of ``configs`` against the second, interleaved, as fast as it goes and at half of ``rate``."""
+    first, second = list(configs)
     loads = {"peak": 0.0, "half": round(rate / 2, -1)}
     rounds = []
-    for r in range(args.pinning_rounds):
-        labels = list(PIN_CONFIGS) if r % 2 == 0 else list(reversed(PIN_CONFIGS))
+    for r in range(rounds_n):
+        labels = list(configs) if r % 2 == 0 else list(reversed(configs))
         got: dict[str, dict[str, Any]] = {}
         for load_name, offered in loads.items():
             for label in labels:
-                extra = {"wordcount.rate": offered / STREAMS, **args.conf, **PIN_CONFIGS[label]}
+                extra = {"wordcount.rate": offered / STREAMS, **args.conf, **configs[label]}
                 warmup = args.peak_warmup if not offered else args.baseline_warmup
                 got[f"{load_name}/{label}"] = _guarded(
-                    f"pinning, round {r + 1}: {load_name}, {label}",
+                    f"{part}, round {r + 1}: {load_name}, {label}",
                     lambda extra=extra, warmup=warmup: run_nstorm(extra, warmup, args.duration), log)
         rounds.append(got)
 
@@ -438,11 +444,12 @@ def pinning(args: argparse.Namespace, rate: float, log: Console) -> dict[str, An
         return _med([x[key].get(field) for x in rounds])
 
     median = {key: {f: med(key, f) for f in (*PIN_KEYS, "p50", "p99")}
-              for key in (f"{n}/{label}" for n in loads for label in PIN_CONFIGS)}
-    ratios = {n: {f: _med([x[f"{n}/pinned"][f] / x[f"{n}/floating"][f] for x in rounds
-                           if x[f"{n}/pinned"].get(f) and x[f"{n}/floating"].get(f)]) for f in PIN_KEYS}
+              for key in (f"{n}/{label}" for n in loads for label in configs)}
+    ratios = {n: {f: _med([x[f"{n}/{first}"][f] / x[f"{n}/{second}"][f] for x in rounds
+                           if x[f"{n}/{first}"].get(f) and x[f"{n}/{second}"].get(f)]) for f in PIN_KEYS}
               for n in loads}
-    return {"half_rate_sentences_per_sec": loads["half"], "rounds": rounds, "median": median, "ratios": ratios}
+    return {"half_rate_sentences_per_sec": loads["half"], "rounds": rounds, "median": median, "ratios": ratios,
+            "labels": [first, second]}
 
 
 def _bytewax_run(rate: float, warmup: float, duration: float) -> dict[str, Any]:
@@ -616,8 +623,13 @@ def render(results: dict[str, Any], args: argparse.Namespace) -> list[Table]:
             t.add_row(f"{share:.0%}" if share else "peak", _num(sps), _f2(m["worker_cores"]), _f2(m["cpu_us_per_word"]),
                       _num(sw), _f2(1000 * sw / (sps * WORDS_PER_SENTENCE)) if sw is not None and sps else "-")
         tables.append(t)
-    if pn := results.get("pinning"):
-        t = Table(title=f"each worker on a core of its own (worker.cpu.pin) against floating threads, no constraint; "
+    titles = {"pinning": "each worker on a core of its own (worker.cpu.pin) against floating threads",
+              "compare": "with --compare settings against without"}
+    for part, title in titles.items():
+        if not (pn := results.get(part)):
+            continue
+        first, second = pn.get("labels") or list(PIN_CONFIGS)
+        t = Table(title=f"{title}, no constraint; "
                         f"as fast as it goes and at {_num(pn['half_rate_sentences_per_sec'])} sentences/s; medians "
                         f"of {len(pn['rounds'])} interleaved rounds")
         for col in ("load", "workers", "words/s", "worker cores", "CPU µs/word", "arrival p50 ms", "arrival p99 ms",
@@ -628,7 +640,7 @@ def render(results: dict[str, Any], args: argparse.Namespace) -> list[Table]:
             t.add_row(load_name, label, _num(m["words_per_sec"]), _f2(m["worker_cores"]), _f2(m["cpu_us_per_word"]),
                       _ms(m["p50"]), _ms(m["p99"]), _num(m["context_switches_per_sec"]))
         for load_name, ratio in pn["ratios"].items():
-            t.add_row(load_name, "pinned / floating", _f3(ratio["words_per_sec"]), _f3(ratio["worker_cores"]),
+            t.add_row(load_name, f"{first} / {second}", _f3(ratio["words_per_sec"]), _f3(ratio["worker_cores"]),
                       _f3(ratio["cpu_us_per_word"]), "", "", _f3(ratio["context_switches_per_sec"]), style="bold")
         tables.append(t)
     t = Table(title="latency constraints (issue 17): goals")
@@ -698,7 +710,7 @@ def main(argv: list[str] | None = None) -> None:
     started, load0 = time.time(), os.getloadavg()
     results: dict[str, Any] = {}
     rate = 0.0
-    if {"half", "bursty", "chaining", "buffers", "load", "pinning"} & set(args.only):
+    if {"half", "bursty", "chaining", "buffers", "load", "pinning", "compare"} & set(args.only):
         rate = peak(args, log, results)
         if not rate:
             log.print("nstorm's peak was not measured: half and bursty are skipped", style="red")
@@ -715,7 +727,10 @@ def main(argv: list[str] | None = None) -> None:
     if "load" in args.only and rate:
         results["load"] = load(args, rate, log)
     if "pinning" in args.only and rate:
-        results["pinning"] = pinning(args, rate, log)
+        results["pinning"] = compare(args, rate, log, "pinning", PIN_CONFIGS, args.pinning_rounds)
+    if "compare" in args.only and rate:
+        results["compare"] = compare(args, rate, log, "compare", {"with": args.compare, "without": {}},
+                                     args.compare_rounds)
     ended, load1 = time.time(), os.getloadavg()
     for table in render(results, args):
         out.print(table)

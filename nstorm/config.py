@@ -13,7 +13,7 @@ from typing import Any
 
 from nstorm.errors import ConfigError
 
-__all__ = ["DEFAULTS", "ENV_CPU_LIMIT", "SECURITY_KEYS", "check_security_conf", "merge_conf", "parse_conf_options", "security_conf"]
+__all__ = ["DEFAULTS", "ENV_CPU_LIMIT", "SECURITY_KEYS", "check_security_conf", "flag", "merge_conf", "parse_conf_options", "security_conf"]
 
 DEFAULTS: dict[str, Any] = {
     # ZooKeeper
@@ -67,6 +67,7 @@ DEFAULTS: dict[str, Any] = {
     "worker.heartbeat.interval.secs": 1.0,
     "worker.gil.switch.interval.ms": 5.0,  # sys.setswitchinterval of workers
     "worker.cpu.pin": False,  # each worker keeps its threads on a core no other worker of the machine holds (worker/cpupin.py)
+    "worker.sched.batch": True,  # workers' threads run under SCHED_BATCH: a woken one does not preempt (worker/sched.py)
     "worker.gc.threshold": 20000,  # gen-0 threshold of the cyclic GC in workers (0: Python's 700)
     "worker.metrics.interval.secs": 1.0,  # load collection period (0 turns it off)
     "worker.stats.window.secs": 10,  # heartbeats' per-executor rates, capacity and execute latency cover this
@@ -146,6 +147,15 @@ def parse_conf_options(options: Iterable[str]) -> dict[str, Any]:
             raise ConfigError(msg)
         conf[key] = _parse_value(value)
     return conf
+
+
+def flag(conf: Mapping[str, Any], key: str, default: bool = False) -> bool:
+    """A boolean setting as a user writes it: true, "true", 1 or "1" are on; false, "false", "0",
+    "no", "off" or "" are off; unset is ``default``."""
+    value = conf.get(key, default)
+    if isinstance(value, str):
+        return value.strip().lower() not in ("false", "0", "no", "off", "")
+    return bool(value)
 
 
 def merge_conf(*layers: Mapping[str, Any] | None) -> dict[str, Any]:

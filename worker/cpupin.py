@@ -33,6 +33,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from nstorm.config import flag
+from worker.sched import thread_ids
+
 __all__ = ["ENV_LOCK_DIR", "CorePin", "lock_dir", "pin_enabled", "pin_worker"]
 
 log = logging.getLogger(__name__)
@@ -48,10 +51,7 @@ def lock_dir() -> Path:
 
 def pin_enabled(conf: Mapping[str, Any]) -> bool:
     """``worker.cpu.pin`` (default false); true, "true", 1 or "1" turn pinning on."""
-    value = conf.get("worker.cpu.pin", False)
-    if isinstance(value, str):
-        return value.strip().lower() not in ("false", "0", "no", "off", "")
-    return bool(value)
+    return flag(conf, "worker.cpu.pin")
 
 
 class CorePin:
@@ -91,14 +91,6 @@ def claim_core(directory: Path, cores: Iterable[int]) -> CorePin | None:
     return None
 
 
-def _threads() -> list[int]:
-    """Thread ids of this process (Linux: /proc/self/task), else just the calling thread (0)."""
-    try:
-        return [int(t) for t in os.listdir("/proc/self/task")]
-    except OSError:
-        return [0]
-
-
 def pin_worker(conf: Mapping[str, Any], directory: Path | None = None, again: bool = False) -> CorePin | None:
     """Pin this process (its threads now, and so every thread they start) to a core of its own;
     None when off, unsupported, on a single allowed core, or when every core is held (``again``:
@@ -115,7 +107,7 @@ def pin_worker(conf: Mapping[str, Any], directory: Path | None = None, again: bo
         return None
     try:
         for _ in range(2):  # twice: a thread started by a thread not yet pinned is caught the second time
-            for tid in _threads():
+            for tid in thread_ids():
                 try:
                     os.sched_setaffinity(tid, {pin.core})
                 except ProcessLookupError:
