@@ -201,7 +201,7 @@ def _runners(args: argparse.Namespace,
     if "handmade" in args.only:
         from benchmarks import _peers_handmade as hm
 
-        pipeline = hm.Handmade(Path(args.handmade) if args.handmade else hm.locate(Path(__file__).parents[1]))
+        pipeline = hm.Handmade(Path(args.handmade).resolve() if args.handmade else hm.locate(Path(__file__).parents[1]))
         if cleanup is not None:
             cleanup.append(pipeline.close)
 

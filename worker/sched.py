@@ -5,10 +5,10 @@ kernel's default policy lets it preempt whatever runs on that core: often anothe
 same worker, which holds the GIL, so the woken thread runs only to wait for the GIL, and the
 preempted one waits for the core. ``SCHED_BATCH`` (``sched(7)``) is the default policy without
 that wake-up preemption: a woken thread runs when the running one blocks or its time slice
-ends. ``benchmarks.latency`` (``--only compare --compare worker.sched.batch=true``, 3 interleaved
-rounds, 2026-11-26) measured word count's peak 1.05x, its CPU a word 0.93x there and 0.98x at
-half of the peak, half the context switches, and at half of the peak an arrival p99 of 7.1 ms
-against 10.4 ms.
+ends. ``benchmarks.latency --only compare --compare worker.sched.batch=false`` (3 interleaved
+rounds, 2026-11-26) measured at half of word count's peak an arrival p99 of 7.8 ms against
+11.4 ms with the default policy, and half the context switches; ``benchmarks.hotpath`` with
+acking 1.05x the words a second at 0.93x the CPU a word (docs/benchmarks.md, session 12).
 
 It is on by default (``worker.sched.batch = false`` turns it off); it needs no privilege (any
 process may move its own threads between ``SCHED_OTHER`` and ``SCHED_BATCH``), and other
