@@ -1,6 +1,7 @@
 """Latency constraints (issue 17): how well the controller holds a p99 bound, and at what cost.
 
-``python -m benchmarks.latency [--only half,bytewax,bursty,chaining,buffers,load,pinning] [--rounds R] [--peak-rate S] ...``
+``python -m benchmarks.latency [--only half,bytewax,bursty,chaining,buffers,load,pinning,compare] [--rounds R]
+[--peak-rate S] [--compare key=value] ...``
 
 Word count (``topologies/wordcount.py``, the two seeded sentence streams of ``benchmarks.peers``,
 acking on) on a fresh local cluster of real processes per run (ZooKeeper, Nimbus, 2 supervisors,
@@ -47,6 +48,10 @@ acking on) on a fresh local cluster of real processes per run (ZooKeeper, Nimbus
    ``worker/cpupin.py``) against workers whose threads float over every core (the default),
    ``--pinning-rounds`` interleaved rounds, as fast as it goes and at half of the peak: words/s,
    worker CPU per word, arrival p50 / p99 and context switches.
+8. **compare** (no constraint): the same as **pinning** for any settings: runs "with" every
+   ``--compare key=value`` against runs "without" (the defaults and ``-c``), ``--compare-rounds``
+   interleaved rounds (how ``worker.sched.batch`` was measured, with ``--compare
+   worker.sched.batch=false`` now that it is on by default).
 
 nstorm's percentiles come from log-bucket histograms (:mod:`nstorm.latency`): each is a bucket's
 upper bound, 10% apart, so two runs often show the very same value. Every run notes the
@@ -120,7 +125,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     if not only or set(only) - set(PARTS):
         parser.error(f"--only takes some of {','.join(PARTS)}, got {args.only!r}")
     if min(args.rounds, args.bytewax_rounds, args.bursty_rounds, args.chain_rounds, args.buffers_rounds,
-           args.load_rounds) < 1:
+           args.load_rounds, args.pinning_rounds, args.compare_rounds) < 1:
         parser.error("--rounds and every --*-rounds must be at least 1")
     if not 0 < args.buffers_share <= 1:
         parser.error("--buffers-share must be in (0, 1]")
@@ -136,6 +141,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.compare = parse_conf_options(args.compare)
     except ConfigError as exc:
         parser.error(str(exc))
+    if "compare" in only and not args.compare:
+        parser.error("--only compare needs at least one --compare key=value (the runs 'with' it)")
     args.only = [p for p in PARTS if p in only]
     return args
 

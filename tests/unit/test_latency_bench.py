@@ -17,11 +17,19 @@ def test_only_selects_parts_in_their_order() -> None:
 
 
 @pytest.mark.parametrize("argv", [["--only", "nope"], ["--rounds", "0"], ["--duration", "0"], ["--warmup", "-1"],
-                                  ["--buffers-rounds", "0"], ["--buffers-share", "0"], ["--buffers-share", "1.5"]])
+                                  ["--buffers-rounds", "0"], ["--buffers-share", "0"], ["--buffers-share", "1.5"],
+                                  ["--only", "compare"], ["--only", "compare", "--compare", "novalue"],
+                                  ["--only", "compare", "--compare", "a=1", "--compare-rounds", "0"]])
 def test_bad_options_exit_2(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         _parse_args(argv)
     assert exc.value.code == 2
+
+
+def test_compare_reads_its_settings_as_submit_does() -> None:
+    args = _parse_args(["--only", "compare", "--compare", "worker.sched.batch=false", "--compare", "x.ms=2.5"])
+    assert args.only == ["compare"]
+    assert args.compare == {"worker.sched.batch": False, "x.ms": 2.5}
 
 
 def test_constraint_conf_is_one_constraint_on_the_path() -> None:
