@@ -424,7 +424,7 @@ def load(args: argparse.Namespace, rate: float, log: Console) -> dict[str, Any]:
 
 
 PIN_CONFIGS: dict[str, dict[str, Any]] = {"pinned": {"worker.cpu.pin": True}, "floating": {}}
-PIN_KEYS = ("words_per_sec", "cpu_us_per_word", "worker_cores", "context_switches_per_sec")
+COMPARE_KEYS = ("words_per_sec", "cpu_us_per_word", "worker_cores", "context_switches_per_sec")
 
 
 def compare(args: argparse.Namespace, rate: float, log: Console, part: str, configs: dict[str, dict[str, Any]],
@@ -450,10 +450,10 @@ def compare(args: argparse.Namespace, rate: float, log: Console, part: str, conf
             return _med([(x[key].get("arrival_ms") or {}).get(field) for x in rounds])
         return _med([x[key].get(field) for x in rounds])
 
-    median = {key: {f: med(key, f) for f in (*PIN_KEYS, "p50", "p99")}
+    median = {key: {f: med(key, f) for f in (*COMPARE_KEYS, "p50", "p99")}
               for key in (f"{n}/{label}" for n in loads for label in configs)}
     ratios = {n: {f: _med([x[f"{n}/{first}"][f] / x[f"{n}/{second}"][f] for x in rounds
-                           if x[f"{n}/{first}"].get(f) and x[f"{n}/{second}"].get(f)]) for f in PIN_KEYS}
+                           if x[f"{n}/{first}"].get(f) and x[f"{n}/{second}"].get(f)]) for f in COMPARE_KEYS}
               for n in loads}
     return {"half_rate_sentences_per_sec": loads["half"], "rounds": rounds, "median": median, "ratios": ratios,
             "labels": [first, second]}
@@ -635,7 +635,7 @@ def render(results: dict[str, Any], args: argparse.Namespace) -> list[Table]:
     for part, title in titles.items():
         if not (pn := results.get(part)):
             continue
-        first, second = pn.get("labels") or list(PIN_CONFIGS)
+        first, second = pn["labels"]
         t = Table(title=f"{title}, no constraint; "
                         f"as fast as it goes and at {_num(pn['half_rate_sentences_per_sec'])} sentences/s; medians "
                         f"of {len(pn['rounds'])} interleaved rounds")

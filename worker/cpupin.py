@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from nstorm.config import flag
-from worker.sched import thread_ids
+from worker.sched import each_thread
 
 __all__ = ["ENV_LOCK_DIR", "CorePin", "lock_dir", "pin_enabled", "pin_worker"]
 
@@ -106,12 +106,7 @@ def pin_worker(conf: Mapping[str, Any], directory: Path | None = None, again: bo
             log.info("cpu pinning: every core of %s is held by another worker; unpinned until one is free", allowed)
         return None
     try:
-        for _ in range(2):  # twice: a thread started by a thread not yet pinned is caught the second time
-            for tid in thread_ids():
-                try:
-                    os.sched_setaffinity(tid, {pin.core})
-                except ProcessLookupError:
-                    continue  # a thread that ended meanwhile
+        each_thread(lambda tid: os.sched_setaffinity(tid, {pin.core}))
     except OSError as exc:
         log.info("cpu pinning off: %s", exc)
         pin.release()

@@ -101,7 +101,6 @@ class Worker:
         self.active = False
         self.conf: dict[str, Any] = {}
         self.core_pin: CorePin | None = None  # the core this worker holds (worker.cpu.pin), if any
-        self.sched_batch = False  # its threads run under SCHED_BATCH (worker.sched.batch)
         self.acking = False
         self.sockets: Sockets | None = None  # type: ignore[assignment]
         self.courier = Courier(self, WORKER_TASK)  # the main loop's: forwarded frames, GONE answers
@@ -547,7 +546,7 @@ class Worker:
         sys.setswitchinterval(float(self.conf["worker.gil.switch.interval.ms"]) / 1000.0)
         # Before the sockets and the executors start their threads: they inherit the core and the policy.
         self.core_pin = pin_worker(self.conf)
-        self.sched_batch = batch_threads(self.conf)
+        batch_threads(self.conf)
         slot = local.plan.workers.get(self.worker_id)
         if slot is None:
             log.error("worker %s is not in plan v%d", self.worker_id, local.plan.version)

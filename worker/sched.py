@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from nstorm.config import flag
 
-__all__ = ["batch_enabled", "batch_threads", "thread_ids"]
+__all__ = ["batch_enabled", "batch_threads", "each_thread", "thread_ids"]
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +44,18 @@ def thread_ids() -> list[int]:
         return [0]
 
 
+def each_thread(apply: Callable[[int], None]) -> None:
+    """``apply(tid)`` to every thread of this process, twice: a thread started meanwhile by a thread
+    not yet reached is caught the second time (what the kernel's attributes are inherited from).
+    A thread that ended meanwhile is skipped; any other ``OSError`` is raised."""
+    for _ in range(2):
+        for tid in thread_ids():
+            try:
+                apply(tid)
+            except ProcessLookupError:
+                continue
+
+
 def batch_threads(conf: Mapping[str, Any]) -> bool:
     """Put every thread of this process under ``SCHED_BATCH`` (and so every thread they start);
     False when off, not Linux, or refused (the worker runs on under the default policy)."""
@@ -51,12 +63,7 @@ def batch_threads(conf: Mapping[str, Any]) -> bool:
         return False
     param = os.sched_param(0)
     try:
-        for _ in range(2):  # twice: a thread started by a thread not yet moved is caught the second time
-            for tid in thread_ids():
-                try:
-                    os.sched_setscheduler(tid, os.SCHED_BATCH, param)
-                except ProcessLookupError:
-                    continue  # a thread that ended meanwhile
+        each_thread(lambda tid: os.sched_setscheduler(tid, os.SCHED_BATCH, param))
     except OSError as exc:
         log.info("SCHED_BATCH off: %s", exc)
         return False
