@@ -1,8 +1,8 @@
 """The bolt executor: takes batches from its data queue and runs ``process`` (or ``process_batch``).
 
 The per-tuple hot path of the engine lives here (:meth:`BoltExecutor._process_batch`): a
-delivered :class:`~nstorm.component.Tuple` costs one ``__new__`` and one slot write (three with
-acking), and a run of tuples that share an anchor entry is acked once. A moved bolt's old
+delivered :class:`~nstorm.component.Tuple` costs a call of its class (no ``__init__`` runs) and one
+slot write (two with acking), and a run of tuples that share an anchor entry is acked once. A moved bolt's old
 copy keeps processing until its upstream executors' markers are aligned, then hands its
 state over (:mod:`worker.migration`).
 """
@@ -172,11 +172,10 @@ class BoltExecutor(UserExecutor):
             self._process_general(classes, values, runs, streams)
             return
         process = self.instance.process
-        new = Tuple.__new__
         outbox = self.outbox
         if not outbox.acking:
             for v in values:
-                tup = new(cls)
+                tup = cls()
                 tup.values = v
                 try:
                     process(tup)
@@ -205,10 +204,9 @@ class BoltExecutor(UserExecutor):
             own = outbox.current = InputRun(a)
             if a is None:
                 for v in values[i:j]:
-                    tup = new(cls)
+                    tup = cls()
                     tup.values = v
                     tup.anchors = None
-                    tup._ackval = 0
                     try:
                         process(tup)
                     except Exception as exc:
@@ -217,13 +215,14 @@ class BoltExecutor(UserExecutor):
                 continue
             if a[0] >= STAMPED:
                 stamp(a[0])
-            x = 0
             ok = n
+            # A tuple's ``_ackval`` slot stays unset here: an emit anchored to it by hand XORs
+            # the child's edge into ``own`` instead (Outbox.anchor_owner), which is acked with
+            # the run; two stores and a load a tuple fewer.
             for v in (values[i],) if n == 1 else values[i:j]:
-                tup = new(cls)
+                tup = cls()
                 tup.values = v
                 tup.anchors = a
-                tup._ackval = 0
                 try:
                     process(tup)
                 except Exception as exc:
@@ -231,14 +230,12 @@ class BoltExecutor(UserExecutor):
                     if auto_fail:
                         self._fail(tup)
                     ok -= 1
-                    continue
-                x ^= tup._ackval  # the children of emits anchored to it by hand
             i = j
             if ok != n:  # a tuple of the run was not acked: neither is the run
                 acked += ok
                 continue
             acked += n
-            x ^= own._ackval
+            x = own._ackval
             if len(a) == 2:
                 r = a[0]
                 x ^= a[1]
@@ -509,7 +506,6 @@ class BoltExecutor(UserExecutor):
         outbox = self.outbox
         acking = outbox.acking
         anchors = wire.expand_runs(runs, len(values)) if acking else None
-        new = Tuple.__new__
         for i, v in enumerate(values):
             stream = streams.get(i, "default") if streams else "default"
             cls = classes.get(stream)
@@ -518,7 +514,7 @@ class BoltExecutor(UserExecutor):
                 if anchors is not None:
                     outbox.fail_anchors(anchors[i])
                 continue
-            tup = new(cls)
+            tup = cls()
             tup.values = v
             if acking:
                 tup.anchors = anchors[i]  # type: ignore[index]

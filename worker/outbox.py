@@ -55,6 +55,7 @@ from worker.runs import (
     K_SHUFFLE,
     UNANCHORED,
     Buffer,
+    InputRun,
     SpoutGroup,
     Target,
     anchor_entry,
@@ -65,10 +66,6 @@ __all__ = ["Outbox"]
 
 _getrandbits = random.Random().getrandbits  # edge ids: fast, not for secrets
 
-
-def _owner(anchor: Any) -> Any:
-    """What an emit anchored to ``anchor`` (a tuple or a batch) XORs its edge into."""
-    return anchor.acking if type(anchor) is Batch else anchor
 
 class Outbox:
     """Emitting for one executor. See the module docstring.
@@ -262,6 +259,25 @@ class Outbox:
                 out.append(t.bufs[0])
         return out
 
+    def anchor_owner(self, anchor: Any) -> Any:
+        """What an emit anchored by hand to ``anchor`` (a tuple or a batch) XORs its edge into.
+
+        A batch: its ledger. A tuple of a run a bolt acks itself (``auto_ack``) has no
+        ``_ackval`` of its own (:meth:`worker.bolt.BoltExecutor._process_batch` leaves it
+        unset): while its run is the current one, the run's :class:`InputRun`, acked with the
+        run; after that, a throwaway one (its run was acked: the edge is lost, as it was when it
+        went into a tuple whose ack had been sent)."""
+        if type(anchor) is Batch:
+            return anchor.acking
+        try:
+            anchor._ackval  # noqa: B018 - set: a tuple acked on its own
+        except AttributeError:
+            cur = self.current
+            if type(cur) is InputRun and cur.anchors is anchor.anchors:
+                return cur
+            return InputRun(anchor.anchors)
+        return anchor
+
     def open_run(self, buf: Buffer, cur: Any) -> None:
         """Start a run in ``buf`` for tuples emitted under ``cur`` (its first tuple is appended
         already): one new edge per root of ``cur``, XORed into ``cur``'s children.
@@ -331,7 +347,7 @@ class Outbox:
             cur = self.current if self.auto_anchor else None
             anchor_tups: Sequence[Any] = (cur,) if cur is not None and cur.anchors else ()
         else:
-            anchor_tups = [_owner(a) for a in anchors if a.anchors]
+            anchor_tups = [self.anchor_owner(a) for a in anchors if a.anchors]
         if not anchor_tups:
             self.emit_plain(values, stream)
             return
@@ -404,7 +420,7 @@ class Outbox:
         anchor_tups: Sequence[Any] = ()
         if self.acking:
             if anchors is not None:
-                anchor_tups = [_owner(a) for a in anchors if a.anchors]
+                anchor_tups = [self.anchor_owner(a) for a in anchors if a.anchors]
             elif self.auto_anchor:
                 cur = self.current
                 anchor_tups = (cur,) if cur is not None and cur.anchors else ()
@@ -438,7 +454,7 @@ class Outbox:
         anchors = tup.anchors
         if not anchors:
             return
-        x = tup._ackval
+        x = getattr(tup, "_ackval", 0)  # unset: a tuple of an auto-acked run (anchor_owner)
         acks = self.acks
         if type(anchors) is wire.AckRun:
             anchors.left -= 1

@@ -199,7 +199,7 @@ class WindowedBoltExecutor(BoltExecutor):
             self._malformed(src, stream, v, anchors)
             return None if not self.durable else -math.inf
         if self.tuple_items:  # an accumulator's tuple, never kept: the Tuple itself
-            item: Any = Tuple.__new__(ext[0])
+            item: Any = ext[0]()
             item.values = v
             if self.outbox.acking:  # (without acking, the class holds them)
                 item.anchors = None
@@ -354,7 +354,7 @@ class WindowedBoltExecutor(BoltExecutor):
             cls = None
         if cls is None:
             return Tuple(values, "", int(src), stream or "default")
-        tup = Tuple.__new__(cls)
+        tup = cls()
         tup.values = values
         if self.outbox.acking:  # (without acking, the class holds them)
             tup.anchors = None

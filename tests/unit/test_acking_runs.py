@@ -566,3 +566,73 @@ def test_emit_direct_anchors_to_the_tuples_given() -> None:
     _drain(worker, exs[3], ledger)
     assert ledger.complete() == {1000, 1001}
     assert sum(exs[3].instance.counts.values()) == 1
+
+
+class AnchoringSplit(Bolt):
+    """Acked by the executor (``auto_ack``), anchors each word to its sentence by hand, and with
+    ``also_held`` to the sentence of the previous run as well (already acked by then)."""
+
+    outputs = ("word",)
+    also_held = False
+
+    def process(self, tup: Tuple) -> None:
+        held = getattr(self, "held", None)
+        for w in tup[0].split():
+            anchors = [tup, held] if self.also_held and held is not None and held.anchors is not tup.anchors else [tup]
+            self.emit((w,), anchors=anchors)
+        self.held = tup
+
+
+class AnchoringDirect(AnchoringSplit):
+    def process(self, tup: Tuple) -> None:
+        for w in tup[0].split():
+            self.emit_direct(int(w[1:]) % 2, (w,), anchors=[tup])
+
+
+def test_an_auto_acked_bolt_anchoring_by_hand_keeps_the_tree_open_until_the_children_are_acked() -> None:
+    """The tuples of an auto-acked run have no ``_ackval`` of their own: an emit anchored to one by
+    hand XORs its edge into the run's, so the tree completes only after the words are counted."""
+    worker, exs, spout, ledger = _wordcount(AnchoringSplit)
+    for k in range(3):  # three trees of a few sentences each: each a run at the split
+        _send_group(worker, spout, ledger, 1000 + k, SENTENCES[k * 4:(k + 1) * 4])
+    _drain(worker, exs[1], ledger)
+    assert not ledger.complete() & {1000, 1001, 1002}  # the split acked its runs; the words are pending
+    assert exs[1].errors == 0
+    for task in (2, 3):
+        _drain(worker, exs[task], ledger)
+    assert ledger.complete() == {1000, 1001, 1002}
+    assert sum(sum(ex.instance.counts.values()) for ex in (exs[2], exs[3])) == 120
+
+
+def test_anchoring_by_hand_to_a_tuple_of_an_acked_run_does_not_break_the_current_tree() -> None:
+    """A held tuple's run was acked when it ended: an edge anchored to it later goes nowhere (as in
+    Storm, anchoring to an acked tuple); the current tree still completes."""
+    class Held(AnchoringSplit):
+        also_held = True
+
+    worker, exs, spout, ledger = _wordcount(Held)
+    _send_group(worker, spout, ledger, 1000, SENTENCES[:2])
+    _drain(worker, exs[1], ledger)
+    _send_group(worker, spout, ledger, 1001, SENTENCES[2:4])
+    _drain(worker, exs[1], ledger)
+    for task in (2, 3):
+        _drain(worker, exs[task], ledger)
+    assert 1001 in ledger.complete()
+    assert exs[1].errors == 0
+
+
+def test_emit_direct_from_an_auto_acked_bolt_anchors_to_the_run() -> None:
+    builder = TopologyBuilder("t")
+    builder.set_spout("sentences", Sentences)
+    builder.set_bolt("split", AnchoringDirect).shuffle_grouping("sentences")
+    builder.set_bolt("count", Count, parallelism=2).direct_grouping("split")
+    worker, exs, spout, ledger = _pipeline(builder.build(workers=1).definition,
+                                           _plan(["sentences:0", "split:0", "count:0", "count:1"]),
+                                           {"split": AnchoringDirect, "count": Count})
+    _send_group(worker, spout, ledger, 1000, SENTENCES[:3])
+    _drain(worker, exs[1], ledger)
+    assert 1000 not in ledger.complete()
+    for task in (2, 3):
+        _drain(worker, exs[task], ledger)
+    assert ledger.complete() == {1000}
+    assert exs[1].errors == 0
