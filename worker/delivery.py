@@ -229,7 +229,7 @@ class Courier:
         if inbox is not None:
             inbox.put_data(self.src, batch, n)
             return 0
-        payload = wire.pack(batch)
+        payload = wire.pack_batch(batch)
         self._send(wid, wire.data_header(dst, self.src, 0, n, self.epoch), payload, n)
         return len(payload)
 
@@ -247,7 +247,7 @@ class Courier:
         if inbox is not None:
             inbox.put_data(self.src, Traced(batch, (trace.buffered, sent, origins)), n)
             return 0
-        payload = wire.pack(batch)
+        payload = wire.pack_batch(batch)
         header = wire.data_header(dst, self.src, 0, n, self.epoch, (trace.buffered, sent, origins))
         self._send(wid, header, payload, n)
         return len(payload)

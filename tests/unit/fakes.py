@@ -87,7 +87,7 @@ class _WireInbox(Inbox):
     __slots__ = ()
 
     def put_data(self, src: int, batch: Any, n: int) -> None:
-        super().put_data(src, wire.pack(batch) if batch is not None and type(batch) is not bytes else batch, n)
+        super().put_data(src, wire.pack_batch(batch) if batch is not None and type(batch) is not bytes else batch, n)
 
 
 class FakeHost:
