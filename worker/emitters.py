@@ -144,29 +144,42 @@ def compile_many_emit(outbox: Emitting) -> Any:
         return general
     bufs, n, flush = target.bufs, target.n, outbox.flush_buffer
     idx = target.idx
-    nxt = None if target.kind == K_FIELD1 and n > 1 else cycle(target)
+    fields = target.kind == K_FIELD1 and n > 1
+    nxt = None if fields else cycle(target)
+    # One loop per grouping kind, so that a tuple's buffer costs no test of which kind it is.
     if not outbox.acking:
-        def emit_many_plain(values_list: Iterable[Sequence[Any]], stream: str = "default",
-                            anchors: Any = None) -> None:
+        def emit_many_fields(values_list: Iterable[Sequence[Any]], stream: str = "default",
+                             anchors: Any = None) -> None:
             if stream != "default":
                 return general(values_list, stream, anchors)
             for values in values_list:
-                buf = bufs[hash(values[idx]) % n] if nxt is None else nxt()
+                buf = bufs[hash(values[idx]) % n]
                 buf.append(values)
                 if len(buf) >= buf.limit:
                     flush(buf)
             return None
 
-        return emit_many_plain
+        def emit_many_cycle(values_list: Iterable[Sequence[Any]], stream: str = "default",
+                            anchors: Any = None) -> None:
+            if stream != "default":
+                return general(values_list, stream, anchors)
+            for values in values_list:
+                buf = nxt()
+                buf.append(values)
+                if len(buf) >= buf.limit:
+                    flush(buf)
+            return None
+
+        return emit_many_fields if fields else emit_many_cycle
     open_run = outbox.open_run
 
-    def emit_many_anchored(values_list: Iterable[Sequence[Any]], stream: str = "default",
-                           anchors: Any = None) -> None:
+    def emit_many_anchored_fields(values_list: Iterable[Sequence[Any]], stream: str = "default",
+                                  anchors: Any = None) -> None:
         cur = outbox.current
         if stream != "default" or anchors is not None or cur is None:
             return general(values_list, stream, anchors)
         for values in values_list:
-            buf = bufs[hash(values[idx]) % n] if nxt is None else nxt()
+            buf = bufs[hash(values[idx]) % n]
             buf.append(values)
             if buf.owner is not cur:
                 open_run(buf, cur)
@@ -174,7 +187,21 @@ def compile_many_emit(outbox: Emitting) -> Any:
                 flush(buf)
         return None
 
-    return emit_many_anchored
+    def emit_many_anchored_cycle(values_list: Iterable[Sequence[Any]], stream: str = "default",
+                                 anchors: Any = None) -> None:
+        cur = outbox.current
+        if stream != "default" or anchors is not None or cur is None:
+            return general(values_list, stream, anchors)
+        for values in values_list:
+            buf = nxt()
+            buf.append(values)
+            if buf.owner is not cur:
+                open_run(buf, cur)
+            if len(buf) >= buf.limit:
+                flush(buf)
+        return None
+
+    return emit_many_anchored_fields if fields else emit_many_anchored_cycle
 
 
 def compile_tracked_emit(outbox: Emitting) -> Any:

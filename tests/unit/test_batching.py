@@ -209,6 +209,26 @@ def test_batches_keep_emit_order_across_streams() -> None:
     assert [a[0] for a in wire.expand_runs(runs, len(values))] == [1000 + i for i in range(10)]
 
 
+@pytest.mark.parametrize("batch", [
+    [[("w1",), ("w2", 3, -7, 2.5, None, True, b"\x00\xff")], [1, (2**64 - 1, 5), 1, [9, 8, 7, 6]], {1: "side"}],
+    [[(["nested", ("list", 1)], {"k": {2: [3.0]}})], None, None],
+    [[("é" * 40, -(2**63), 2**63)], [1, None], None],
+])
+def test_a_batch_crosses_in_the_bytes_msgpack_writes(batch: Any) -> None:
+    """Data batches are encoded by msgspec, state and control by msgpack: for all msgpack encodes,
+    the very same bytes, so either side decodes what the other wrote."""
+    assert wire.pack_batch(batch) == wire.pack(batch)
+    assert wire.decode_batch(wire.pack_batch(batch))[0] == wire.decode_batch(wire.pack(batch))[0]
+
+
+def test_values_msgpack_refuses_cross_a_process_as_arrays() -> None:
+    """A set in a tuple crosses a process as an array (a tuple), as lists do; state stays strict."""
+    values, _runs, _streams = wire.decode_batch(wire.pack_batch([[({3},)], None, None]))
+    assert values == (((3,),),)
+    with pytest.raises(TypeError):
+        wire.pack({"state": {3}})
+
+
 @pytest.mark.parametrize("garbage", [b"\x93\x01", wire.pack([1, 2]), wire.pack([[1], [1, 2], None]),
                                      wire.pack([[1], None, [5]]), wire.pack(7),
                                      wire.pack([[[1], [2]], [1, None], None]),  # runs count 1 of 2 tuples
