@@ -83,7 +83,15 @@ class SpoutExecutor(UserExecutor):
             return
         group = self.group or self._open_group()
         outbox.emit_tracked(values, stream, group)
-        self._track(msg_id, group)
+        # _track, inline: this runs once a tuple
+        if self.failed_ids and msg_id in self.failed_ids:
+            self.failed_ids.discard(msg_id)
+            self.replayed += 1
+        ids = group.msg_ids
+        ids.append(msg_id)
+        self.pending_n += 1
+        if len(ids) >= self.group_size:
+            self._close_group()
 
     def _emit_direct(self, task: int, values: Any, stream: str = "default", msg_id: Any = None) -> None:
         outbox = self.outbox
@@ -176,11 +184,9 @@ class SpoutExecutor(UserExecutor):
                 break
             self._control(kind, entries, _src)
         if self.immediate_acks:
-            spout: Spout = self.instance
             ids, self.immediate_acks = self.immediate_acks, []
-            for msg_id in ids:
-                self.acked += 1
-                self._call(spout.ack, msg_id)
+            self.acked += len(ids)
+            self._ack_ids(ids)
             self._count_acks(len(ids))
 
     def _count_acks(self, n: int) -> None:
@@ -203,7 +209,6 @@ class SpoutExecutor(UserExecutor):
         self._apply_control(kind, entries, src)
 
     def _apply_control(self, kind: int, entries: Any, src: int = -1) -> None:
-        spout: Spout = self.instance
         if kind == wire.ACKED:
             before = self.acked
             for root in entries:
@@ -211,8 +216,7 @@ class SpoutExecutor(UserExecutor):
                 if ids is not None:
                     self.pending_n -= len(ids)
                     self.acked += len(ids)
-                    for msg_id in ids:
-                        self._call(spout.ack, msg_id)
+                    self._ack_ids(ids)
                     if root >= STAMPED:
                         self.complete.add_stamp(root)
             self._count_acks(self.acked - before)
@@ -302,6 +306,15 @@ class SpoutExecutor(UserExecutor):
     def _expire(self, now: float) -> None:
         for root in self.timeouts.expire(now):
             self._fail_root(root)
+
+    def _ack_ids(self, ids: Any) -> None:
+        """``ack`` each of ``ids`` (once a tracked tuple: no call of :meth:`_call` for each)."""
+        ack = self.instance.ack
+        for msg_id in ids:
+            try:
+                ack(msg_id)
+            except Exception as exc:
+                self.record_error("ack", exc)
 
     def _call(self, fn: Any, *args: Any) -> None:
         try:
