@@ -26,7 +26,10 @@ window at most:
   configured one and its entry is dropped.
 - **a buffer step that made it worse** (the next judged window broken, its p99 over
   :data:`WORSE` times the one that asked for the step) is undone, and its channel left alone for
-  :data:`HELD_WINDOWS` windows.
+  :data:`HELD_WINDOWS` windows; so is **a shrink that did not help** (the next judged window
+  broken and its p99 not under :data:`HELPED` times that one): smaller batches cost CPU (a
+  message and a wake-up each), and a step that buys no latency is not worth it (at half of word
+  count's peak, 5 -> 2.5 ms cost 8-10% more CPU a word for the same p99).
 - otherwise nothing. A window right after an action is not judged (it mixes both sizes).
 """
 
@@ -43,6 +46,7 @@ __all__ = ["FLOOR_MS", "SLACK_SHARE", "SLACK_WINDOWS", "Decision", "PathWindow",
 
 FLOOR_MS = 0.5  # the smallest output-buffer bound the controller sets
 WORSE = 1.1  # a buffer step after which p99 grew by more than this factor is undone
+HELPED = 0.95  # a shrink after which p99 did not fall under this factor is undone (a bucket is 10%)
 HELD_WINDOWS = 8  # windows an undone step's channel is left alone
 # Buffers shrink only while tuples wait this many times longer in them than in queues: smaller
 # batches cost the receivers CPU (a message and a wake-up each), and where queues wait about as
@@ -108,6 +112,7 @@ class ConstraintState:
     undo: dict[str, dict[str, float]] | None = None
     undo_channel: str = ""
     undo_p99: float = 0.0
+    undo_shrank: bool = False  # the step shrank a buffer (to buy latency): undone unless it helped
     held: dict[str, int] = field(default_factory=dict)  # channel -> windows it is left alone (undone)
     direction: dict[str, int] = field(default_factory=dict)  # channel -> its last step while broken: -1 shrink, +1 grow
     holds: dict[str, int] = field(default_factory=dict)  # channel -> times it was held (each hold lasts longer)
@@ -132,6 +137,7 @@ def _remember(state: ConstraintState, tuning: Mapping[str, Mapping[str, float]],
     state.undo = {k: dict(v) for k, v in tuning.items()}
     state.undo_channel = channel
     state.undo_p99 = p99_ms
+    state.undo_shrank = direction < 0
     if direction and state.direction.get(channel) == -direction:
         _hold(state, channel)
     state.direction[channel] = direction
@@ -186,7 +192,9 @@ def decide(path: Sequence[str], bound_ms: float, win: PathWindow, state: Constra
         if state.held[ch] <= 0:
             del state.held[ch]
     undo, state.undo = state.undo, None
-    if undo is not None and not met and win.p99_ms > WORSE * state.undo_p99:
+    worse = win.p99_ms > WORSE * state.undo_p99
+    useless = state.undo_shrank and win.p99_ms > HELPED * state.undo_p99
+    if undo is not None and not met and (worse or useless):
         ch = state.undo_channel
         windows = _hold(state, ch)
         state.skip = 1
@@ -195,8 +203,9 @@ def decide(path: Sequence[str], bound_ms: float, win: PathWindow, state: Constra
             new[ch] = dict(undo[ch])
         else:
             new.pop(ch, None)
-        return Decision("buffer", f"{ch}: the last step undone (p99 {state.undo_p99:g} -> {win.p99_ms:g} ms); "
-                                  f"left alone for {windows} windows", new, ch)
+        why = "worse" if worse else "no better: smaller batches cost CPU for nothing"
+        return Decision("buffer", f"{ch}: the last step undone (p99 {state.undo_p99:g} -> {win.p99_ms:g} ms, "
+                                  f"{why}); left alone for {windows} windows", new, ch)
     if hot:  # a chain that saturates its thread costs throughput: undone whatever the bound says
         state.skip = 1
         windows = _hold(state, hot[0])

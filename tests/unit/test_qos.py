@@ -193,8 +193,44 @@ def test_a_violated_bound_shrinks_the_channel_that_waits_longest() -> None:
     assert step.tuning == {"split>count": {"latency_ms": 2.5}}
     assert state.windows == 1 and state.windows_met == 0
     assert decide(PATH, 10.0, win, state, step.tuning, 5.0, moves=False) is None  # the next window mixes both
-    step = decide(PATH, 10.0, win, state, step.tuning, 5.0, moves=False)
+    better = path_window(PATH, "sentences>split>count", _window([15.0] * 100, {"sentences>split": 2.0, "split>count": 6.0}))
+    step = decide(PATH, 10.0, better, state, step.tuning, 5.0, moves=False)  # it helped, not enough: again
     assert step is not None and step.tuning == {"split>count": {"latency_ms": 1.25}}
+
+
+def test_a_shrink_that_did_not_help_is_undone_and_its_channel_left_alone() -> None:
+    """p99 no lower after halving a buffer: the smaller batches cost CPU for nothing, so the step
+    goes back, and the bound is then reported as not met (warnings), never shrunk in a loop."""
+    win = path_window(PATH, "sentences>split>count", _window([20.0] * 100, {"sentences>split": 2.0, "split>count": 8.0}))
+    state = ConstraintState()
+    step = decide(PATH, 10.0, win, state, {}, 5.0, moves=False)
+    assert step is not None and step.tuning == {"split>count": {"latency_ms": 2.5}}
+    assert decide(PATH, 10.0, win, state, step.tuning, 5.0, moves=False) is None  # the window it took effect in
+    undo = decide(PATH, 10.0, win, state, step.tuning, 5.0, moves=False)
+    assert undo is not None and undo.kind == "buffer" and undo.tuning == {} and "no better" in undo.detail
+    assert "split>count" in state.held
+    kinds = []
+    tuning: dict[str, Any] = {}
+    for _ in range(8):
+        later = decide(PATH, 10.0, win, state, tuning, 5.0, moves=False)
+        if later is not None:
+            kinds.append((later.kind, later.channel))
+            tuning = later.tuning if later.tuning is not None else tuning
+    assert ("buffer", "split>count") not in kinds, kinds  # left alone while held
+
+
+def test_a_grow_step_is_not_undone_for_not_lowering_p99() -> None:
+    """Growing a buffer back (queues dominate: the receivers are short of CPU) saves CPU; it is
+    undone only if p99 got worse."""
+    tuning = {"sentences>split": {"latency_ms": 1.0}, "split>count": {"latency_ms": 2.0}}
+    win = PathWindow(20.0, 100, {"sentences>split": 0.3, "split>count": 0.5}, {"sentences>split": 6.0, "split>count": 3.0},
+                     {"split": 0.1, "count": 0.1})
+    state = ConstraintState()
+    step = decide(PATH, 10.0, win, state, tuning, 5.0, moves=False)
+    assert step is not None and "short of CPU" in step.detail and step.tuning is not None
+    assert decide(PATH, 10.0, win, state, step.tuning, 5.0, moves=False) is None  # skipped
+    after = decide(PATH, 10.0, win, state, step.tuning, 5.0, moves=False)
+    assert after is None or "undone" not in after.detail
 
 
 def test_with_every_buffer_at_its_floor_it_warns_and_backs_off() -> None:
