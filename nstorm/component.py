@@ -50,7 +50,7 @@ class Tuple:
 
     Instances are created by the framework, one per delivered tuple, as instances of
     a subclass per (source executor, stream) that holds the shared metadata as class
-    attributes, so that the executor fills one slot per tuple (three with acking)
+    attributes, so that the executor fills one slot per tuple (two with acking)
     instead of calling ``__init__``; ``isinstance(tup, Tuple)`` holds. Treat them as
     immutable.
     """
@@ -112,7 +112,8 @@ class Tuple:
 
 def delivered_tuple_class(meta: TupleMeta, anchored: bool) -> type[Tuple]:
     """A :class:`Tuple` subclass for the tuples of one (source executor, stream): the executor
-    then fills one slot per tuple (``values``; with acking also ``anchors`` and ``_ackval``).
+    then fills one slot per tuple (``values``; with acking also ``anchors``, and ``_ackval`` where
+    the bolt acks by hand: :meth:`worker.outbox.Outbox.anchor_owner`).
 
     ``meta`` (and, without acking, ``anchors = None``) become class attributes that shadow
     the slots of the same name; they are only ever read. Its ``__init__`` is ``object``'s, so

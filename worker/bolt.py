@@ -218,7 +218,7 @@ class BoltExecutor(UserExecutor):
             ok = n
             # A tuple's ``_ackval`` slot stays unset here: an emit anchored to it by hand XORs
             # the child's edge into ``own`` instead (Outbox.anchor_owner), which is acked with
-            # the run; two stores and a load a tuple fewer.
+            # the run: a store, a load and an XOR a tuple fewer.
             for v in (values[i],) if n == 1 else values[i:j]:
                 tup = cls()
                 tup.values = v
