@@ -29,7 +29,7 @@ window at most:
   :data:`HELD_WINDOWS` windows; so is **a shrink that did not help** (the next judged window
   broken and its p99 not under :data:`HELPED` times that one): smaller batches cost CPU (a
   message and a wake-up each), and a step that buys no latency is not worth it (at half of word
-  count's peak, 5 -> 2.5 ms cost 8-10% more CPU a word for the same p99).
+  count's peak, 5 -> 2.5 ms cost 6-12% more CPU a word for one bucket of p99 at most).
 - otherwise nothing. A window right after an action is not judged (it mixes both sizes).
 """
 
