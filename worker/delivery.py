@@ -221,6 +221,7 @@ class Courier:
         self.undelivered = 0
         self.held = 0  # times a peer's full pipe made messages wait here
         self.messages = 0  # control messages sent (queue puts or zmq sends)
+        self._encode = wire.batch_encoder()  # this thread's: an encoder's buffer is not to be shared
 
     # -- data -----------------------------------------------------------------------------
     def batch(self, dst: int, wid: str, batch: Any, n: int) -> int:
@@ -229,7 +230,7 @@ class Courier:
         if inbox is not None:
             inbox.put_data(self.src, batch, n)
             return 0
-        payload = wire.pack_batch(batch)
+        payload = self._encode(batch)
         self._send(wid, wire.data_header(dst, self.src, 0, n, self.epoch), payload, n)
         return len(payload)
 
@@ -247,7 +248,7 @@ class Courier:
         if inbox is not None:
             inbox.put_data(self.src, Traced(batch, (trace.buffered, sent, origins)), n)
             return 0
-        payload = wire.pack_batch(batch)
+        payload = self._encode(batch)
         header = wire.data_header(dst, self.src, 0, n, self.epoch, (trace.buffered, sent, origins))
         self._send(wid, header, payload, n)
         return len(payload)

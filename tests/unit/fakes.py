@@ -81,13 +81,16 @@ class FakeSockets:
         pass
 
 
+_encode = wire.batch_encoder()  # the tests drive executors from one thread: one encoder, as a Courier's
+
+
 class _WireInbox(Inbox):
     """An inbox whose batches arrive as msgpack bytes, as from another worker."""
 
     __slots__ = ()
 
     def put_data(self, src: int, batch: Any, n: int) -> None:
-        super().put_data(src, wire.pack_batch(batch) if batch is not None and type(batch) is not bytes else batch, n)
+        super().put_data(src, _encode(batch) if batch is not None and type(batch) is not bytes else batch, n)
 
 
 class FakeHost:

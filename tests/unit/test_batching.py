@@ -218,6 +218,7 @@ def test_a_batch_crosses_in_the_bytes_msgpack_writes(batch: Any) -> None:
     """Data batches are encoded by msgspec, state and control by msgpack: for all msgpack encodes,
     the very same bytes, so either side decodes what the other wrote."""
     assert wire.pack_batch(batch) == wire.pack(batch)
+    assert wire.batch_encoder()(batch) == wire.pack(batch)  # a Courier's own encoder
     assert wire.decode_batch(wire.pack_batch(batch))[0] == wire.decode_batch(wire.pack(batch))[0]
 
 
