@@ -112,7 +112,6 @@ class ConstraintState:
     undo: dict[str, dict[str, float]] | None = None
     undo_channel: str = ""
     undo_p99: float = 0.0
-    undo_shrank: bool = False  # the step shrank a buffer (to buy latency): undone unless it helped
     held: dict[str, int] = field(default_factory=dict)  # channel -> windows it is left alone (undone)
     direction: dict[str, int] = field(default_factory=dict)  # channel -> its last step while broken: -1 shrink, +1 grow
     holds: dict[str, int] = field(default_factory=dict)  # channel -> times it was held (each hold lasts longer)
@@ -137,7 +136,6 @@ def _remember(state: ConstraintState, tuning: Mapping[str, Mapping[str, float]],
     state.undo = {k: dict(v) for k, v in tuning.items()}
     state.undo_channel = channel
     state.undo_p99 = p99_ms
-    state.undo_shrank = direction < 0
     if direction and state.direction.get(channel) == -direction:
         _hold(state, channel)
     state.direction[channel] = direction
@@ -193,7 +191,8 @@ def decide(path: Sequence[str], bound_ms: float, win: PathWindow, state: Constra
             del state.held[ch]
     undo, state.undo = state.undo, None
     worse = win.p99_ms > WORSE * state.undo_p99
-    useless = state.undo_shrank and win.p99_ms > HELPED * state.undo_p99
+    shrank = state.direction.get(state.undo_channel, 0) < 0  # the step bought latency with CPU
+    useless = shrank and win.p99_ms > HELPED * state.undo_p99
     if undo is not None and not met and (worse or useless):
         ch = state.undo_channel
         windows = _hold(state, ch)

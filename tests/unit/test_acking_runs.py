@@ -551,14 +551,18 @@ class DirectJoin(Pair):
         self.emit_direct(1, values, anchors=anchors)
 
 
-def test_emit_direct_anchors_to_the_tuples_given() -> None:
+def _direct(split: type[Bolt]) -> tuple[FakeHost, dict[int, BoltExecutor], Outbox, _Ledger]:
+    """sentences -> ``split`` -> two counts that take ``split``'s ``emit_direct``."""
     builder = TopologyBuilder("t")
     builder.set_spout("sentences", Sentences)
-    builder.set_bolt("split", DirectJoin).shuffle_grouping("sentences")
+    builder.set_bolt("split", split).shuffle_grouping("sentences")
     builder.set_bolt("count", Count, parallelism=2).direct_grouping("split")
-    worker, exs, spout, ledger = _pipeline(builder.build(workers=1).definition,
-                                           _plan(["sentences:0", "split:0", "count:0", "count:1"]),
-                                           {"split": DirectJoin, "count": Count})
+    return _pipeline(builder.build(workers=1).definition, _plan(["sentences:0", "split:0", "count:0", "count:1"]),
+                     {"split": split, "count": Count})
+
+
+def test_emit_direct_anchors_to_the_tuples_given() -> None:
+    worker, exs, spout, ledger = _direct(DirectJoin)
     for i, s in enumerate(SENTENCES[:2]):  # two trees, joined into one word
         _send_group(worker, spout, ledger, 1000 + i, [s])
     _drain(worker, exs[1], ledger)
@@ -622,13 +626,7 @@ def test_anchoring_by_hand_to_a_tuple_of_an_acked_run_does_not_break_the_current
 
 
 def test_emit_direct_from_an_auto_acked_bolt_anchors_to_the_run() -> None:
-    builder = TopologyBuilder("t")
-    builder.set_spout("sentences", Sentences)
-    builder.set_bolt("split", AnchoringDirect).shuffle_grouping("sentences")
-    builder.set_bolt("count", Count, parallelism=2).direct_grouping("split")
-    worker, exs, spout, ledger = _pipeline(builder.build(workers=1).definition,
-                                           _plan(["sentences:0", "split:0", "count:0", "count:1"]),
-                                           {"split": AnchoringDirect, "count": Count})
+    worker, exs, spout, ledger = _direct(AnchoringDirect)
     _send_group(worker, spout, ledger, 1000, SENTENCES[:3])
     _drain(worker, exs[1], ledger)
     assert 1000 not in ledger.complete()
