@@ -41,9 +41,10 @@ acking on) on a fresh local cluster of real processes per run (ZooKeeper, Nimbus
    slower tree fills): arrival p50 / p99 and worker cores.
 6. **load** (no constraint): what the workers pay whatever the load. At 10%, 25% and 50% of the
    peak and as fast as it goes, ``--load-rounds`` rounds (the order reversed every other round):
-   worker cores, CPU per word and context switches per second (every thread of the workers, from
-   ``/proc``: each wake-up of an executor's thread and each hand-off of the GIL is one); every
-   other part reports the switches too.
+   worker cores, CPU per word, context switches per second (every thread of the workers, from
+   ``/proc``: each wake-up of an executor's thread and each hand-off of the GIL is one), the time
+   the workers' threads were ready and waited for a core (the scheduler's run delay, per second
+   and per switch) and arrival p99; every other part reports the switches and waits too.
 7. **pinning** (no constraint): each worker on a core of its own (``worker.cpu.pin=true``,
    ``worker/cpupin.py``) against workers whose threads float over every core (the default),
    ``--pinning-rounds`` interleaved rounds, as fast as it goes and at half of the peak: words/s,
@@ -181,17 +182,28 @@ def _chain_splits(client: Any) -> dict[str, str]:
 def context_switches(pids: Any) -> dict[int, int]:
     """Context switches so far (voluntary and not) of every thread of each process, by pid: a
     thread's wake-up and the GIL's hand-offs cost a switch each (``/proc``; empty elsewhere)."""
+    return {pid: switches for pid, (switches, _) in thread_waits(pids).items()}
+
+
+def thread_waits(pids: Any) -> dict[int, tuple[int, int]]:
+    """``(context switches, ns waited for a core)`` so far of every thread of each process, by pid.
+
+    The second is the scheduler's run delay (``/proc/<pid>/task/<tid>/schedstat``): how long the
+    threads were ready to run and not running, what a woken thread waits before it can even ask
+    for the GIL. Threads that ended meanwhile are left out; ``(0, 0)`` where ``/proc`` has none.
+    """
     out = {}
     for pid in pids:
-        total = 0
-        for status in Path(f"/proc/{pid}/task").glob("*/status"):
+        switches = waited = 0
+        for task in Path(f"/proc/{pid}/task").glob("*"):
             try:
-                for line in status.read_text().splitlines():
+                for line in (task / "status").read_text().splitlines():
                     if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
-                        total += int(line.split()[1])
-            except (OSError, ValueError):
+                        switches += int(line.split()[1])
+                waited += int((task / "schedstat").read_text().split()[1])
+            except (OSError, ValueError, IndexError):
                 continue  # a thread that ended meanwhile
-        out[int(pid)] = total
+        out[int(pid)] = (switches, waited)
     return out
 
 
@@ -213,7 +225,7 @@ def run_nstorm(extra: dict[str, Any], warmup: float, duration: float, poll: floa
         time.sleep(warmup)
         first = client.status(NAME)
         hist0, beats0, cpu0 = client.arrival_histogram(NAME, "count"), client.heartbeats(NAME), ns._worker_cpu(first)
-        switches0 = context_switches(cpu0)
+        waits0 = thread_waits(cpu0)
         t0, window_at = time.monotonic(), time.time()
         timeline: list[dict[str, Any]] = []
         seen = (first["constraints"][0]["windows"] if first["constraints"] else 0)
@@ -229,9 +241,11 @@ def run_nstorm(extra: dict[str, Any], warmup: float, duration: float, poll: floa
         last = client.status(NAME)
         hist, cpu = latency.subtract(client.arrival_histogram(NAME, "count"), hist0), ns._worker_cpu(last)
         words_per_sec = beat_rate(beats0, client.heartbeats(NAME), "count", "executed")
-        switches = context_switches(cpu)
+        waits = thread_waits(cpu)
     load.append(os.getloadavg()[0])
     cpu_secs = sum(cpu.get(pid, 0.0) - cpu0.get(pid, 0.0) for pid in cpu)
+    switches = sum(v[0] - waits0.get(p, (0, 0))[0] for p, v in waits.items())
+    waited = sum(v[1] - waits0.get(p, (0, 0))[1] for p, v in waits.items())
     words = words_per_sec * elapsed  # counted over the heartbeats' own times (benchmarks._common.beat_rate)
 
     def ms(q: float) -> float | None:
@@ -244,7 +258,10 @@ def run_nstorm(extra: dict[str, Any], warmup: float, duration: float, poll: floa
         "failed": last["spouts"]["failed"] - first["spouts"]["failed"],
         "worker_cpu_secs": cpu_secs, "worker_cores": cpu_secs / elapsed, "worker_pids": sorted(cpu),
         "cpu_us_per_word": 1e6 * cpu_secs / words if words else None,
-        "context_switches_per_sec": (sum(switches.values()) - sum(switches0.get(p, 0) for p in switches)) / elapsed,
+        "context_switches_per_sec": switches / elapsed,
+        # Time the workers' threads were ready and waited for a core, per second and per switch.
+        "core_wait_ms_per_sec": waited / 1e6 / elapsed,
+        "core_wait_us_per_switch": waited / 1e3 / switches if switches else None,
         "arrival_ms": {"p50": ms(0.5), "p99": ms(0.99), "samples": sum(hist.values())},
         "chains": chains, "cores": {w["id"]: w.get("core") for w in last["workers"]},
     }
@@ -418,13 +435,15 @@ def load(args: argparse.Namespace, rate: float, log: Console) -> dict[str, Any]:
                                                                            args.baseline_warmup, args.duration), log)
         rounds.append(got)
     median = {str(share): {key: _med([x[str(share)].get(key) for x in rounds])
-                           for key in ("sentences_per_sec", "cpu_us_per_word", "context_switches_per_sec", "worker_cores")}
+                           for key in ("sentences_per_sec", "cpu_us_per_word", "context_switches_per_sec", "worker_cores",
+                                       "core_wait_ms_per_sec", "core_wait_us_per_switch")}
+              | {"p99": _med([(x[str(share)].get("arrival_ms") or {}).get("p99") for x in rounds])}
               for share in LOAD_SHARES}
     return {"peak_sentences_per_sec": rate, "rounds": rounds, "median": median}
 
 
 PIN_CONFIGS: dict[str, dict[str, Any]] = {"pinned": {"worker.cpu.pin": True}, "floating": {}}
-COMPARE_KEYS = ("words_per_sec", "cpu_us_per_word", "worker_cores", "context_switches_per_sec")
+COMPARE_KEYS = ("words_per_sec", "cpu_us_per_word", "worker_cores", "context_switches_per_sec", "core_wait_ms_per_sec")
 
 
 def compare(args: argparse.Namespace, rate: float, log: Console, part: str, configs: dict[str, dict[str, Any]],
@@ -622,13 +641,14 @@ def render(results: dict[str, Any], args: argparse.Namespace) -> list[Table]:
         t = Table(title=f"worker cost by load (peak {_num(ld['peak_sentences_per_sec'])} sentences/s), no constraint; "
                         f"{args.duration:g} s windows after {args.baseline_warmup:g} s; medians of {len(ld['rounds'])}")
         for col in ("offered", "sentences/s", "worker cores", "CPU µs/word", "context switches/s",
-                    "switches per 1,000 words"):
+                    "switches per 1,000 words", "waits for a core ms/s", "µs a switch", "arrival p99 ms"):
             t.add_column(col, justify="right")
         for share in LOAD_SHARES:
             m = ld["median"][str(share)]
             sw, sps = m["context_switches_per_sec"], m["sentences_per_sec"]
             t.add_row(f"{share:.0%}" if share else "peak", _num(sps), _f2(m["worker_cores"]), _f2(m["cpu_us_per_word"]),
-                      _num(sw), _f2(1000 * sw / (sps * WORDS_PER_SENTENCE)) if sw is not None and sps else "-")
+                      _num(sw), _f2(1000 * sw / (sps * WORDS_PER_SENTENCE)) if sw is not None and sps else "-",
+                      _num(m.get("core_wait_ms_per_sec")), _num(m.get("core_wait_us_per_switch")), _ms(m.get("p99")))
         tables.append(t)
     titles = {"pinning": "each worker on a core of its own (worker.cpu.pin) against floating threads",
               "compare": "with --compare settings against without"}
@@ -640,15 +660,17 @@ def render(results: dict[str, Any], args: argparse.Namespace) -> list[Table]:
                         f"as fast as it goes and at {_num(pn['half_rate_sentences_per_sec'])} sentences/s; medians "
                         f"of {len(pn['rounds'])} interleaved rounds")
         for col in ("load", "workers", "words/s", "worker cores", "CPU µs/word", "arrival p50 ms", "arrival p99 ms",
-                    "context switches/s"):
+                    "context switches/s", "waits for a core ms/s"):
             t.add_column(col, justify="right")
         for key, m in pn["median"].items():
             load_name, label = key.split("/")
             t.add_row(load_name, label, _num(m["words_per_sec"]), _f2(m["worker_cores"]), _f2(m["cpu_us_per_word"]),
-                      _ms(m["p50"]), _ms(m["p99"]), _num(m["context_switches_per_sec"]))
+                      _ms(m["p50"]), _ms(m["p99"]), _num(m["context_switches_per_sec"]),
+                      _num(m.get("core_wait_ms_per_sec")))
         for load_name, ratio in pn["ratios"].items():
             t.add_row(load_name, f"{first} / {second}", _f3(ratio["words_per_sec"]), _f3(ratio["worker_cores"]),
-                      _f3(ratio["cpu_us_per_word"]), "", "", _f3(ratio["context_switches_per_sec"]), style="bold")
+                      _f3(ratio["cpu_us_per_word"]), "", "", _f3(ratio["context_switches_per_sec"]),
+                      _f3(ratio.get("core_wait_ms_per_sec")), style="bold")
         tables.append(t)
     t = Table(title="latency constraints (issue 17): goals")
     for col in ("part", "measure", "result", "goal"):

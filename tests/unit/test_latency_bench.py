@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import threading
 
 import pytest
 
-from benchmarks.latency import _parse_args, constraint_conf
+from benchmarks.latency import _parse_args, constraint_conf, context_switches, thread_waits
 from topologies.wordcount import rate_schedule, scheduled_sends
 
 
@@ -45,3 +47,21 @@ def test_rate_schedule_integrates_and_cycles() -> None:
     assert rate_schedule(None) == []
     with pytest.raises(ValueError):
         rate_schedule([[0, 5]])
+
+
+
+def test_thread_waits_count_switches_and_the_time_ready_threads_waited_for_a_core() -> None:
+    pid = os.getpid()
+    stop = threading.Event()
+    napping = threading.Thread(target=lambda: [stop.wait(0.001) for _ in range(10_000) if not stop.is_set()])
+    napping.start()
+    try:
+        before = thread_waits([pid])[pid]
+        stop.wait(0.1)  # the napping thread wakes about every millisecond meanwhile
+        after = thread_waits([pid])[pid]
+    finally:
+        stop.set()
+        napping.join()
+    assert after[0] - before[0] >= 20 and after[1] >= before[1] >= 0
+    assert context_switches([pid])[pid] > 0
+    assert thread_waits([2**22 + 1]) == {2**22 + 1: (0, 0)}  # no such process: nothing waited, no error
