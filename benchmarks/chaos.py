@@ -260,8 +260,10 @@ def _inject_move_faults(client: Any, rng: random.Random, console: Console, round
 def _state_conf(args: argparse.Namespace) -> dict[str, Any]:
     if args.state == "memory":
         return {}
-    # Faults back to back are the point here: no bound on rollbacks in a row (it would deactivate).
-    conf: dict[str, Any] = {"topology.state.provider": args.state, "topology.state.max.rollbacks": 0}
+    # Faults back to back are the point here: no bound on rollbacks in a row (it would deactivate),
+    # and no backoff between them (it would add its waits to the recovery this measures).
+    conf: dict[str, Any] = {"topology.state.provider": args.state, "topology.state.max.rollbacks": 0,
+                            "topology.state.rollback.backoff.ms": 0}
     if args.state == "redis":
         conf["topology.state.provider.config"] = {"url": args.redis_url}
     return conf

@@ -13,7 +13,12 @@ workers watch for their orders. Each pass:
    a worker that dies whenever it starts), the topology is also deactivated, with
    ``last_error`` saying why: a rollback loop without end otherwise. One commit is no sign of
    progress: the spouts of a worker that rolls back late take the checkpoint already ordered
-   at their restored position, before they emit anything.
+   at their restored position, before they emit anything. The first rollback is at once; each
+   further one in a row waits out a backoff (``topology.state.rollback.backoff.ms``, doubled
+   each time up to ``topology.state.rollback.backoff.max.ms``: Flink's exponential delay), so
+   that a fault that comes back at once (a dependency down, a worker that dies whenever it
+   starts) is not restored in a tight loop, and has time to pass before the bound gives up. The
+   due time is in the record (``rollback_at``); no checkpoint is ordered meanwhile.
 2. **Commit** (two phases: every executor wrote its part, then the record says committed,
    and the workers call ``on_commit``): once every user executor of the plan wrote the pending
    checkpoint. What the last two committed checkpoints need is kept, the rest pruned. A
@@ -164,6 +169,18 @@ class CheckpointCoordinator:
             return
         executors = sorted(e for e in plan.executors if not is_acker(e))
         reason = self._requested(name, record)
+        if reason is not None and not record.rollback_at and desired is TopologyStatus.ACTIVE:
+            wait = config.backoff_secs(record.rollbacks_in_a_row)
+            if wait > 0:
+                record.rollback_at, record.rollback_reason = time.time() + wait, reason
+                log.warning("topology %s: rollback %d in a row waits %.1f s (topology.state.rollback.backoff.ms): %s",
+                            name, record.rollbacks_in_a_row + 1, wait, reason)
+        if record.rollback_at:
+            if time.time() < record.rollback_at and desired is TopologyStatus.ACTIVE:
+                self._write(path, record, before, version)  # (no checkpoint ordered while it waits)
+                return
+            reason = record.rollback_reason or reason or "a rollback that waited out its backoff"
+            record.rollback_at, record.rollback_reason = 0.0, ""
         give_up = False
         if reason is not None:
             self._roll_back(name, record, store, reason)

@@ -48,6 +48,8 @@ DEFAULTS: dict[str, Any] = {
     "topology.state.checkpoint.interval.ms": 1000,
     "topology.state.checkpoint.timeout.secs": 30,  # a checkpoint not committed by then is abandoned
     "topology.state.max.rollbacks": 10,  # in a row with no checkpoint committed: then deactivated (0: no bound)
+    "topology.state.rollback.backoff.ms": 1000,  # wait before the 2nd rollback in a row, doubled for each further one (0: none)
+    "topology.state.rollback.backoff.max.ms": 30000,  # ... up to this
     "topology.max.parallelism": 128,  # key groups of keyed state (and of fields grouping)
     # windows (README "Windows")
     "topology.window.max.tuples": 100000,  # tuples a windowed bolt executor keeps at most; more are failed

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -192,6 +193,11 @@ def test_a_poison_tuple_deactivates_the_topology_after_max_rollbacks(cluster, cl
                                                 "topology.state.max.rollbacks": 3})
     try:
         client.wait_running(name, 60)
+        # The second rollback in a row waits out the backoff (1 s by default), and says until when.
+        due = wait_until(lambda: client.status(name)["checkpoints"].get("rollback_at"), 120, 0.05,
+                         what="a rollback in a row waiting out its backoff")
+        assert due > time.time() - 5, due
+        wait_until(lambda: client.status(name)["checkpoints"]["restores"] >= 2, 60, what="the waiting rollback done")
         wait_until(lambda: client.status(name)["status"] == "INACTIVE", 120, what="the topology deactivated")
         checkpoints = client.status(name)["checkpoints"]
         assert checkpoints["restores"] >= 3, checkpoints

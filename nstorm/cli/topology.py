@@ -125,8 +125,11 @@ def register(app: typer.Typer) -> None:
             last = cp.get("last_committed")
             done = (f"last committed #{last['id']} at {time.strftime('%H:%M:%S', time.localtime(last['at']))} "
                     f"({last['duration_ms']:.0f} ms, {last['bytes']} bytes)") if last else "none committed yet"
+            due = cp.get("rollback_at")
+            waits = f"; a rollback waits until {time.strftime('%H:%M:%S', time.localtime(due))} (backoff)" if due else ""
             typer.echo(f"  checkpoints: {cp['provider']} every {cp['interval_ms']} ms; {done}; "
-                       f"restores={cp.get('restores', 0)}" + (f"; error: {cp['last_error']}" if cp.get("last_error") else ""))
+                       f"restores={cp.get('restores', 0)}" + waits
+                       + (f"; error: {cp['last_error']}" if cp.get("last_error") else ""))
 
     @app.command(rich_help_panel="Topologies")
     @cli_errors

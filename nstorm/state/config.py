@@ -25,6 +25,9 @@ class StateConfig:
     :ivar directory: the LMDB environments' directory (``topology.state.dir``).
     :ivar max_rollbacks: ``topology.state.max.rollbacks``: rollbacks in a row with no checkpoint
         committed in between after which the topology is deactivated (0: no bound).
+    :ivar backoff_ms: ``topology.state.rollback.backoff.ms``: how long the second rollback in a row
+        waits; each further one waits twice the one before, up to ``backoff_max_ms``
+        (``topology.state.rollback.backoff.max.ms``). 0: none waits.
     """
 
     provider: str = "memory"
@@ -32,12 +35,29 @@ class StateConfig:
     timeout_secs: float = 30.0
     max_parallelism: int = 128
     max_rollbacks: int = 10
+    backoff_ms: float = 1000.0
+    backoff_max_ms: float = 30000.0
     directory: Path | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def durable(self) -> bool:
         return self.provider != "memory"
+
+    def backoff_secs(self, in_a_row: int) -> float:
+        """How long a rollback waits when ``in_a_row`` rollbacks came before it with no progress
+        between: none for the first, ``backoff_ms`` for the second, doubled for each further one
+        up to ``backoff_max_ms`` (Flink's exponential-delay restart strategy, its first restart
+        at once).
+
+        Example::
+
+            >>> [StateConfig().backoff_secs(n) for n in range(8)]
+            [0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
+        """
+        if in_a_row <= 0 or self.backoff_ms <= 0:
+            return 0.0
+        return min(self.backoff_ms * 2.0 ** min(in_a_row - 1, 40), max(self.backoff_ms, self.backoff_max_ms)) / 1000.0
 
 
 def state_config(conf: Mapping[str, Any]) -> StateConfig:
@@ -74,7 +94,10 @@ def state_config(conf: Mapping[str, Any]) -> StateConfig:
     if rollbacks != int(rollbacks):
         msg = f"topology.state.max.rollbacks={rollbacks!r}: expected a whole number >= 0"
         raise ConfigError(msg)
+    backoff = number("topology.state.rollback.backoff.ms", 0)
+    backoff_max = number("topology.state.rollback.backoff.max.ms", 0)
     directory = conf.get("topology.state.dir")
     return StateConfig(provider=str(provider), interval_ms=int(interval), timeout_secs=timeout,
-                       max_parallelism=int(groups), max_rollbacks=int(rollbacks),
-                       directory=Path(directory) if directory else None, options=dict(options))
+                       max_parallelism=int(groups), max_rollbacks=int(rollbacks), backoff_ms=backoff,
+                       backoff_max_ms=backoff_max, directory=Path(directory) if directory else None,
+                       options=dict(options))

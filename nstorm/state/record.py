@@ -26,6 +26,9 @@ class CheckpointRecord:
     :ivar rollbacks_in_a_row: rollbacks of the active topology with fewer than two commits between
         them (reset when the coordinator deactivates it for too many: ``topology.state.max.rollbacks``);
         ``commits_since_rollback`` counts those commits.
+    :ivar rollback_at: when a rollback that waits out its backoff is due (0: none waits;
+        ``topology.state.rollback.backoff.ms``), ``rollback_reason`` why it was asked for. In the
+        record, so that a new leader keeps to it.
     """
 
     submission: str | None = None
@@ -49,6 +52,8 @@ class CheckpointRecord:
     last_restore: dict[str, Any] | None = None
     last_error: str | None = None
     abandoned: int = 0
+    rollback_at: float = 0.0
+    rollback_reason: str = ""
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self)).encode()
@@ -78,5 +83,5 @@ class CheckpointRecord:
                     "bytes": self.bytes}
         return {"provider": self.provider, "interval_ms": self.interval_ms, "last_committed": last,
                 "restores": self.restores, "rollbacks_in_a_row": self.rollbacks_in_a_row, "epoch": self.epoch,
-                "pending": self.pending or None,
+                "pending": self.pending or None, "rollback_at": self.rollback_at or None,
                 "last_restore": self.last_restore, "abandoned": self.abandoned, "last_error": self.last_error}

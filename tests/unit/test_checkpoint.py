@@ -593,7 +593,8 @@ def test_too_many_rollbacks_in_a_row_deactivate_the_topology_and_a_commit_resets
     from nstorm.records import TopologyStatus
     from nstorm.state.record import CheckpointRecord
 
-    coordinator, zk, paths = _coordinator_on(tmp_path, [TopologyStatus.ACTIVE], {"topology.state.max.rollbacks": 3})
+    coordinator, zk, paths = _coordinator_on(tmp_path, [TopologyStatus.ACTIVE], {"topology.state.max.rollbacks": 3,
+                                                                                "topology.state.rollback.backoff.ms": 0})
 
     def record() -> CheckpointRecord:
         got = CheckpointRecord.from_json(zk.get(paths.checkpoints("poison"))[0])
@@ -682,6 +683,72 @@ def test_a_rollback_keeps_each_channels_order_into_the_new_executors(tmp_path: P
     queued = worker.executors[2].data_q
     got = [wire.unpack(queued.get_nowait()[1])[0][0][0] for _ in range(queued.qsize())]
     assert got == [1, 2, 3, 4]
+
+
+def test_rollbacks_in_a_row_wait_out_a_backoff_that_doubles_and_progress_resets_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first rollback is at once; each further one in a row waits (1 s, then 2 s, up to the
+    max), with the due time in the record and no checkpoint ordered meanwhile; requests that come
+    while one waits join it. Two commits (progress) and the next rollback is at once again."""
+    import json
+
+    import nimbus.checkpoints as checkpoints
+    from nstorm.records import TopologyStatus
+    from nstorm.state.record import CheckpointRecord
+
+    now = [1000.0]
+    monkeypatch.setattr(checkpoints, "time", types.SimpleNamespace(time=lambda: now[0]))
+    coordinator, zk, paths = _coordinator_on(tmp_path, [TopologyStatus.ACTIVE], {
+        "topology.state.max.rollbacks": 0, "topology.state.rollback.backoff.ms": 1000,
+        "topology.state.rollback.backoff.max.ms": 2000})
+    zk.create(paths.status("t"), json.dumps({"status": "ACTIVE"}).encode())
+
+    def record() -> CheckpointRecord:
+        got = CheckpointRecord.from_json(zk.get(paths.checkpoints("t"))[0])
+        assert got is not None
+        return got
+
+    coordinator.step("t")
+    coordinator.roll_back("t", "w1: a tuple failed")
+    coordinator.step("t")
+    assert record().restores == 1 and record().rollback_at == 0, "the first rollback is at once"
+    for wait in (1.0, 2.0, 2.0):  # doubled, up to backoff.max
+        restores = record().restores
+        coordinator.roll_back("t", "w1: a tuple failed again")
+        coordinator.step("t")
+        got = record()
+        assert got.restores == restores and got.rollback_at == pytest.approx(now[0] + wait)
+        assert got.status()["rollback_at"] == got.rollback_at and not got.pending
+        coordinator.roll_back("t", "w2: lost its executors")  # joins the one that waits
+        now[0] += wait - 0.01
+        coordinator.step("t")
+        assert record().restores == restores and not record().pending, "nothing happens before it is due"
+        now[0] += 0.01
+        coordinator.step("t")
+        got = record()
+        assert got.restores == restores + 1 and got.rollback_at == 0 and got.rollback_reason == ""
+        assert got.last_restore is not None and got.last_restore["reason"] == "w1: a tuple failed again"
+        coordinator.step("t")
+        assert record().restores == restores + 1, "the requests that joined it are not rolled back again"
+    # Progress (two commits) resets the count: the next rollback is at once.
+    got = record()
+    got.rollbacks_in_a_row, got.commits_since_rollback = 0, 2
+    zk.set(paths.checkpoints("t"), got.to_json())
+    coordinator.roll_back("t", "w1: a tuple failed, much later")
+    coordinator.step("t")
+    assert record().restores == got.restores + 1 and record().rollback_at == 0
+
+
+def test_backoff_settings_are_checked_at_submit() -> None:
+    from nstorm.config import merge_conf
+    from nstorm.errors import ConfigError
+    from nstorm.state.config import state_config
+
+    assert state_config(merge_conf({})).backoff_secs(2) == 2.0
+    assert state_config(merge_conf({"topology.state.rollback.backoff.ms": 0})).backoff_secs(5) == 0.0
+    for bad in (-1, "soon", True):
+        with pytest.raises(ConfigError, match="topology.state.rollback.backoff.ms"):
+            state_config(merge_conf({"topology.state.rollback.backoff.ms": bad}))
 
 
 def test_an_unanswered_rollback_request_is_made_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
