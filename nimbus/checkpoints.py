@@ -18,7 +18,10 @@ workers watch for their orders. Each pass:
    each time up to ``topology.state.rollback.backoff.max.ms``: Flink's exponential delay), so
    that a fault that comes back at once (a dependency down, a worker that dies whenever it
    starts) is not restored in a tight loop, and has time to pass before the bound gives up. The
-   due time is in the record (``rollback_at``); no checkpoint is ordered meanwhile.
+   due time is in the record (``rollback_at``); no checkpoint is ordered meanwhile. A rollback
+   asked for while a checkpoint is being taken does not wait: that checkpoint cannot complete
+   (the worker that lost data passes no barrier on) and the bolts aligning it hold their other
+   inputs until the rollback.
 2. **Commit** (two phases: every executor wrote its part, then the record says committed,
    and the workers call ``on_commit``): once every user executor of the plan wrote the pending
    checkpoint. What the last two committed checkpoints need is kept, the rest pruned. A
@@ -169,14 +172,20 @@ class CheckpointCoordinator:
             return
         executors = sorted(e for e in plan.executors if not is_acker(e))
         reason = self._requested(name, record)
-        if reason is not None and not record.rollback_at and desired is TopologyStatus.ACTIVE:
-            wait = config.backoff_secs(record.rollbacks_in_a_row)
-            if wait > 0:
-                record.rollback_at, record.rollback_reason = time.time() + wait, reason
-                log.warning("topology %s: rollback %d in a row waits %.1f s (topology.state.rollback.backoff.ms): %s",
-                            name, record.rollbacks_in_a_row + 1, wait, reason)
+        wait = config.backoff_secs(record.rollbacks_in_a_row)
+        # A checkpoint being taken waits for a barrier the worker that lost data will not pass on, and
+        # the bolts that align it hold their other inputs meanwhile: no waiting then (nor during a
+        # rescale, whose rollbacks are not counted).
+        may_wait = desired is TopologyStatus.ACTIVE and not plan.rescales
+        if reason is not None and not record.rollback_at and may_wait and wait > 0 and not record.pending:
+            record.rollback_at, record.rollback_reason = time.time() + wait, reason
+            log.warning("topology %s: rollback %d in a row waits %.1f s (topology.state.rollback.backoff.ms): %s",
+                        name, record.rollbacks_in_a_row + 1, wait, reason)
         if record.rollback_at:
-            if time.time() < record.rollback_at and desired is TopologyStatus.ACTIVE:
+            now = time.time()
+            # Capped, so that a clock that stepped back (or another leader's) cannot stretch it.
+            record.rollback_at = min(record.rollback_at, now + wait)
+            if now < record.rollback_at and may_wait and not record.pending:
                 self._write(path, record, before, version)  # (no checkpoint ordered while it waits)
                 return
             reason = record.rollback_reason or reason or "a rollback that waited out its backoff"

@@ -57,7 +57,7 @@ class StateConfig:
         """
         if in_a_row <= 0 or self.backoff_ms <= 0:
             return 0.0
-        return min(self.backoff_ms * 2.0 ** min(in_a_row - 1, 40), max(self.backoff_ms, self.backoff_max_ms)) / 1000.0
+        return min(self.backoff_ms * 2.0 ** min(in_a_row - 1, 40), self.backoff_max_ms) / 1000.0
 
 
 def state_config(conf: Mapping[str, Any]) -> StateConfig:
@@ -96,6 +96,10 @@ def state_config(conf: Mapping[str, Any]) -> StateConfig:
         raise ConfigError(msg)
     backoff = number("topology.state.rollback.backoff.ms", 0)
     backoff_max = number("topology.state.rollback.backoff.max.ms", 0)
+    if backoff_max < backoff:
+        msg = (f"topology.state.rollback.backoff.max.ms={backoff_max:g} is below topology.state.rollback.backoff.ms="
+               f"{backoff:g}: the longest wait between rollbacks cannot be shorter than the first")
+        raise ConfigError(msg)
     directory = conf.get("topology.state.dir")
     return StateConfig(provider=str(provider), interval_ms=int(interval), timeout_secs=timeout,
                        max_parallelism=int(groups), max_rollbacks=int(rollbacks), backoff_ms=backoff,

@@ -730,6 +730,34 @@ def test_rollbacks_in_a_row_wait_out_a_backoff_that_doubles_and_progress_resets_
         assert got.last_restore is not None and got.last_restore["reason"] == "w1: a tuple failed again"
         coordinator.step("t")
         assert record().restores == restores + 1, "the requests that joined it are not rolled back again"
+    # A due time from a clock ahead of this one (another leader's) waits no longer than the backoff.
+    got = record()
+    coordinator.roll_back("t", "w1: and again")
+    coordinator.step("t")
+    got = record()
+    got.rollback_at = now[0] + 3600.0
+    zk.set(paths.checkpoints("t"), got.to_json())
+    coordinator.step("t")
+    assert record().rollback_at == pytest.approx(now[0] + 2.0)
+    now[0] += 2.0
+    coordinator.step("t")
+    assert record().restores == got.restores + 1 and record().rollback_at == 0
+    # A checkpoint being taken cannot complete (the worker that lost data passes no barrier on), and
+    # the bolts aligning it hold their other inputs: a rollback asked for then does not wait.
+    got = record()
+    got.pending, got.pending_at, got.next_id = got.next_id, now[0], got.next_id + 1
+    zk.set(paths.checkpoints("t"), got.to_json())
+    coordinator.roll_back("t", "w1: lost data during a checkpoint")
+    coordinator.step("t")
+    assert record().restores == got.restores + 1 and record().rollback_at == 0 and not record().pending
+    # Nor does one during a rescale (a rescale's rollbacks are not counted).
+    plan = coordinator.cluster.plan("t")[0]
+    plan.rescales = {"a": 2}
+    got = record()
+    coordinator.roll_back("t", "w1: lost data during a rescale")
+    coordinator.step("t")
+    assert record().restores == got.restores + 1 and record().rollback_at == 0
+    plan.rescales = {}
     # Progress (two commits) resets the count: the next rollback is at once.
     got = record()
     got.rollbacks_in_a_row, got.commits_since_rollback = 0, 2
@@ -749,6 +777,10 @@ def test_backoff_settings_are_checked_at_submit() -> None:
     for bad in (-1, "soon", True):
         with pytest.raises(ConfigError, match="topology.state.rollback.backoff.ms"):
             state_config(merge_conf({"topology.state.rollback.backoff.ms": bad}))
+    with pytest.raises(ConfigError, match="backoff.max.ms=500 is below topology.state.rollback.backoff.ms=1000"):
+        state_config(merge_conf({"topology.state.rollback.backoff.max.ms": 500}))
+    assert state_config(merge_conf({"topology.state.rollback.backoff.ms": 0,
+                                    "topology.state.rollback.backoff.max.ms": 0})).backoff_secs(3) == 0.0
 
 
 def test_an_unanswered_rollback_request_is_made_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
