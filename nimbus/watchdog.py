@@ -49,8 +49,9 @@ class StallWatchdog:
         if now - self._logged.get(name, float("-inf")) >= LOG_SECS:
             self._logged[name] = now
             log.warning("topology %s stalled: no ack for %.0fs with %d tuples pending; holding input: %s; "
-                        "waiting for a state: %s", name, time.time() - stall["since"], stall["pending"],
-                        ", ".join(stall["holding_input"]) or "-", ", ".join(stall["waiting_for_state"]) or "-")
+                        "waiting for a state: %s; holding tuples in open windows: %s", name,
+                        time.time() - stall["since"], stall["pending"], ", ".join(stall["holding_input"]) or "-",
+                        ", ".join(stall["waiting_for_state"]) or "-", ", ".join(stall["holding_windows"]) or "-")
         return stall
 
     def forget(self, name: str) -> None:

@@ -138,3 +138,26 @@ def test_the_example_sums_sensor_windows_and_routes_stragglers_to_the_late_strea
     finally:
         client.kill("windowedexample")
         client.wait_removed("windowedexample", 30)
+
+
+def test_spouts_at_their_pending_cap_behind_open_windows_are_reported_stalled(cluster, client, tmp_path: Path) -> None:
+    """With acking and in-memory state a window acks its tuples when it fires, and it fires only
+    when newer tuples move the watermark on: a ``topology.max.spout.pending`` smaller than what a
+    window holds stops the spouts before any window can fire. Nothing sits in a queue, so the
+    stall names the windowed bolts that hold the tuples."""
+    name = "windowsstuck"
+    client.submit(WINDOWED, name=name, conf={"test.output.dir": str(tmp_path), "test.readings": READINGS,
+                                             "test.rate": 900, "test.seed": 5, "test.straggle.every": 0,
+                                             "topology.max.spout.pending": 50,  # a 4 s window holds 400
+                                             "topology.message.timeout.secs": 8})
+    try:
+        client.wait_running(name, 60)
+        stalled = wait_until(lambda: client.status(name)["stalled"], 90, interval=0.5,
+                             what="the topology reported stalled")
+        assert stalled["holding_input"] == [] and stalled["pending"] > 0, stalled
+        assert stalled["holding_windows"] and all(e.startswith("totals:") for e in stalled["holding_windows"]), stalled
+        shown = run_cli("status", name, cluster=cluster)
+        assert "STALLED" in shown.stdout and "holding tuples in open windows: totals:" in shown.stdout, shown.stdout
+    finally:
+        client.kill(name)
+        client.wait_removed(name, 30)

@@ -111,9 +111,13 @@ def register(app: typer.Typer) -> None:
         stalled = info.get("stalled")
         if stalled:
             since = time.strftime("%H:%M:%S", time.localtime(stalled["since"]))
+            windows = stalled.get("holding_windows") or []
             typer.echo(f"  STALLED: no ack since {since} with {stalled['pending']} tuples pending; "
                        f"holding input: {', '.join(stalled['holding_input']) or '-'}; "
-                       f"waiting for a state: {', '.join(stalled['waiting_for_state']) or '-'}")
+                       f"waiting for a state: {', '.join(stalled['waiting_for_state']) or '-'}"
+                       + (f"; holding tuples in open windows: {', '.join(windows)} (topology.max.spout.pending "
+                          "must cover what the windows hold, and a window fires only when newer tuples move "
+                          "its watermark)" if windows else ""))
         for c in info.get("constraints") or ():
             measured = c.get("measured_p99_ms")
             typer.echo(f"  latency {'>'.join(c['path'])}: p99 {'-' if measured is None else f'{measured:.1f}'} ms "

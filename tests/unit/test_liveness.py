@@ -281,7 +281,8 @@ def test_a_stall_is_pending_tuples_and_no_ack_for_two_message_timeouts() -> None
     beats = {"n1:1": _beat(numbers_0=spout, sum_1={"kind": "bolt", "queue": 40, "awaiting_state": True}),
              "n2:1": _beat(sum_0={"kind": "bolt", "queue": 0}, __acker_0={"kind": "acker", "pending": 9})}
     stall = find_stall(beats, timeout_secs=10, now=now)
-    assert stall == {"since": now - 21, "pending": 300, "holding_input": ["sum:1"], "waiting_for_state": ["sum:1"]}
+    assert stall == {"since": now - 21, "pending": 300, "holding_input": ["sum:1"], "waiting_for_state": ["sum:1"],
+                     "holding_windows": []}
     assert find_stall(beats, timeout_secs=11, now=now) is None  # 21 s is less than two timeouts
     beats["n1:1"].executors["numbers:0"] = {**spout, "pending": 0}
     assert find_stall(beats, timeout_secs=10, now=now) is None  # nothing pending: idle, not stalled
@@ -291,6 +292,21 @@ def test_a_stall_is_pending_tuples_and_no_ack_for_two_message_timeouts() -> None
     beats["n3:1"] = _beat(numbers_1={**spout, "last_acked_at": now - 1})
     beats["n1:1"].executors["numbers:0"] = spout
     assert find_stall(beats, timeout_secs=10, now=now) is None  # another spout acks: the topology moves
+
+
+def test_a_stall_names_the_windows_that_hold_the_spouts_tuples() -> None:
+    """Spouts at their pending cap whose tuples sit in windows that wait for newer tuples: no
+    queue holds anything, the windows do, and the stall says which."""
+    from nstorm.stall import find_stall
+
+    now = 1000.0
+    spout = {"kind": "spout", "pending": 2000, "started_at": now - 100, "last_acked_at": now - 70, "queue": 0}
+    window = {"watermark": now - 75, "open_windows": 3, "tuples": 2000, "late_tuples": 0, "fired": 4}
+    beats = {"n1:1": _beat(numbers_0=spout, sum_0={"kind": "bolt", "queue": 0, "window": window}),
+             "n2:1": _beat(sum_1={"kind": "bolt", "queue": 0, "window": {**window, "tuples": 0, "open_windows": 0}},
+                           other_0={"kind": "bolt", "queue": 0, "window": "garbage"})}
+    stall = find_stall(beats, timeout_secs=30, now=now)
+    assert stall is not None and stall["holding_windows"] == ["sum:0"] and stall["holding_input"] == []
 
 
 def test_the_watchdog_reads_heartbeats_every_few_seconds_and_logs_a_stall_once_a_minute(caplog) -> None:

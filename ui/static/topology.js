@@ -55,7 +55,10 @@
     if (doc.stalled) {
       alerts.push(el("section", { class: "panel err", "data-testid": "stalled" },
         el("b", {}, "STALLED: "), `no ack since ${clock(doc.stalled.since)} with ${num(doc.stalled.pending)} tuples pending; `,
-        `holding input: ${(doc.stalled.holding_input || []).join(", ") || "–"}; waiting for a state: ${(doc.stalled.waiting_for_state || []).join(", ") || "–"}`));
+        `holding input: ${(doc.stalled.holding_input || []).join(", ") || "–"}; waiting for a state: ${(doc.stalled.waiting_for_state || []).join(", ") || "–"}`,
+        (doc.stalled.holding_windows || []).length
+          ? `; holding tuples in open windows: ${doc.stalled.holding_windows.join(", ")} (topology.max.spout.pending must cover what the windows hold)`
+          : ""));
     }
     if (doc.otd && doc.otd.warning) alerts.push(el("section", { class: "panel" }, el("b", {}, "OTD warning: "), doc.otd.warning));
     document.getElementById("alerts").replaceChildren(...alerts);
