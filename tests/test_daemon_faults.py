@@ -16,6 +16,7 @@ from typing import Any
 
 import psutil
 import pytest
+from kazoo.exceptions import NoNodeError
 
 from conftest import TOPOLOGIES, read_outputs, run_cli, wait_every_sentence_acked, wait_until
 
@@ -95,8 +96,11 @@ def test_supervisor_killed_leaves_workers_running_and_adopts_them(ha_cluster, ha
     new_pid = ha_cluster.restart_supervisor(node).pid
 
     def registered() -> bool:
-        info = json.loads(ha_client.zk.get(ha_client.paths.supervisor(node))[0] or b"{}")
-        return info.get("pid") == new_pid
+        try:  # the killed one's ephemeral node may be gone before the new one has made its own
+            raw = ha_client.zk.get(ha_client.paths.supervisor(node))[0]
+        except NoNodeError:
+            return False
+        return json.loads(raw or b"{}").get("pid") == new_pid
 
     wait_until(registered, 30, what="the restarted supervisor to register")
     # It adopted its workers (and so started none: the pids are checked at the end).
