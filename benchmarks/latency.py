@@ -179,14 +179,11 @@ def _chain_splits(client: Any) -> dict[str, str]:
     raise RuntimeError(msg)
 
 
-def context_switches(pids: Any) -> dict[int, int]:
-    """Context switches so far (voluntary and not) of every thread of each process, by pid: a
-    thread's wake-up and the GIL's hand-offs cost a switch each (``/proc``; empty elsewhere)."""
-    return {pid: switches for pid, (switches, _) in thread_waits(pids).items()}
-
-
 def thread_waits(pids: Any) -> dict[int, tuple[int, int]]:
     """``(context switches, ns waited for a core)`` so far of every thread of each process, by pid.
+
+    The first counts voluntary and involuntary switches: a thread's wake-up and the GIL's
+    hand-offs cost a switch each.
 
     The second is the scheduler's run delay (``/proc/<pid>/task/<tid>/schedstat``): how long the
     threads were ready to run and not running, what a woken thread waits before it can even ask

@@ -176,8 +176,8 @@ class CheckpointCoordinator:
         # A checkpoint being taken waits for a barrier the worker that lost data will not pass on, and
         # the bolts that align it hold their other inputs meanwhile: no waiting then (nor during a
         # rescale, whose rollbacks are not counted).
-        may_wait = desired is TopologyStatus.ACTIVE and not plan.rescales
-        if reason is not None and not record.rollback_at and may_wait and wait > 0 and not record.pending:
+        may_wait = desired is TopologyStatus.ACTIVE and not plan.rescales and not record.pending
+        if reason is not None and not record.rollback_at and may_wait and wait > 0:
             record.rollback_at, record.rollback_reason = time.time() + wait, reason
             log.warning("topology %s: rollback %d in a row waits %.1f s (topology.state.rollback.backoff.ms): %s",
                         name, record.rollbacks_in_a_row + 1, wait, reason)
@@ -185,7 +185,7 @@ class CheckpointCoordinator:
             now = time.time()
             # Capped, so that a clock that stepped back (or another leader's) cannot stretch it.
             record.rollback_at = min(record.rollback_at, now + wait)
-            if now < record.rollback_at and may_wait and not record.pending:
+            if now < record.rollback_at and may_wait:
                 self._write(path, record, before, version)  # (no checkpoint ordered while it waits)
                 return
             reason = record.rollback_reason or reason or "a rollback that waited out its backoff"

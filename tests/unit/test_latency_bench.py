@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from benchmarks.latency import _parse_args, constraint_conf, context_switches, thread_waits
+from benchmarks.latency import _parse_args, constraint_conf, thread_waits
 from topologies.wordcount import rate_schedule, scheduled_sends
 
 
@@ -63,5 +63,4 @@ def test_thread_waits_count_switches_and_the_time_ready_threads_waited_for_a_cor
         stop.set()
         napping.join()
     assert after[0] - before[0] >= 20 and after[1] >= before[1] >= 0
-    assert context_switches([pid])[pid] > 0
     assert thread_waits([2**22 + 1]) == {2**22 + 1: (0, 0)}  # no such process: nothing waited, no error
