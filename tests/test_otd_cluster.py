@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from nstorm.records import TopologyStatus
 from scheduler_otd.traffic import aggregate_records
 
 from conftest import TOPOLOGIES, run_cli, wait_until
@@ -113,10 +114,29 @@ def test_otd_brings_fixed_pairs_together_without_losing_tuples(client, cluster, 
         assert "spark" in {r["engine"] for r in history["rounds"]}
         assert {m["executor"] for m in status["migrations"]} <= {r["executor"] for r in history["rounds"]}
         run_cli("deactivate", "otd-pairs", cluster=cluster)
-        wait_until(lambda: client.status("otd-pairs")["spouts"]["pending"] == 0, 60, what="in-flight tuples to settle")
-        spouts = client.status("otd-pairs")["spouts"]
-        assert spouts["failed"] == 0
-        assert spouts["acked"] == client.status("otd-pairs")["components"]["src"]["emitted"]
+        # The heartbeats right after the CLI returns may still be of the active plan (Nimbus, the
+        # supervisors and the workers take the deactivation on one after another, a worker beats
+        # once a second): their "pending" can be 0 between two tuples while the spouts still emit.
+        # Wait for a heartbeat of every worker taken after its first one of the inactive plan, and
+        # read acked and emitted from that one status.
+        inactive = wait_until(lambda: (p := client.plan("otd-pairs")) is not None
+                              and p.status is TopologyStatus.INACTIVE and p, 60, what="the inactive plan")
+        first_inactive: dict[str, float] = {}
+
+        def settled():
+            beats = client.heartbeats("otd-pairs")
+            for wid in inactive.workers:
+                beat = beats.get(wid)
+                if beat is None or beat.version < inactive.version:
+                    return None
+                if beat.time <= first_inactive.setdefault(wid, beat.time):
+                    return None  # the spouts may have been in their last loop pass when it was taken
+            status = client.status("otd-pairs")
+            return status if status["spouts"]["pending"] == 0 else None
+
+        status = wait_until(settled, 60, what="in-flight tuples to settle")
+        assert status["spouts"]["failed"] == 0
+        assert status["spouts"]["acked"] == status["components"]["src"]["emitted"]
     finally:
         client.kill("otd-pairs")
         client.wait_removed("otd-pairs", 30)
