@@ -16,7 +16,11 @@ acking on) on a fresh local cluster of real processes per run (ZooKeeper, Nimbus
    sentences, as ``benchmarks._peers_nstorm``), and worker CPU per word: the worker processes'
    CPU seconds (psutil on the pids of ``status()["workers"]``) over the words the count bolts
    executed ((b) waits only ``--baseline-warmup`` s; the order alternates per round). Goal:
-   windows met >= 95%, CPU per word (a) / (b) < 1.05.
+   windows met >= 95%, CPU per word (a) / (b) < 1.05. In the same rounds, (c) the hand-made
+   pipeline of ``../shared/reference`` (``benchmarks._peers_handmade``: three single-threaded
+   processes, batches of 100, no engine) at the same rate: its p50 / p99 (per message, its
+   spout's stamp of a batch's oldest sentence -> its count stage), what the machine gives a
+   pipeline with nothing in it but the work (``--no-handmade`` leaves it out).
 2. **bytewax**: bytewax's peak with 1 process (``benchmarks._peers_bytewax``), then, in the
    same run, bytewax and nstorm (constraint ``p99_ms=5``) at that rate: nstorm's p99 (the
    constraint's windows and the arrival histogram) against bytewax's (source emit -> count;
@@ -105,6 +109,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--duration", type=float, default=30.0, help="half and bytewax: measurement window, s")
     parser.add_argument("--baseline-warmup", type=float, default=10.0,
                         help="half: time before the window of (b), with no controller to wait for, s")
+    parser.add_argument("--no-handmade", dest="handmade", action="store_false",
+                        help="half: leave out (c), the hand-made pipeline of ../shared/reference at the same rate")
     parser.add_argument("--bytewax-rounds", type=int, default=1, help="bytewax: rounds of bytewax then nstorm")
     parser.add_argument("--bursty-rounds", type=int, default=2, help="bursty: interleaved rounds of static, controller")
     parser.add_argument("--bursty-step", type=float, default=20.0, help="bursty: seconds at each rate")
@@ -338,9 +344,38 @@ def peak(args: argparse.Namespace, log: Console, out: dict[str, Any]) -> float:
     return r.get("sentences_per_sec") or 0.0
 
 
+def run_handmade(handmade: Any, rate: float, duration: float) -> dict[str, Any]:
+    """The hand-made pipeline at ``rate`` sentences/s for about ``duration`` s: its latency (per
+    message, its spout's stamp of a batch's oldest sentence to the count stage) and the cores its
+    processes used (their CPU over the run's wall time, start-up included)."""
+    import resource
+
+    load = [os.getloadavg()[0]]
+    before, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic()
+    r = handmade.run("half", rate, duration)
+    after, wall = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic() - t0
+    load.append(os.getloadavg()[0])
+    if r.error:
+        raise RuntimeError(r.error)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"sentences_per_sec": r.sentences_per_sec, "latency_p50_ms": r.latency_p50_ms,
+            "latency_p99_ms": r.latency_p99_ms, "latency_kind": r.latency_kind, "cores": cpu / wall,
+            "wall_secs": wall, "load_1min": load}
+
+
 def half(args: argparse.Namespace, rate: float, log: Console) -> dict[str, Any]:
-    """(a) with a 5 ms constraint and (b) without, interleaved, at ``rate`` sentences/s."""
+    """(a) with a 5 ms constraint, (b) without, and (c) the hand-made pipeline, interleaved, at
+    ``rate`` sentences/s."""
     base = {"wordcount.rate": rate / STREAMS, **args.conf}
+    handmade = None
+    if args.handmade:
+        from benchmarks import _peers_handmade
+
+        handmade = _peers_handmade.Handmade(_peers_handmade.locate(Path(__file__).parents[1]))
+        if why := handmade.prepare():
+            log.print(f"the hand-made pipeline does not run here ({why}): half without it", style="red")
+            handmade.close()
+            handmade = None
     rounds = []
     for r in range(args.rounds):
         runs = {
@@ -348,23 +383,28 @@ def half(args: argparse.Namespace, rate: float, log: Console) -> dict[str, Any]:
                   lambda: run_nstorm({**base, **constraint_conf(HALF_BOUND_MS, HALF_WINDOW)}, args.warmup, args.duration)),
             "b": (f"half, round {r + 1}: (b) no constraint",
                   lambda: run_nstorm(base, args.baseline_warmup, args.duration)),
+            "c": (f"half, round {r + 1}: (c) the hand-made pipeline",
+                  lambda: run_handmade(handmade, rate, args.duration)),
         }
-        got = {key: _guarded(*runs[key], log) for key in ("ab" if r % 2 == 0 else "ba")}  # drift hits both alike
-        a, b = got["a"], got["b"]
+        order = ("abc" if r % 2 == 0 else "cba") if handmade is not None else ("ab" if r % 2 == 0 else "ba")
+        got = {key: _guarded(*runs[key], log) for key in order}  # drift hits every run alike
+        a, b, c = got["a"], got["b"], got.get("c")
         ca = a.get("constraint") or {}
         ratio = (a["cpu_us_per_word"] / b["cpu_us_per_word"]
                  if a.get("cpu_us_per_word") and b.get("cpu_us_per_word") else None)
-        rounds.append({"a": a, "b": b, "order": "ab" if r % 2 == 0 else "ba", "share_met": ca.get("share_met"),
-                       "cpu_ratio": ratio})
+        rounds.append({"a": a, "b": b, "c": c, "order": order, "share_met": ca.get("share_met"), "cpu_ratio": ratio})
         log.print(f"  round {r + 1}: windows met {_pct(ca.get('share_met'))}, CPU/word (a)/(b) "
                   f"{'-' if ratio is None else f'{ratio:.3f}'}")
+    if handmade is not None:
+        handmade.close()
     share, ratio = _med([x["share_met"] for x in rounds]), _med([x["cpu_ratio"] for x in rounds])
     return {"rate_sentences_per_sec": rate, "bound_ms": HALF_BOUND_MS, "window_secs": HALF_WINDOW, "rounds": rounds,
             "median": {"share_met": share, "cpu_ratio": ratio,
                        "a_window_p99_ms": _med([(x["a"].get("constraint") or {}).get("window_p99_ms", {}).get("median")
                                                 for x in rounds]),
                        "a_arrival_p99_ms": _med([(x["a"].get("arrival_ms") or {}).get("p99") for x in rounds]),
-                       "b_arrival_p99_ms": _med([(x["b"].get("arrival_ms") or {}).get("p99") for x in rounds])},
+                       "b_arrival_p99_ms": _med([(x["b"].get("arrival_ms") or {}).get("p99") for x in rounds]),
+                       "c_p99_ms": _med([(x["c"] or {}).get("latency_p99_ms") for x in rounds])},
             "goals": {f"windows met >= {GOAL_WINDOWS_MET:.0%}": None if share is None else share >= GOAL_WINDOWS_MET,
                       f"CPU per word (a)/(b) < {GOAL_CPU_RATIO}": None if ratio is None else ratio < GOAL_CPU_RATIO}}
 
@@ -585,21 +625,23 @@ def render(results: dict[str, Any], args: argparse.Namespace) -> list[Table]:
                         f"{HALF_BOUND_MS:g} ms / {HALF_WINDOW} s windows vs (b) none; {args.duration:g} s windows "
                         f"after {args.warmup:g} s")
         for col in ("round", "(a) windows met", "(a) window p99 ms median / max", "(a) arrival p99 ms",
-                    "(b) arrival p99 ms", "(a) CPU µs/word", "(b) CPU µs/word", "(a)/(b) CPU", "(a) actions",
-                    "load 1 min"):
+                    "(b) arrival p99 ms", "(c) hand-made p50 / p99 ms", "(a) CPU µs/word", "(b) CPU µs/word",
+                    "(a)/(b) CPU", "(a) actions", "load 1 min"):
             t.add_column(col, justify="right")
         for i, x in enumerate(h["rounds"], 1):
-            a, b = x["a"], x["b"]
+            a, b, hm = x["a"], x["b"], x.get("c") or {}
             c = a.get("constraint") or {}
             w = c.get("window_p99_ms") or {}
             t.add_row(str(i), f"{c.get('windows_met', '-')}/{c.get('windows', '-')} ({_pct(c.get('share_met'))})",
                       f"{_ms(w.get('median'))} / {_ms(w.get('max'))}", _ms((a.get("arrival_ms") or {}).get("p99")),
-                      _ms((b.get("arrival_ms") or {}).get("p99")), _f2(a.get("cpu_us_per_word")),
-                      _f2(b.get("cpu_us_per_word")), _f3(x["cpu_ratio"]), str(len(c.get("actions") or [])),
-                      _load(a, b))
+                      _ms((b.get("arrival_ms") or {}).get("p99")),
+                      f"{_ms(hm.get('latency_p50_ms'))} / {_ms(hm.get('latency_p99_ms'))}" if x.get("c") else "-",
+                      _f2(a.get("cpu_us_per_word")), _f2(b.get("cpu_us_per_word")), _f3(x["cpu_ratio"]),
+                      str(len(c.get("actions") or [])), _load(a, b, *([hm] if x.get("c") else [])))
         m = h["median"]
         t.add_row("median", _pct(m["share_met"]), _ms(m["a_window_p99_ms"]), _ms(m["a_arrival_p99_ms"]),
-                  _ms(m["b_arrival_p99_ms"]), "", "", _f3(m["cpu_ratio"]), "", "", style="bold")
+                  _ms(m["b_arrival_p99_ms"]), _ms(m.get("c_p99_ms")), "", "", _f3(m["cpu_ratio"]), "", "",
+                  style="bold")
         tables.append(t)
     if bw := results.get("bursty"):
         t = Table(title=f"bursty: {BURSTY_LOW:.0%} -> {BURSTY_HIGH:.0%} -> {BURSTY_LOW:.0%} of "
@@ -678,6 +720,9 @@ def render(results: dict[str, Any], args: argparse.Namespace) -> list[Table]:
                   _pct(m["share_met"]), f">= {GOAL_WINDOWS_MET:.0%}: {_met(h['goals'], 0)}")
         t.add_row("half", "worker CPU per word, constraint / none (median)", _f3(m["cpu_ratio"]),
                   f"< {GOAL_CPU_RATIO}: {_met(h['goals'], 1)}")
+        if m.get("c_p99_ms") is not None:
+            t.add_row("half", "p99 ms, (a) window / the hand-made pipeline at the same rate (medians)",
+                      f"{_ms(m['a_window_p99_ms'])} / {_ms(m['c_p99_ms'])}", "reference: no engine, no acking")
     if b := results.get("bytewax"):
         if b.get("error"):
             t.add_row("bytewax", "nstorm p99 / bytewax p99", "not measured", b["error"])

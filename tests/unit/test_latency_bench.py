@@ -8,7 +8,8 @@ import threading
 
 import pytest
 
-from benchmarks.latency import _parse_args, constraint_conf, thread_waits
+from benchmarks._workload import RunResult
+from benchmarks.latency import _parse_args, constraint_conf, render, run_handmade, thread_waits
 from topologies.wordcount import rate_schedule, scheduled_sends
 
 
@@ -64,3 +65,37 @@ def test_thread_waits_count_switches_and_the_time_ready_threads_waited_for_a_cor
         napping.join()
     assert after[0] - before[0] >= 20 and after[1] >= before[1] >= 0
     assert thread_waits([2**22 + 1]) == {2**22 + 1: (0, 0)}  # no such process: nothing waited, no error
+
+
+class _FakeHandmade:
+    """The hand-made pipeline's runner, answering at once (the real one is a subprocess)."""
+
+    def __init__(self, error: str | None = None) -> None:
+        self.error = error
+        self.calls: list[tuple[str, float, float]] = []
+
+    def run(self, kind: str, rate: float, duration: float) -> RunResult:
+        self.calls.append((kind, rate, duration))
+        return RunResult(system="hand-made", run=kind, sentences_per_sec=rate, latency_p50_ms=1.5,
+                         latency_p99_ms=9.0, latency_kind="per message", error=self.error)
+
+
+def test_the_hand_made_run_of_half_is_at_the_same_rate_and_reported_beside_nstorm() -> None:
+    fake = _FakeHandmade()
+    c = run_handmade(fake, 120_000.0, 15.0)
+    assert fake.calls == [("half", 120_000.0, 15.0)]
+    assert (c["latency_p50_ms"], c["latency_p99_ms"], c["sentences_per_sec"]) == (1.5, 9.0, 120_000.0)
+    assert c["cores"] >= 0 and len(c["load_1min"]) == 2
+    with pytest.raises(RuntimeError, match="not found"):
+        run_handmade(_FakeHandmade(error="script not found"), 1.0, 1.0)
+    nstorm = {"arrival_ms": {"p99": 11.4}, "cpu_us_per_word": 1.3, "load_1min": [1.0, 2.0]}
+    result = {"rate_sentences_per_sec": 120_000.0, "rounds": [{"a": nstorm, "b": nstorm, "c": c, "cpu_ratio": 1.0,
+                                                             "share_met": 0.0}, {"a": nstorm, "b": nstorm, "c": None,
+                                                                                 "cpu_ratio": 1.0, "share_met": 0.0}],
+              "median": {"share_met": 0.0, "cpu_ratio": 1.0, "a_window_p99_ms": None, "a_arrival_p99_ms": 11.4,
+                         "b_arrival_p99_ms": 11.4, "c_p99_ms": 9.0}, "goals": {"windows": False, "cpu": True}}
+    table, goals = render({"half": result}, _parse_args(["--only", "half"]))
+    assert "- / 9.00" in list(goals.columns[2].cells)
+    assert "(c) hand-made p50 / p99 ms" in [col.header for col in table.columns]
+    cells = [list(col.cells) for col in table.columns if col.header == "(c) hand-made p50 / p99 ms"][0]
+    assert cells == ["1.50 / 9.00", "-", "9.00"]
