@@ -74,6 +74,38 @@ def test_thread_move_of_stateful_count_between_nodes_is_exact(client, tmp_path: 
         client.wait_removed("wcmove", 30)
 
 
+def test_a_state_larger_than_a_frame_moves_live_in_parts(client, tmp_path: Path) -> None:
+    # 80 MB of state against a receiving socket that refuses frames over wire.MAX_FRAME_BYTES (64 MB)
+    count = 1500
+    client.submit(TOPOLOGIES / "big_state.py", name="bigstate",
+                  conf={"test.output.dir": str(tmp_path), "test.count": count, "test.rate": 150,
+                        "test.ballast.mb": 80})
+    try:
+        plan = client.wait_running("bigstate", 60)
+        before = wait_until(lambda: (read_outputs(tmp_path).get("hold-0") or {}).get("n", 0) > 50 and
+                            read_outputs(tmp_path)["hold-0"], 60, what="the bolt to hold its ballast and count")
+        assert before["bytes"] == 80 * 2**20
+        target = _other_worker(plan, "hold:0")
+        result = client.rebalance("bigstate", moves=[("hold:0", target)])
+        done = client.wait_migrations("bigstate", result["records"], timeout=60)
+        assert done[0].state_lost is False
+
+        def finished():
+            out = read_outputs(tmp_path)
+            hold, spout = out.get("hold-0") or {}, out.get("spout") or {}
+            return out if spout.get("acked") == count and hold.get("n") == count else None
+
+        out = wait_until(finished, 120, what="every number acked and summed once")
+        hold = out["hold-0"]
+        assert hold["total"] == count * (count - 1) // 2 and out["spout"]["fails"] == 0
+        assert hold["digest"] == before["digest"] and hold["bytes"] == 80 * 2**20  # the same ballast, whole
+        assert hold["first_digest"] != hold["digest"]  # ... in a copy that made its own in prepare, then took it
+        assert client.plan("bigstate").executors["hold:0"] == target
+    finally:
+        client.kill("bigstate")
+        client.wait_removed("bigstate", 30)
+
+
 def test_process_mode_restarts_exactly_the_affected_workers(client, cluster) -> None:
     assert run_cli("submit", LINEAR, "--name", "procmode", "-c", "linear.rate=300", "-c", "linear.workers=3",
                    cluster=cluster).returncode == 0

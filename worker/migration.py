@@ -53,7 +53,8 @@ from worker.delivery import Courier
 from worker.host import Host, Mailbox
 from worker.routing import RoutingTable
 
-__all__ = ["Alignment", "Handover", "HandoverState", "MigrationDesk", "READY_RESEND_SECS", "mark_moves"]
+__all__ = ["Alignment", "Handover", "HandoverState", "MigrationDesk", "READY_RESEND_SECS", "StateParts", "mark_moves",
+           "state_parts"]
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +99,51 @@ class Alignment:
         return sorted((self.expected or set()) - self.seen)
 
 
+def state_parts(entry: Mapping[str, Any], part_bytes: int = wire.STATE_PART_BYTES) -> list[dict[str, Any]] | None:
+    """A STATE ``entry`` as STATE_PART entries of at most ``part_bytes`` of it each, or None when
+    it fits one message: a receiving socket refuses frames over ``wire.MAX_FRAME_BYTES``, and a
+    state (a big dict, a model) may be larger. The parts follow each other on the old copy's
+    control pipe to the new copy's worker (FIFO per sender), as any control message."""
+    if len(entry.get("state") or b"") + len(entry.get("keyed") or b"") <= part_bytes:
+        return None
+    blob = wire.pack(entry)
+    n = -(-len(blob) // part_bytes)
+    return [{"seq": i, "parts": n, "data": blob[i * part_bytes:(i + 1) * part_bytes]} for i in range(n)]
+
+
+class StateParts:
+    """The new copy's side of :func:`state_parts`: the parts so far; the entry once all are in."""
+
+    __slots__ = ("data", "parts")
+
+    def __init__(self) -> None:
+        self.data: list[bytes] = []
+        self.parts = 0
+
+    def add(self, part: Any) -> Mapping[str, Any] | None:
+        """Take one part (in order); the whole STATE entry with the last one.
+
+        :raises ValueError: a part that is not one, or out of order (its state cannot be rebuilt).
+        """
+        if not isinstance(part, Mapping):
+            raise ValueError("a state part that is not a map")
+        seq, parts, data = part.get("seq"), part.get("parts"), part.get("data")
+        if type(seq) is not int or type(parts) is not int or not isinstance(data, bytes) or parts < 1:
+            raise ValueError("a state part without seq, parts and data")
+        if seq == 0:
+            self.data, self.parts = [], parts  # the first part (of a hand-over that started again)
+        if seq != len(self.data) or parts != self.parts:
+            raise ValueError(f"state part {seq + 1} of {parts} came after {len(self.data)} of {self.parts}")
+        self.data.append(data)
+        if len(self.data) < parts:
+            return None
+        blob, self.data, self.parts = b"".join(self.data), [], 0
+        entry = wire.unpack(blob)
+        if not isinstance(entry, Mapping):
+            raise ValueError("the parts of a state are not a map")
+        return entry
+
+
 class Migrating(Protocol):
     """What a :class:`Handover` needs of its executor."""
 
@@ -139,6 +185,7 @@ class Handover:
         self.ready_sent_at = float("-inf")
         self.ready_seen = False  # the new copy is set up and waits for the state
         self.ready_copy: int | None = None  # ... and which copy it is
+        self.parts = StateParts()  # a new copy's state, when it comes in parts
 
     @property
     def awaiting(self) -> bool:
@@ -185,6 +232,14 @@ class Handover:
             return
         if kind == wire.STATE:
             self._take(entries)
+        elif kind == wire.STATE_PART:
+            try:
+                entry = self.parts.add(entries)
+            except Exception as exc:  # noqa: BLE001 - garbage or a gap: no state can be made of it
+                self._start_empty(f"its state came in parts that do not fit together ({exc})")
+                return
+            if entry is not None:
+                self._take(entry)
         elif kind == wire.GONE:
             self._start_empty(f"its old place {self.move.source if self.move else '?'} has no state for it")
         elif on_other is not None:
@@ -231,11 +286,11 @@ class Handover:
             return True
         if kind == wire.GONE:
             return True  # an answer to a READY sent again after the state had come
-        if kind == wire.STATE:
+        if kind == wire.STATE or (kind == wire.STATE_PART and isinstance(entries, Mapping) and entries.get("seq") == 0):
             log.warning("executor %s: a state hand-over came after this copy had started; ignored",
                         self.executor.executor_id)
             return True
-        return False
+        return kind == wire.STATE_PART  # the rest of that late one
 
     def drained(self, input_empty: bool) -> bool:
         """True when the state may go: markers aligned, input empty and the new copy ready, or the
@@ -259,9 +314,15 @@ class Handover:
         to = routing.location[self.executor.task] if routing is not None else ""
         entry.update(sent_at=time.time(), copy=self.ready_copy)
         entry["from"] = self.host.worker_id
-        self.courier.control(self.executor.task, to, wire.STATE, entry)
+        parts = state_parts(entry)
+        if parts is None:
+            self.courier.control(self.executor.task, to, wire.STATE, entry)
+        else:
+            for part in parts:
+                self.courier.control(self.executor.task, to, wire.STATE_PART, part)
         self.host.migrations.handed_over(self.executor.task, to, self.ready_copy)
-        self._set_state(HandoverState.HANDED_OVER, f"{len(entry['state'])} bytes of state sent to {to}")
+        self._set_state(HandoverState.HANDED_OVER, f"{len(entry['state'])} bytes of state sent to {to}"
+                        + (f" in {len(parts)} parts" if parts else ""))
 
 
 def _merge_arrival(info: dict[str, Any], arrived: Mapping[str, Any]) -> None:

@@ -23,7 +23,7 @@ from nstorm.records import Heartbeat, MoveMode
 from worker import wire
 from worker.bolt import BoltExecutor
 from worker.delivery import DATA_HWM, Sockets
-from worker.migration import MigrationDesk
+from worker.migration import MigrationDesk, StateParts, state_parts
 from worker.routing import RoutingTable
 from worker.spout import SpoutExecutor
 
@@ -163,6 +163,43 @@ def test_a_state_that_arrives_in_time_is_taken_with_the_counters(running) -> Non
     wait_until(lambda: ex.instance.state.get("n") == 42, 2, interval=0.01, what="the held tuple to be processed on the state")
     assert _lost(worker) == [False]
     assert ex.executed == 42
+
+
+def test_a_state_in_parts_is_taken_whole_and_parts_that_do_not_fit_start_the_copy_empty(running) -> None:
+    entry = {"state": wire.pack({"n": 41, "blob": bytes(range(256)) * 40}), "sent_at": time.time(), "from": "n2:1",
+             "error": None, "counters": {"executed": 41}}
+    assert state_parts(entry) is None  # fits a message: one STATE, as ever
+    parts = state_parts(entry, part_bytes=1000)
+    assert parts is not None and len(parts) > 5 and [p["seq"] for p in parts] == list(range(len(parts)))
+    assert b"".join(p["data"] for p in parts) == wire.pack(entry)
+
+    worker = _host(plan_of(PLACES))
+    ex = running(_waiting_sink(worker, wait_secs=30.0))
+    ex.data_q.put((0, ([(1,)], None, None)))  # held until the whole state is in
+    for part in parts:
+        ex.ctl_q.put((wire.STATE_PART, 1, wire.unpack(wire.pack(part))))  # as the control socket decodes it
+    wait_until(lambda: ex.instance.state.get("n") == 42, 2, interval=0.01, what="the held tuple to be processed")
+    assert ex.instance.state["blob"] == bytes(range(256)) * 40 and _lost(worker) == [False] and ex.executed == 42
+
+    other = _host(plan_of(PLACES))
+    gap = running(_waiting_sink(other, wait_secs=30.0))
+    gap.ctl_q.put((wire.STATE_PART, 1, parts[0]))
+    gap.ctl_q.put((wire.STATE_PART, 1, parts[2]))  # part 2 never came: no state can be made
+    wait_until(lambda: not gap.handover.awaiting, 2, interval=0.01, what="the copy to start empty")
+    assert _lost(other) == [True]
+
+
+def test_state_parts_restart_at_the_first_and_refuse_garbage() -> None:
+    parts = state_parts({"state": b"x" * 5000, "counters": {}}, part_bytes=2000)
+    assert parts is not None
+    collector = StateParts()
+    assert collector.add(parts[0]) is None and collector.add(parts[1]) is None
+    assert collector.add(parts[0]) is None  # a hand-over that started again: from its first part
+    assert [collector.add(p) for p in parts[1:]][-1] == {"state": b"x" * 5000, "counters": {}}
+    for garbage in ([1, 2], {"seq": "0", "parts": 1, "data": b""}, {"seq": 0, "parts": 0, "data": b""},
+                    {"seq": 0, "parts": 1, "data": b"\xc1"}):
+        with pytest.raises(ValueError):
+            StateParts().add(garbage)
 
 
 # -- the old place's answer to READY --------------------------------------------------------------
