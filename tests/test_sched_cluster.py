@@ -44,6 +44,8 @@ def test_workers_run_under_sched_batch_unless_turned_off(cluster: Any, client: A
             for pid in _worker_pids(client, name):
                 assert len(os.listdir(f"/proc/{pid}/task")) > 5  # its executors, receivers and zmq's I/O thread
                 assert _policies(pid) == {policy}, f"worker {pid} of {name}"
+            # ... and each worker says so in status (a kernel that refused the policy: false)
+            assert [w["sched_batch"] for w in client.status(name)["workers"]] == [policy == os.SCHED_BATCH] * 2
         finally:
             client.kill(name)
             client.wait_removed(name, 30)

@@ -126,6 +126,7 @@ class Worker:
         self.committed = 0  # the last commit passed on to the executors
         self.applied_once = False
         self.stats: StatsWindow | None = None  # rates, capacity, execute latency in heartbeats
+        self.sched_batch = False  # its threads run under SCHED_BATCH (worker.sched.batch, if the kernel let it)
 
     @property
     def throttled(self) -> bool:
@@ -486,7 +487,7 @@ class Worker:
         return Heartbeat(
             worker_id=self.worker_id, submission=self.submission, pid=os.getpid(), time=time.time(),
             version=self.version, cpu=float(load["cpu"]), queue=int(load["queue"]), cpu_limit=self.cpu_limit,
-            core=self.core_pin.core if self.core_pin else None,
+            core=self.core_pin.core if self.core_pin else None, sched_batch=self.sched_batch,
             executors=executors, dropped_frames=self.transport.dropped if self.transport else 0,
             forwarded=self.forwarded, curve_refused=self.sockets.security.refused if self.sockets else 0,
             backpressure_events=self.backpressure.events if self.backpressure else 0,  # on/off switches
@@ -546,7 +547,7 @@ class Worker:
         sys.setswitchinterval(float(self.conf["worker.gil.switch.interval.ms"]) / 1000.0)
         # Before the sockets and the executors start their threads: they inherit the core and the policy.
         self.core_pin = pin_worker(self.conf)
-        batch_threads(self.conf)
+        self.sched_batch = batch_threads(self.conf)
         slot = local.plan.workers.get(self.worker_id)
         if slot is None:
             log.error("worker %s is not in plan v%d", self.worker_id, local.plan.version)

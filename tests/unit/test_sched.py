@@ -59,3 +59,11 @@ def test_the_setting_reads_as_users_write_it(value: object, on: bool) -> None:
 
 def test_on_by_default() -> None:
     assert batch_enabled({}) is True
+
+
+@pytest.mark.parametrize(("value", "read"), [(True, True), (False, False), (None, None), ("yes", None)])
+def test_a_heartbeat_carries_whether_the_policy_took(value: object, read: bool | None) -> None:
+    from nstorm.records import Heartbeat
+
+    beat = Heartbeat.from_json({"worker_id": "n1:1", "sched_batch": value})
+    assert beat.sched_batch is read and Heartbeat.from_json(beat.to_json()).sched_batch is read
