@@ -421,10 +421,10 @@ class UserExecutor(Executor):
         keyed = self.instance.keyed_state
         routing = self.routing
         for to, (groups, pairs) in shift.outgoing(keyed).items():
-            for part_groups, payload in self._groups_messages(groups, pairs):
+            for part_groups, payload, more in self._groups_messages(groups, pairs):
                 self.courier.control(to, routing.location[to], wire.GROUPS,  # type: ignore[union-attr]
                                      {"version": shift.version, "groups": part_groups, "entries": payload,
-                                      "sent_at": time.time()})
+                                      "sent_at": time.time(), **({"more": True} if more else {})})
             for key, _value in pairs:
                 dict.pop(keyed, key, None)
         shift.released_now()
@@ -432,28 +432,38 @@ class UserExecutor(Executor):
         log.info("executor %s: rescale v%d: gave %d key groups", self.executor_id, shift.version, len(shift.lost))
         self.shift_finished_check()
 
-    def _groups_messages(self, groups: list[int], pairs: list[list[Any]]) -> list[tuple[list[int], bytes]]:
-        """``(groups, msgpack pairs)`` for GROUPS messages: one, or one per group when they would not
-        fit a frame comfortably (a receiver refuses frames over ``wire.MAX_FRAME_BYTES``)."""
+    def _groups_messages(self, groups: list[int], pairs: list[list[Any]]) -> list[tuple[list[int], bytes, bool]]:
+        """``(groups, msgpack pairs, more)`` for GROUPS messages: one, or one per group when they
+        would not fit a frame comfortably (a receiver refuses frames over ``wire.MAX_FRAME_BYTES``),
+        and a group larger than that in several, each but its last with ``more`` (the new owner
+        takes the group with its last part; they follow each other on one pipe, in order)."""
+        limit = wire.STATE_PART_BYTES
         try:
             payload = wire.pack(pairs)
-            if len(payload) <= wire.MAX_FRAME_BYTES // 4 or len(groups) == 1:
-                parts = [(groups, payload)]
+            if len(payload) <= limit:
+                parts = [(groups, payload, False)]
             else:
                 by_group: dict[int, list[list[Any]]] = {g: [] for g in groups}
                 for pair in pairs:
                     by_group[key_group(pair[0], self.key_groups)].append(pair)
-                parts = [([g], wire.pack(p)) for g, p in by_group.items()]
+                parts = []
+                for g, group_pairs in by_group.items():
+                    packed = wire.pack(group_pairs)
+                    n = min(len(group_pairs), -(-len(packed) // limit)) or 1  # pieces of about ``limit`` bytes
+                    step = -(-len(group_pairs) // n) or 1
+                    pieces = [group_pairs[i:i + step] for i in range(0, len(group_pairs), step)] or [[]]
+                    packs = [packed] if len(pieces) == 1 else [wire.pack(p) for p in pieces]
+                    parts.extend(([g], p, i < len(packs) - 1) for i, p in enumerate(packs))
         except (TypeError, ValueError, OverflowError) as exc:
             self.record_error("rescale", exc)
             self.taint(f"key groups {groups[:5]} are not msgpack data")
-            return [(groups, wire.pack([]))]
-        for part, payload in parts:
+            return [(groups, wire.pack([]), False)]
+        for part, payload, _more in parts:
             if len(payload) > wire.MAX_FRAME_BYTES:
-                log.error("executor %s: key group %s holds %d bytes, more than a frame may: it starts empty there",
-                          self.executor_id, part, len(payload))
+                log.error("executor %s: keys of key group %s hold %d bytes, more than a frame may: "
+                          "the group starts empty there", self.executor_id, part, len(payload))
                 self.taint(f"key group {part} is too large to hand over")
-        return [(g, p) if len(p) <= wire.MAX_FRAME_BYTES else (g, wire.pack([])) for g, p in parts]
+        return [(g, p, more) if len(p) <= wire.MAX_FRAME_BYTES else (g, wire.pack([]), more) for g, p, more in parts]
 
     def on_groups(self, src: int, entries: Any) -> None:
         """Key groups handed over by their old owner (GROUPS)."""
@@ -471,6 +481,7 @@ class UserExecutor(Executor):
             return
         groups = [g for g in entries.get("groups") or () if g in shift.awaiting]
         wanted = set(groups)
+        more = bool(entries.get("more"))  # a part of a large group: the group is in with its last part
         try:
             pairs = wire.unpack_state(entries.get("entries") or wire.pack([]))
             keyed = self.instance.keyed_state
@@ -481,6 +492,8 @@ class UserExecutor(Executor):
         except Exception as exc:  # noqa: BLE001 - damaged: those groups start empty, loudly
             self.record_error("rescale", exc)
             self.taint(f"the key groups from task {src} did not decode")
+        if more:
+            return
         shift.took(groups, time.monotonic(), entries.get("sent_at"))
         self.groups_arrived(groups)
         self.shift_finished_check()

@@ -242,7 +242,19 @@ def _sum(host: FakeHost, index: int, task: int, definition: dict[str, Any]) -> B
     return ex
 
 
-def test_two_sums_become_three_and_every_total_stays_exact() -> None:
+@pytest.mark.parametrize("part_bytes", [None, 4])
+def test_two_sums_become_three_and_every_total_stays_exact(monkeypatch: pytest.MonkeyPatch,
+                                                          part_bytes: int | None) -> None:
+    more: list[bool] = []
+    if part_bytes is not None:  # every key group larger than a part: each goes in pieces, all but its last "more"
+        monkeypatch.setattr(wire, "STATE_PART_BYTES", part_bytes)
+        on_groups = BoltExecutor.on_groups
+
+        def noting(self: BoltExecutor, src: int, entries: Any) -> None:
+            more.append(bool(entries.get("more")))
+            on_groups(self, src, entries)
+
+        monkeypatch.setattr(BoltExecutor, "on_groups", noting)
     definition = _definition()
     places = {"numbers:0": "n1:1", "numbers:1": "n1:1", "sum:0": "n1:1", "sum:1": "n1:1"}
     host = FakeHost(plan_of(places), acking=False)
@@ -281,6 +293,8 @@ def test_two_sums_become_three_and_every_total_stays_exact() -> None:
             totals[key] = value
     assert totals == {n: n for n in first + second}
     assert sums[4].instance.heard[-1][0] and sums[2].instance.heard[0][1]  # on_key_groups told both sides
+    if part_bytes is not None:
+        assert more.count(True) > 10 and more.count(False) > 10  # groups of several keys went in pieces
 
 
 def test_old_owners_that_gave_their_groups_before_every_marker_still_report_the_step_done() -> None:
