@@ -73,8 +73,13 @@ class Handmade:
         if why := self.available():
             self.prepared = why
             return why
-        gen = subprocess.run([sys.executable, "-c", "import common; common.generate()"], cwd=self.script.parent,
-                             env=self._env(), capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+        try:
+            gen = subprocess.run([sys.executable, "-c", "import common; common.generate()"], cwd=self.script.parent,
+                                 env=self._env(), capture_output=True, text=True, timeout=300,
+                                 stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            self.prepared = "generating its data took over 300 s"
+            return self.prepared
         if gen.returncode != 0:
             self.prepared = f"generating its data failed: {_last_line(gen.stderr)}"
             return self.prepared

@@ -210,6 +210,7 @@ class Courier:
     def __init__(self, host: Host, src: int, clock: Callable[[], float] = time.monotonic) -> None:
         self.host = host
         self.src = src  # the sending task in message headers (-1: the worker itself)
+        self.linger_ms = 1000  # how long closed sockets keep sending (longer after a state went in parts)
         self.epoch = int(getattr(host, "epoch", 0))  # written in data headers: frames of an older one are dropped
         self.clock = clock
         self.routing: RoutingTable | None = None
@@ -393,6 +394,6 @@ class Courier:
             self.give_up_secs = 0.0
             self.drain()
         for sock in [*self._data.values(), *self._control.values()]:
-            sock.close(linger=1000)
+            sock.close(linger=self.linger_ms)
         self._data.clear()
         self._control.clear()

@@ -449,11 +449,19 @@ class UserExecutor(Executor):
                 parts = []
                 for g, group_pairs in by_group.items():
                     packed = wire.pack(group_pairs)
-                    n = min(len(group_pairs), -(-len(packed) // limit)) or 1  # pieces of about ``limit`` bytes
-                    step = -(-len(group_pairs) // n) or 1
-                    pieces = [group_pairs[i:i + step] for i in range(0, len(group_pairs), step)] or [[]]
-                    packs = [packed] if len(pieces) == 1 else [wire.pack(p) for p in pieces]
-                    parts.extend(([g], p, i < len(packs) - 1) for i, p in enumerate(packs))
+                    if len(packed) <= limit:
+                        parts.append(([g], packed, False))
+                        continue
+                    pieces: list[list[list[Any]]] = [[]]  # keys in order, a piece up to ``limit`` bytes
+                    size = 0
+                    for pair in group_pairs:
+                        n = len(wire.pack(pair))
+                        if pieces[-1] and size + n > limit:
+                            pieces.append([])
+                            size = 0
+                        pieces[-1].append(pair)
+                        size += n
+                    parts.extend(([g], wire.pack(p), i < len(pieces) - 1) for i, p in enumerate(pieces))
         except (TypeError, ValueError, OverflowError) as exc:
             self.record_error("rescale", exc)
             self.taint(f"key groups {groups[:5]} are not msgpack data")

@@ -102,23 +102,29 @@ class Alignment:
 def state_parts(entry: Mapping[str, Any], part_bytes: int = wire.STATE_PART_BYTES) -> list[dict[str, Any]] | None:
     """A STATE ``entry`` as STATE_PART entries of at most ``part_bytes`` of it each, or None when
     it fits one message: a receiving socket refuses frames over ``wire.MAX_FRAME_BYTES``, and a
-    state (a big dict, a model) may be larger. The parts follow each other on the old copy's
-    control pipe to the new copy's worker (FIFO per sender), as any control message."""
-    if len(entry.get("state") or b"") + len(entry.get("keyed") or b"") <= part_bytes:
-        return None
+    state (a big dict, a model, a windowed bolt's open windows, a spout's tuples in flight) may
+    be larger. The parts follow each other on the old copy's control pipe to the new copy's
+    worker (FIFO per sender), as any control message; ``id`` tells one hand-over's from another's."""
     blob = wire.pack(entry)
-    n = -(-len(blob) // part_bytes)
-    return [{"seq": i, "parts": n, "data": blob[i * part_bytes:(i + 1) * part_bytes]} for i in range(n)]
+    if len(blob) <= part_bytes:
+        return None
+    view, n, handover = memoryview(blob), -(-len(blob) // part_bytes), random.getrandbits(48)
+    return [{"id": handover, "seq": i, "parts": n, "data": view[i * part_bytes:(i + 1) * part_bytes]}
+            for i in range(n)]
 
 
 class StateParts:
     """The new copy's side of :func:`state_parts`: the parts so far; the entry once all are in."""
 
-    __slots__ = ("data", "parts")
+    __slots__ = ("data", "id", "parts")
 
     def __init__(self) -> None:
         self.data: list[bytes] = []
         self.parts = 0
+        self.id: Any = None  # the hand-over whose parts these are
+
+    def clear(self) -> None:
+        self.data, self.parts, self.id = [], 0, None
 
     def add(self, part: Any) -> Mapping[str, Any] | None:
         """Take one part (in order); the whole STATE entry with the last one.
@@ -128,16 +134,22 @@ class StateParts:
         if not isinstance(part, Mapping):
             raise ValueError("a state part that is not a map")
         seq, parts, data = part.get("seq"), part.get("parts"), part.get("data")
-        if type(seq) is not int or type(parts) is not int or not isinstance(data, bytes) or parts < 1:
+        if type(seq) is not int or type(parts) is not int or not isinstance(data, bytes | memoryview) or parts < 1:
+            self.clear()
             raise ValueError("a state part without seq, parts and data")
         if seq == 0:
-            self.data, self.parts = [], parts  # the first part (of a hand-over that started again)
+            self.data, self.parts, self.id = [], parts, part.get("id")  # the first part (of a later hand-over)
+        elif part.get("id") != self.id:
+            return None  # a part of another hand-over than the one being joined (its first did not come here)
         if seq != len(self.data) or parts != self.parts:
-            raise ValueError(f"state part {seq + 1} of {parts} came after {len(self.data)} of {self.parts}")
-        self.data.append(data)
+            have, of = len(self.data), self.parts
+            self.clear()
+            raise ValueError(f"state part {seq + 1} of {parts} came after {have} of {of}")
+        self.data.append(bytes(data))
         if len(self.data) < parts:
             return None
-        blob, self.data, self.parts = b"".join(self.data), [], 0
+        blob = b"".join(self.data)
+        self.clear()
         entry = wire.unpack(blob)
         if not isinstance(entry, Mapping):
             raise ValueError("the parts of a state are not a map")
@@ -257,6 +269,7 @@ class Handover:
 
     def _start_empty(self, why: str) -> None:
         log.warning("executor %s: %s; starting empty", self.executor.executor_id, why)
+        self.parts.clear()
         checkpoints = getattr(self.host, "checkpoints", None)
         if checkpoints is not None:  # durable state: the topology rolls back to its last checkpoint
             checkpoints.request_rollback(f"{self.executor.executor_id} got no state from its old place")
@@ -320,6 +333,9 @@ class Handover:
         else:
             for part in parts:
                 self.courier.control(self.executor.task, to, wire.STATE_PART, part)
+            # The copy's loop ends now and closes its sockets: let them send the parts for as long
+            # as the new copy waits for them (worker.state.wait.ms), not the usual second.
+            self.courier.linger_ms = max(self.courier.linger_ms, int(float(self.host.conf["worker.state.wait.ms"])))
         self.host.migrations.handed_over(self.executor.task, to, self.ready_copy)
         self._set_state(HandoverState.HANDED_OVER, f"{len(entry['state'])} bytes of state sent to {to}"
                         + (f" in {len(parts)} parts" if parts else ""))

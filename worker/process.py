@@ -50,7 +50,7 @@ from worker.metrics import MetricsCollector
 from worker.migration import MigrationDesk
 from worker.recovery import WorkerCheckpoints
 from worker.routing import RoutingTable
-from worker.sched import batch_threads
+from worker.sched import batch_in_effect, batch_threads
 from worker.spout import SpoutExecutor
 from worker.stats import StatsWindow
 from worker.transport import WORKER_TASK, Transport
@@ -60,6 +60,7 @@ __all__ = ["Worker"]
 
 log = logging.getLogger(__name__)
 
+_STATE_KINDS = (wire.STATE, wire.STATE_PART)  # a moved executor's state, kept in a stash for its new copy
 _UNKNOWN_TASK_PATIENCE_SECS = 30.0  # frames for a task id no plan here has named yet wait this long
 
 
@@ -388,6 +389,7 @@ class Worker:
             return
         now = time.monotonic()
         patience = 2 * float(self.conf["worker.sync.interval.ms"]) / 1000.0 + 0.05
+        state_wait = float(self.conf["worker.state.wait.ms"]) / 1000.0
         known = len(self.routing.location) if self.routing is not None else 0
         with self.lock:
             for dst in list(self.stashed):
@@ -403,6 +405,13 @@ class Worker:
                     del self.stashed[dst]
                     log.warning("%d frames for task %d dropped: no plan made it", len(items), dst)
                 elif items and now - items[0][0] > patience:
+                    if any(channel == CONTROL and item[0] in _STATE_KINDS and now - at <= state_wait
+                           for at, (channel, item, _extra) in items):
+                        # A state (or its parts) goes to where the new copy is to be: keep it, and
+                        # what came with it, for the plan that makes the copy here, up to the state
+                        # wait, rather than send it back (parts split between here and there would
+                        # not fit together).
+                        continue
                     del self.stashed[dst]
                     for _, (channel, item, extra) in items:
                         if channel == CONTROL and item[0] == wire.READY:
@@ -547,7 +556,8 @@ class Worker:
         sys.setswitchinterval(float(self.conf["worker.gil.switch.interval.ms"]) / 1000.0)
         # Before the sockets and the executors start their threads: they inherit the core and the policy.
         self.core_pin = pin_worker(self.conf)
-        self.sched_batch = batch_threads(self.conf)
+        batch_threads(self.conf)
+        self.sched_batch = batch_in_effect()
         slot = local.plan.workers.get(self.worker_id)
         if slot is None:
             log.error("worker %s is not in plan v%d", self.worker_id, local.plan.version)

@@ -26,7 +26,7 @@ from typing import Any
 
 from nstorm.config import flag
 
-__all__ = ["batch_enabled", "batch_threads", "each_thread", "thread_ids"]
+__all__ = ["batch_enabled", "batch_in_effect", "batch_threads", "each_thread", "thread_ids"]
 
 log = logging.getLogger(__name__)
 
@@ -68,3 +68,12 @@ def batch_threads(conf: Mapping[str, Any]) -> bool:
         log.info("SCHED_BATCH off: %s", exc)
         return False
     return True
+
+
+def batch_in_effect() -> bool:
+    """The calling thread runs under ``SCHED_BATCH`` (what a heartbeat reports: what the kernel
+    applied, whatever was asked)."""
+    try:
+        return hasattr(os, "SCHED_BATCH") and os.sched_getscheduler(0) == os.SCHED_BATCH
+    except OSError:
+        return False

@@ -169,6 +169,7 @@ def test_a_state_in_parts_is_taken_whole_and_parts_that_do_not_fit_start_the_cop
     entry = {"state": wire.pack({"n": 41, "blob": bytes(range(256)) * 40}), "sent_at": time.time(), "from": "n2:1",
              "error": None, "counters": {"executed": 41}}
     assert state_parts(entry) is None  # fits a message: one STATE, as ever
+    assert state_parts({"state": b"", "windows": b"w" * 3000}, part_bytes=1000)  # whatever is large in it
     parts = state_parts(entry, part_bytes=1000)
     assert parts is not None and len(parts) > 5 and [p["seq"] for p in parts] == list(range(len(parts)))
     assert b"".join(p["data"] for p in parts) == wire.pack(entry)
@@ -195,6 +196,9 @@ def test_state_parts_restart_at_the_first_and_refuse_garbage() -> None:
     collector = StateParts()
     assert collector.add(parts[0]) is None and collector.add(parts[1]) is None
     assert collector.add(parts[0]) is None  # a hand-over that started again: from its first part
+    other = state_parts({"state": b"y" * 5000, "counters": {}}, part_bytes=2000)
+    assert other is not None and other[1]["id"] != parts[1]["id"]
+    assert collector.add(other[1]) is None  # a part of another hand-over, whose first never came: not joined
     assert [collector.add(p) for p in parts[1:]][-1] == {"state": b"x" * 5000, "counters": {}}
     for garbage in ([1, 2], {"seq": "0", "parts": 1, "data": b""}, {"seq": 0, "parts": 0, "data": b""},
                     {"seq": 0, "parts": 1, "data": b"\xc1"}):
