@@ -377,31 +377,28 @@ def half(args: argparse.Namespace, rate: float, log: Console) -> dict[str, Any]:
             handmade.close()
             handmade = None
     rounds = []
-    for r in range(args.rounds):
-        runs = {
-            "a": (f"half, round {r + 1}: (a) constraint p99 {HALF_BOUND_MS:g} ms",
-                  lambda: run_nstorm({**base, **constraint_conf(HALF_BOUND_MS, HALF_WINDOW)}, args.warmup, args.duration)),
-            "b": (f"half, round {r + 1}: (b) no constraint",
-                  lambda: run_nstorm(base, args.baseline_warmup, args.duration)),
-            "c": (f"half, round {r + 1}: (c) the hand-made pipeline",
-                  lambda: run_handmade(handmade, rate, args.duration)),
-        }
-        order = ("abc" if r % 2 == 0 else "cba") if handmade is not None else ("ab" if r % 2 == 0 else "ba")
-        try:
+    try:
+        for r in range(args.rounds):
+            runs = {
+                "a": (f"half, round {r + 1}: (a) constraint p99 {HALF_BOUND_MS:g} ms",
+                      lambda: run_nstorm({**base, **constraint_conf(HALF_BOUND_MS, HALF_WINDOW)}, args.warmup, args.duration)),
+                "b": (f"half, round {r + 1}: (b) no constraint",
+                      lambda: run_nstorm(base, args.baseline_warmup, args.duration)),
+                "c": (f"half, round {r + 1}: (c) the hand-made pipeline",
+                      lambda: run_handmade(handmade, rate, args.duration)),
+            }
+            order = ("abc" if r % 2 == 0 else "cba") if handmade is not None else ("ab" if r % 2 == 0 else "ba")
             got = {key: _guarded(*runs[key], log) for key in order}  # drift hits every run alike
-        except BaseException:
-            if handmade is not None:
-                handmade.close()
-            raise
-        a, b, c = got["a"], got["b"], got.get("c")
-        ca = a.get("constraint") or {}
-        ratio = (a["cpu_us_per_word"] / b["cpu_us_per_word"]
-                 if a.get("cpu_us_per_word") and b.get("cpu_us_per_word") else None)
-        rounds.append({"a": a, "b": b, "c": c, "order": order, "share_met": ca.get("share_met"), "cpu_ratio": ratio})
-        log.print(f"  round {r + 1}: windows met {_pct(ca.get('share_met'))}, CPU/word (a)/(b) "
-                  f"{'-' if ratio is None else f'{ratio:.3f}'}")
-    if handmade is not None:
-        handmade.close()
+            a, b, c = got["a"], got["b"], got.get("c")
+            ca = a.get("constraint") or {}
+            ratio = (a["cpu_us_per_word"] / b["cpu_us_per_word"]
+                     if a.get("cpu_us_per_word") and b.get("cpu_us_per_word") else None)
+            rounds.append({"a": a, "b": b, "c": c, "order": order, "share_met": ca.get("share_met"), "cpu_ratio": ratio})
+            log.print(f"  round {r + 1}: windows met {_pct(ca.get('share_met'))}, CPU/word (a)/(b) "
+                      f"{'-' if ratio is None else f'{ratio:.3f}'}")
+    finally:  # its temporary folder goes whatever happens
+        if handmade is not None:
+            handmade.close()
     share, ratio = _med([x["share_met"] for x in rounds]), _med([x["cpu_ratio"] for x in rounds])
     return {"rate_sentences_per_sec": rate, "bound_ms": HALF_BOUND_MS, "window_secs": HALF_WINDOW, "rounds": rounds,
             "median": {"share_met": share, "cpu_ratio": ratio,

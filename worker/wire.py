@@ -94,15 +94,15 @@ BARRIER = 11  # data-channel header kind: checkpoint ``cid``'s barrier (worker.c
 CHECKPOINT = 12  # entries: cid                           worker -> its spout executors: "take checkpoint cid"
 COMMITTED = 13  # entries: cid                            worker -> its user executors: "cid is committed"
 SHIFT_MARK = 14  # data-channel header kind: src routes a rescaled component by its new layout (worker.rescale)
-GROUPS = 15  # entries: {"version", "groups", "entries"}  old owner -> new owner: key groups handed over
+GROUPS = 15  # entries: {"version", "groups", "entries", "more"?}  old owner -> new owner: key groups handed over
 SHIFT_READY = 16  # entries: version                     new layout's executor -> upstream: "I hold; switch"
 WAKE = 17  # local only, no entries: a chained executor's host armed its deadline (worker.chaining)
-STATE_PART = 18  # entries: {"seq", "parts", "data": bytes}  old copy -> new copy: a part of a STATE too large for one
+STATE_PART = 18  # entries: {"id", "seq", "parts", "data": bytes}  old copy -> new copy: a part of a STATE too large for one
 MAX_HOPS = 16  # a data frame forwarded more often than this is dropped (the acker replays it)
 MAX_TASKS = 1 << 16  # task ids fit the low 16 bits of a root (nstorm.topology.MAX_TASKS)
 
 MAX_FRAME_BYTES = 64 * 2**20  # larger frames are refused by the receiving socket
-STATE_PART_BYTES = 16 * 2**20  # a handed-over state larger than this goes in parts of this size (STATE_PART)
+STATE_PART_BYTES = 16 * 2**20  # a handed-over state (STATE_PART) or key group (GROUPS "more") goes in parts of this size
 
 ROOT_TASK_BITS = 16  # a root's low bits: the task of the spout that emitted it
 _ROOT_TASK_MASK = (1 << ROOT_TASK_BITS) - 1
