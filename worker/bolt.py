@@ -69,6 +69,7 @@ class BoltExecutor(UserExecutor):
         # loop makes anyway, never per tuple: with ``executed`` it gives Storm's execute latency
         # and capacity (worker.stats).
         self.busy_secs = 0.0
+        self.held_control: list[tuple[int, int, Any]] = []  # control that came before the state (_hold_control)
         self.guest_pending = -1  # the host whose CHAIN_MARK was taken, until the loop accepts it (worker.chaining)
         self.chained_version = 0  # the plan version this executor had when it became a guest
 
@@ -672,7 +673,9 @@ class BoltExecutor(UserExecutor):
                 continue
             self.refresh_routing()
             if handover.awaiting:
-                handover.wait()
+                handover.wait(self._hold_control)
+                if not handover.awaiting and self.held_control:
+                    self._replay_held_control()
                 continue
             if not self.ctl_q.empty():
                 self._handle_control()
@@ -755,26 +758,39 @@ class BoltExecutor(UserExecutor):
             inbox.guest = None
             outbox.flush()
 
+    def _hold_control(self, kind: int, entries: Any, src: int) -> None:
+        """A control message that came while this copy awaits its state (a commit, a rescale's
+        message): it applies to the state that comes, so it waits for it."""
+        self.held_control.append((kind, src, entries))
+
+    def _replay_held_control(self) -> None:
+        held, self.held_control = self.held_control, []
+        for kind, src, entries in held:
+            self._apply_control(kind, src, entries)
+
     def _handle_control(self, first: Any = None) -> None:
         while True:
             if first is not None:
-                kind, _src, entries = first
+                kind, src, entries = first
                 first = None
             else:
                 try:
-                    kind, _src, entries = self.ctl_q.get_nowait()
+                    kind, src, entries = self.ctl_q.get_nowait()
                 except queue.Empty:
                     return
-            if kind == wire.WAKE:
-                continue  # a host armed this guest's deadline (take_chained)
-            if kind == wire.COMMITTED:
-                self.committed(int(entries))
-            elif kind == wire.GROUPS:
-                self.on_groups(_src, entries)
-            elif kind == wire.SHIFT_READY:
-                self.on_shift_ready(_src, int(entries))
-            elif not self.handover.on_control(kind, entries):
-                log.warning("executor %s: unexpected control message %d ignored", self.executor_id, kind)
+            self._apply_control(kind, src, entries)
+
+    def _apply_control(self, kind: int, src: int, entries: Any) -> None:
+        if kind == wire.WAKE:
+            return  # a host armed this guest's deadline (take_chained)
+        if kind == wire.COMMITTED:
+            self.committed(int(entries))
+        elif kind == wire.GROUPS:
+            self.on_groups(src, entries)
+        elif kind == wire.SHIFT_READY:
+            self.on_shift_ready(src, int(entries))
+        elif not self.handover.on_control(kind, entries):
+            log.warning("executor %s: unexpected control message %d ignored", self.executor_id, kind)
 
     def drop_input(self) -> int:
         """The drain deadline passed: what is still queued is dropped (the acker replays it)."""

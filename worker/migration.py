@@ -228,8 +228,10 @@ class Handover:
             self.courier.control(self.executor.task, self.move.source, wire.READY,
                                  {"worker": self.host.worker_id, "copy": self.copy_id})
 
-    def wait(self, on_other: Callable[[int, Any], None] | None = None) -> None:
-        """One step of the wait (10 ms at most); the deadline holds whatever arrives meanwhile."""
+    def wait(self, on_other: Callable[[int, Any, int], None] | None = None) -> None:
+        """One step of the wait (10 ms at most); the deadline holds whatever arrives meanwhile.
+        Other control messages go to ``on_other(kind, entries, src)``, which holds what must
+        wait for the state."""
         now = time.monotonic()
         if self.held_since is None and not self.executor.inbox.data.empty():
             self.held_since = now
@@ -239,7 +241,7 @@ class Handover:
         if now - self.ready_sent_at >= READY_RESEND_SECS:
             self.announce()
         try:
-            kind, _src, entries = self.executor.inbox.control.get(timeout=0.01)
+            kind, src, entries = self.executor.inbox.control.get(timeout=0.01)
         except queue.Empty:
             return
         if kind == wire.STATE:
@@ -255,7 +257,7 @@ class Handover:
         elif kind == wire.GONE:
             self._start_empty(f"its old place {self.move.source if self.move else '?'} has no state for it")
         elif on_other is not None:
-            on_other(kind, entries)
+            on_other(kind, entries, src)
 
     def _take(self, entry: Mapping[str, Any]) -> None:
         now = time.monotonic()

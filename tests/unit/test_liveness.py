@@ -165,6 +165,29 @@ def test_a_state_that_arrives_in_time_is_taken_with_the_counters(running) -> Non
     assert ex.executed == 42
 
 
+def test_control_that_comes_before_the_state_is_applied_after_it_in_order(running) -> None:
+    worker = _host(plan_of(PLACES))
+    ex = _waiting_sink(worker, wait_secs=30.0)
+    applied: list[tuple[int, int, Any, int]] = []
+    apply = ex._apply_control
+
+    def recording(kind: int, src: int, entries: Any) -> None:
+        applied.append((kind, src, entries, ex.instance.state.get("n", 0)))
+        apply(kind, src, entries)
+
+    ex._apply_control = recording  # type: ignore[method-assign]
+    running(ex)
+    ex.ctl_q.put((wire.COMMITTED, 2, 7))
+    ex.ctl_q.put((wire.COMMITTED, 2, 8))
+    wait_until(lambda: ex.ctl_q.empty(), 2, interval=0.01, what="the waiting copy to read its control queue")
+    assert applied == []  # held: they are about the state that has not come
+    entry = {"state": wire.pack({"n": 41}), "sent_at": time.time(), "from": "n2:1", "error": None,
+             "counters": {"executed": 41}, "copy": ex.handover.copy_id}
+    ex.ctl_q.put((wire.STATE, 1, entry))
+    wait_until(lambda: len(applied) == 2, 2, interval=0.01, what="the held control to be applied")
+    assert applied == [(wire.COMMITTED, 2, 7, 41), (wire.COMMITTED, 2, 8, 41)]  # on the state, with their sender
+
+
 def test_a_state_in_parts_is_taken_whole_and_parts_that_do_not_fit_start_the_copy_empty(running) -> None:
     entry = {"state": wire.pack({"n": 41, "blob": bytes(range(256)) * 40}), "sent_at": time.time(), "from": "n2:1",
              "error": None, "counters": {"executed": 41}}
