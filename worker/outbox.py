@@ -26,6 +26,7 @@ Everything here runs in the owning executor's thread only.
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -63,6 +64,8 @@ from worker.runs import (
 from worker.wire import acker_index
 
 __all__ = ["Outbox"]
+
+log = logging.getLogger(__name__)
 
 _getrandbits = random.Random().getrandbits  # edge ids: fast, not for secrets
 
@@ -122,11 +125,16 @@ class Outbox:
         then hands its state over. Tuples emitted from now on go to the new place.
         """
         mark_moves(self.routing, routing, self.buffers, self.flush_buffer, self.courier)
+        ended = self.shifts.ended(routing) if self.shifts.held else []
         if routing.rescales:
             self.shifts.note(routing, self.clock())
         self.routing = routing
         self.downstream = sorted({t for name in self.subscribers for t in routing.component_tasks.get(name, ())})
         self.courier.routing = routing
+        for component in ended:
+            log.warning("rescale of %s ended before this executor switched to its new layout: switching now",
+                        component)
+            self.shifts.switch(component, routing, self.buffers, self.flush_buffer, self.courier)
         self.tune(routing.tuning)  # every plan carries its buffer sizes (none: the configured ones)
         self._compile(routing)
         if routing.chains or self.guests:

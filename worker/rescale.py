@@ -144,6 +144,13 @@ class UpstreamShifts:
                 continue
             self.held[component] = (step, self.early.pop(step.version, set()), now)
 
+    def ended(self, routing: RoutingTable) -> list[str]:
+        """The held components whose step ``routing`` no longer has: it completed while this
+        executor waited for a READY (its old owners' drain deadline is shorter than the
+        patience). Routing by the old layout would go on for ever: they switch at once."""
+        return [c for c, (step, _r, _s) in self.held.items()
+                if (now := routing.rescales.get(c)) is None or now.version != step.version]
+
     def layout(self, component: str) -> tuple[int, ...] | None:
         """The tasks to route ``component`` to while its step is held (None: the routing table's)."""
         held = self.held.get(component)

@@ -297,6 +297,30 @@ def test_two_sums_become_three_and_every_total_stays_exact(monkeypatch: pytest.M
         assert more.count(True) > 10 and more.count(False) > 10  # groups of several keys went in pieces
 
 
+def test_an_upstream_still_holding_a_step_the_plan_has_ended_switches_to_the_new_layout() -> None:
+    """The step completed (its old owners' drain deadline is shorter than the upstream's patience)
+    before every READY reached this upstream: the next plan, without the step, switches it."""
+    from worker.spout import SpoutExecutor
+
+    definition = _definition()
+    places = {"numbers:0": "n1:1", "numbers:1": "n1:1", "sum:0": "n1:1", "sum:1": "n1:1"}
+    host = FakeHost(plan_of(places), acking=False)
+    spout = SpoutExecutor(host, "numbers:0", 0, Numbers, definition)  # type: ignore[arg-type]
+    spout.refresh_routing()
+    grown = {**places, "sum:2": "n1:1"}
+    plan = plan_of(grown, version=2).replace(
+        rescales={"sum": Rescale("sum", ("sum:0", "sum:1"), ("sum:0", "sum:1", "sum:2"), 2, None)})
+    host.routing = RoutingTable.from_plan(plan)
+    spout.refresh_routing()
+    shifts = spout.outbox.shifts
+    assert shifts.layout("sum") == (2, 3), "held at the old layout: no READY came"
+    host.routing = RoutingTable.from_plan(plan_of(grown, version=3))  # the step completed meanwhile
+    spout.refresh_routing()
+    assert shifts.layout("sum") is None and not shifts.held and shifts.seen["sum"] == 2
+    (target,) = spout.outbox.targets["default"]
+    assert {buf.dst for buf in target.bufs} == {2, 3, 4}, "routed by the new layout"
+
+
 def test_old_owners_that_gave_their_groups_before_every_marker_still_report_the_step_done() -> None:
     """An upstream that switched late (a new owner's worker was still starting): the old owners
     ran out of drain time, gave their groups away and fail what comes late; the markers that
