@@ -47,9 +47,10 @@ Ties of ASC (a move inside a node scores 0 for every executor) go to the executo
 most traffic in the window, the busiest one.
 
 Autoscaling (``otd.autoscale``; Aeolus finds each operator's parallelism at runtime, and the
-paper's Case 2 can only warn): in Case 2 the bolt component whose executors on the high-load
-workers use the most CPU gets one executor more, live, in a new worker from a free slot if
-there is one; and a bolt component whose executors would all stay below ``otd.cpu.low`` with
+paper's Case 2 can only warn): in Case 2, when a high-load worker also falls behind (its
+backlog deep or growing: a worker busy near its cap that keeps up needs nothing), the bolt
+component whose executors on the high-load workers use the most CPU gets one executor more,
+live, in a new worker from a free slot if there is one; and a bolt component whose executors would all stay below ``otd.cpu.low`` with
 one executor fewer (its CPU spread over ``n - 1``), round after round for
 ``otd.autoscale.cooldown.secs``, gets one fewer. One step a round at most: out again once a
 whole window (``otd.window.secs``) has passed since the last step, in only after the cool-down;
@@ -107,12 +108,11 @@ def classify(loads: Mapping[str, WorkerLoad], conf: Mapping[str, Any]) -> dict[s
     """high / normal / low for each worker (the rules are in the module docstring)."""
     cpu_high = float(conf.get("otd.cpu.high", 0.8))
     cpu_low = float(conf.get("otd.cpu.low", 0.5))
-    queue_high = float(conf.get("otd.queue.high", 16))
-    growth_high = float(conf.get("otd.queue.growth.high", 2.0))
     growth_low = float(conf.get("otd.queue.growth.low", 0.25))
+    lagging = behind(loads, conf)
     classes = {}
     for worker, load in loads.items():
-        if load.cpu >= cpu_high or load.queue >= queue_high or load.trend >= growth_high:
+        if load.cpu >= cpu_high or worker in lagging:
             classes[worker] = HIGH
         elif load.cpu <= cpu_low and load.trend <= growth_low:
             classes[worker] = LOW
@@ -248,6 +248,14 @@ class ScaleStep:
         return {"component": self.component, "parallelism": self.parallelism, "workers": self.workers, "why": self.why}
 
 
+def behind(loads: Mapping[str, WorkerLoad], conf: Mapping[str, Any]) -> set[str]:
+    """The workers that do not keep up: a deep backlog (``otd.queue.high`` batches) or a growing
+    one (``otd.queue.growth.high`` batches/s). A worker busy near its cap that keeps up is not."""
+    queue_high = float(conf.get("otd.queue.high", 16))
+    growth_high = float(conf.get("otd.queue.growth.high", 2.0))
+    return {w for w, load in loads.items() if load.queue >= queue_high or load.trend >= growth_high}
+
+
 def autoscale(
     decision: Decision,
     placement: Mapping[str, str],
@@ -258,6 +266,7 @@ def autoscale(
     free_slots: int,
     low_since: dict[str, float],
     now: float,
+    lagging: set[str],
 ) -> ScaleStep | None:
     """One autoscaling step or None (see the module docstring). ``low_since`` (component -> when its
     executors were first seen idle, kept by the caller between rounds) is updated here.
@@ -266,6 +275,8 @@ def autoscale(
     :arg bolts: the components that are bolts (spouts are not scaled: more of them is more load).
     :arg executor_cpu: executor -> cores it used lately.
     :arg capacity: worker -> cores it may use.
+    :arg lagging: the workers :func:`behind` (a scale-out needs one of the high-load workers among
+        them: CPU alone, near a cgroup cap, over-provisioned).
     """
     share = {e: executor_cpu.get(e, 0.0) / max(capacity.get(w, 1.0), 1e-6) for e, w in placement.items()}
     per_component: dict[str, list[str]] = {}
@@ -277,15 +288,18 @@ def autoscale(
     workers = len(set(placement.values()))
     if decision.case == 2:
         high = {w for w, c in decision.classes.items() if c == HIGH}
+        low_since.clear()
+        if not high & lagging:
+            return None  # busy, but keeping up: one more executor would only be idle
         load = {c: sum(share[e] for e in es if placement[e] in high) for c, es in per_component.items()}
         candidates = [c for c in sorted(load, key=lambda c: -load[c]) if load[c] > 0 and len(per_component[c]) < groups]
-        low_since.clear()
         if not candidates:
             return None
         component = candidates[0]
         n = len(per_component[component])
         return ScaleStep(component, n + 1, workers + 1 if free_slots > 0 else None,
-                         f"workers {sorted(high)} are overloaded; {component} uses {load[component]:.2f} of them")
+                         f"workers {sorted(high & lagging)} fall behind; {component} uses {load[component]:.2f} "
+                         f"of workers {sorted(high)}")
     cpu_low = float(conf.get("otd.cpu.low", 0.5))
     cooldown = float(conf.get("otd.autoscale.cooldown.secs", 30))
     idle = []

@@ -35,7 +35,7 @@ from nstorm.records import Heartbeat, TopologyStatus
 from nstorm.topology import is_acker
 from nstorm.zkschema import ZkPaths, encode
 from scheduler_otd.history import record_round
-from scheduler_otd.otd import ScaleStep, WorkerLoad, autoscale, otd_round
+from scheduler_otd.otd import ScaleStep, WorkerLoad, autoscale, behind, otd_round
 from scheduler_otd.traffic import aggregate_records, read_window, window_files
 
 __all__ = ["OtdRunner"]
@@ -171,7 +171,7 @@ class OtdRunner:
                  sum(1 for c in decision.classes.values() if c == "low"),
                  {w: (c, *record["loads"].get(w, ())) for w, c in sorted(decision.classes.items()) if c != "low"})
         if conf.get("otd.autoscale") in (True, "true", 1):
-            step = self._autoscale(name, plan, decision, conf, capacity)
+            step = self._autoscale(name, plan, decision, conf, capacity, behind(loads, conf))
             if step is not None:
                 record["autoscale"] = step.as_json()
                 decision.warning = None  # acted on
@@ -194,7 +194,7 @@ class OtdRunner:
 
 
     def _autoscale(self, name: str, plan: Any, decision: Any, conf: dict[str, Any],
-                   capacity: dict[str, float]) -> ScaleStep | None:
+                   capacity: dict[str, float], lagging: set[str]) -> ScaleStep | None:
         """Case 2 scales the overloaded component out; an idle one is scaled in (scheduler_otd.otd)."""
         now = time.monotonic()
         since = now - self._scaled_at.get(name, -1e9)
@@ -212,7 +212,7 @@ class OtdRunner:
                    for port, _ctl in info.get("slots", []) if f"{node}:{port}" not in used)
         placement = {e: w for e, w in plan.executors.items() if not is_acker(e)}
         step = autoscale(decision, placement, bolts, executor_cpu, capacity, conf, free,
-                         self._low_since.setdefault(name, {}), now)
+                         self._low_since.setdefault(name, {}), now, lagging)
         if step is None:
             return None
         scaling_in = step.parallelism < sum(1 for e in placement if e.rpartition(":")[0] == step.component)

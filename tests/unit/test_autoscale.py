@@ -12,9 +12,11 @@ CAPACITY = {"w1": 1.0, "w2": 1.0}
 def test_case_2_scales_out_the_component_that_loads_the_overloaded_workers_most() -> None:
     decision = Decision(2, classes={"w1": "high", "w2": "high"})
     cpu = {"split:0": 0.2, "split:1": 0.2, "count:0": 0.7, "count:1": 0.6, "sentences:0": 0.9}
-    step = autoscale(decision, PLACEMENT, BOLTS, cpu, CAPACITY, {}, free_slots=1, low_since={}, now=0.0)
+    step = autoscale(decision, PLACEMENT, BOLTS, cpu, CAPACITY, {}, free_slots=1, low_since={}, now=0.0,
+                     lagging={"w1"})
     assert step is not None and (step.component, step.parallelism, step.workers) == ("count", 3, 3)
-    step = autoscale(decision, PLACEMENT, BOLTS, cpu, CAPACITY, {}, free_slots=0, low_since={}, now=0.0)
+    step = autoscale(decision, PLACEMENT, BOLTS, cpu, CAPACITY, {}, free_slots=0, low_since={}, now=0.0,
+                     lagging={"w2"})
     assert step is not None and step.workers is None, "no free slot: into the workers it has"
 
 
@@ -23,18 +25,35 @@ def test_an_idle_component_is_scaled_in_only_after_the_cool_down() -> None:
     cpu = {"split:0": 0.05, "split:1": 0.05, "count:0": 0.4, "count:1": 0.4}
     low_since: dict[str, float] = {}
     conf = {"otd.cpu.low": 0.5, "otd.autoscale.cooldown.secs": 30}
-    assert autoscale(decision, PLACEMENT, BOLTS, cpu, CAPACITY, conf, 0, low_since, now=100.0) is None
+    assert autoscale(decision, PLACEMENT, BOLTS, cpu, CAPACITY, conf, 0, low_since, now=100.0, lagging=set()) is None
     assert set(low_since) == {"split"}, "count would use 0.8 of a core on one executor: not idle"
-    assert autoscale(decision, PLACEMENT, BOLTS, cpu, CAPACITY, conf, 0, low_since, now=120.0) is None
-    step = autoscale(decision, PLACEMENT, BOLTS, cpu, CAPACITY, conf, 0, low_since, now=131.0)
+    assert autoscale(decision, PLACEMENT, BOLTS, cpu, CAPACITY, conf, 0, low_since, now=120.0, lagging=set()) is None
+    step = autoscale(decision, PLACEMENT, BOLTS, cpu, CAPACITY, conf, 0, low_since, now=131.0, lagging=set())
     assert step is not None and (step.component, step.parallelism) == ("split", 1)
     busy = {**cpu, "split:0": 0.6}
-    assert autoscale(decision, PLACEMENT, BOLTS, busy, CAPACITY, conf, 0, low_since, now=200.0) is None
+    assert autoscale(decision, PLACEMENT, BOLTS, busy, CAPACITY, conf, 0, low_since, now=200.0, lagging=set()) is None
     assert "split" not in low_since, "busy again: the idle streak starts over"
 
 
 def test_capped_workers_count_their_cap_as_the_capacity() -> None:
     decision = Decision(2, classes={"w1": "high", "w2": "normal"})
     cpu = {"split:0": 0.05, "split:1": 0.05, "count:0": 0.15, "count:1": 0.1}
-    step = autoscale(decision, PLACEMENT, BOLTS, cpu, {"w1": 0.2, "w2": 0.2}, {}, 0, {}, now=0.0)
+    step = autoscale(decision, PLACEMENT, BOLTS, cpu, {"w1": 0.2, "w2": 0.2}, {}, 0, {}, now=0.0, lagging={"w1"})
     assert step is not None and step.component == "count"
+
+
+def test_busy_workers_that_keep_up_are_not_scaled_out() -> None:
+    """Near a cgroup cap a worker's CPU is high even when it keeps up: only a backlog that is deep
+    or grows on a high-load worker scales out (it over-provisioned 2 -> 8 before)."""
+    from scheduler_otd.otd import WorkerLoad, behind, classify
+
+    conf = {"otd.queue.high": 16, "otd.queue.growth.high": 2.0}
+    loads = {"w1": WorkerLoad(0.95, 0.0, 0.0), "w2": WorkerLoad(0.9, 1.0, -0.5)}
+    assert behind(loads, conf) == set() and set(classify(loads, conf).values()) == {"high"}
+    decision = Decision(2, classes=classify(loads, conf))
+    cpu = {"split:0": 0.2, "split:1": 0.2, "count:0": 0.7, "count:1": 0.6}
+    assert autoscale(decision, PLACEMENT, BOLTS, cpu, CAPACITY, conf, 1, {}, 0.0, behind(loads, conf)) is None
+    lagging = {**loads, "w2": WorkerLoad(0.9, 3.0, 2.5)}  # its backlog grows
+    assert behind(lagging, conf) == {"w2"}
+    step = autoscale(decision, PLACEMENT, BOLTS, cpu, CAPACITY, conf, 1, {}, 0.0, behind(lagging, conf))
+    assert step is not None and step.component == "count" and "w2" in step.why
