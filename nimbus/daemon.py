@@ -54,6 +54,8 @@ __all__ = ["Nimbus"]
 
 log = logging.getLogger(__name__)
 
+DROP_AGAIN_SECS = 30.0  # a killed topology's checkpoints are deleted again this long after the kill
+
 
 def _plan_workers(plan: Plan) -> set[str]:
     """Slots a plan holds, including those a stop-mode rebalance has emptied for now."""
@@ -83,6 +85,7 @@ class Nimbus:
         self._owners: dict[str, str] = {}  # worker id -> the topology whose plan holds it
         self.watchdog = StallWatchdog()
         self.checkpoints: CheckpointCoordinator | None = None  # the leader's (nimbus/checkpoints.py)
+        self._drop_again: list[tuple[float, str, dict[str, Any]]] = []  # (when, name, topo) of killed topologies
 
     def _watch(self, *_: Any) -> None:
         self._wake.set()
@@ -142,6 +145,7 @@ class Nimbus:
         for name in plans:
             if name not in names:
                 self._delete(self.paths.assignment(name))
+        self._drop_checkpoints_again()
 
     def _reconcile_one(self, name: str, current: tuple[Plan | None, Any], slots: list[Slot],
                        live: dict[str, Slot], used: set[str]) -> None:
@@ -501,7 +505,22 @@ class Nimbus:
                      self.paths.workerbeats(name), self.paths.topology(name), self.paths.status(name)):
             self._delete(path)
         self.watchdog.forget(name)
+        if topo:  # once its workers have surely stopped, for what they wrote after the drop above
+            self._drop_again.append((time.monotonic() + DROP_AGAIN_SECS, name, topo))
         log.info("topology %s killed and removed", name)
+
+    def _drop_checkpoints_again(self) -> None:
+        """Delete a killed topology's checkpoints a second time, :data:`DROP_AGAIN_SECS` after the
+        kill: its workers stop only once their supervisors see the assignment gone, and one may
+        finish a checkpoint write meanwhile (the keys are under the killed submission's id, which
+        no later submission reads, so they would only take room)."""
+        now = time.monotonic()
+        due = [d for d in self._drop_again if d[0] <= now]
+        if not due:
+            return
+        self._drop_again = [d for d in self._drop_again if d[0] > now]
+        for _at, name, topo in due:
+            drop_checkpoints(topo, name)
 
     # -- main loop ----------------------------------------------------------------------------
     def run(self) -> int:

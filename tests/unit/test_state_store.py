@@ -45,3 +45,23 @@ def test_defaults_keep_no_checkpoints() -> None:
     config = state_config(merge_conf({}))
     assert config.provider == "memory" and not config.durable
     assert config.interval_ms == 1000 and config.max_parallelism == 128 and config.max_rollbacks == 10
+
+
+def test_nimbus_deletes_a_killed_topologys_checkpoints_again_after_its_workers_stopped(tmp_path: Path) -> None:
+    """A worker may finish a checkpoint write after the kill deleted the store: Nimbus deletes it
+    again once the workers have surely stopped (LMDB here; Redis takes the same path)."""
+    import time
+
+    from nimbus import daemon
+
+    conf = {"topology.state.provider": "lmdb", "topology.state.dir": str(tmp_path)}
+    topo = {"submission": "sub1", "definition": {"conf": conf}, "conf": {}}
+    nimbus = daemon.Nimbus("127.0.0.1:1", conf=conf)
+    nimbus._drop_again.append((time.monotonic() + 3600, "t", topo))
+    with open_store(state_config(merge_conf(conf)), "t", "sub1") as late:  # the late write, after the kill
+        late.write(1, "a:0", b"x", {})
+    nimbus._drop_checkpoints_again()
+    assert (tmp_path / "t-sub1").exists() and nimbus._drop_again, "not due yet"
+    nimbus._drop_again = [(time.monotonic() - 1, "t", topo)]  # DROP_AGAIN_SECS later
+    nimbus._drop_checkpoints_again()
+    assert not (tmp_path / "t-sub1").exists() and not nimbus._drop_again
