@@ -162,6 +162,7 @@ class Migrating(Protocol):
     executor_id: str
     task: int
     inbox: Mailbox
+    routing: RoutingTable | None  # the table its loop routes by (picked up once per loop)
 
     def snapshot(self) -> dict[str, Any]:
         """``state`` (msgpack bytes), ``error``, ``counters`` and what else moves (a spout's tuples)."""
@@ -193,6 +194,7 @@ class Handover:
         self.move: Move | None = None  # the plan's record of the move that made this copy
         self.wait_until = 0.0
         self.drain_until = 0.0
+        self.drain_version = 0  # the plan that moved this copy away: it hands over only once it routes by it
         self.held_since: float | None = None  # the first input held while waiting (the stall's start)
         self.ready_sent_at = float("-inf")
         self.ready_seen = False  # the new copy is set up and waits for the state
@@ -283,10 +285,17 @@ class Handover:
             self.host.migrations.completed(self.move.record, stall, lost)
 
     # -- the old copy -------------------------------------------------------------------------
-    def begin_drain(self, upstream: Iterable[int], timeout: float) -> None:
-        """This copy moved away: finish what ``upstream`` sent here (their markers), then hand over."""
+    def begin_drain(self, upstream: Iterable[int], timeout: float, version: int = 0) -> None:
+        """This copy moved away in plan ``version``: finish what ``upstream`` sent here (their
+        markers), then hand over.
+
+        The worker calls this before it swaps in that plan's routing table, and the copy's loop
+        picks the table up once per pass: until it has, it must not hand over. A copy that did
+        would send its state to the place the old table names (its own worker, where nobody
+        takes it) and end without the markers it owes the executors moved with it."""
         self.alignment.expect(upstream)
         self.drain_until = time.monotonic() + timeout
+        self.drain_version = version
         self._set_state(HandoverState.DRAINING, "moved away")
 
     def on_marker(self, src: int) -> None:
@@ -309,7 +318,11 @@ class Handover:
 
     def drained(self, input_empty: bool) -> bool:
         """True when the state may go: markers aligned, input empty and the new copy ready, or the
-        drain deadline passed (what is still queued is then dropped: the acker replays it)."""
+        drain deadline passed (what is still queued is then dropped: the acker replays it); in
+        either case only once the copy routes by the plan that moved it (:meth:`begin_drain`)."""
+        routing = self.executor.routing
+        if routing is None or routing.version < self.drain_version:
+            return False
         if self.alignment.complete and input_empty and self.ready_seen:
             return True
         if time.monotonic() > self.drain_until:
@@ -325,7 +338,7 @@ class Handover:
         """Snapshot the executor and send it to its current place; the copy's loop ends."""
         self.executor.flush()
         entry = self.executor.snapshot()
-        routing = self.host.routing
+        routing = self.executor.routing  # the plan that moved it, or a later one (drained)
         to = routing.location[self.executor.task] if routing is not None else ""
         entry.update(sent_at=time.time(), copy=self.ready_copy)
         entry["from"] = self.host.worker_id

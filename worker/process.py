@@ -268,7 +268,7 @@ class Worker:
                 if plan.retiring.get(ex.executor_id) == self.worker_id:
                     self.draining[task] = ex  # removed by a rescale: it gives its key groups away, then ends
                     continue
-                ex.handover.begin_drain(self._upstream_tasks(routing, ex.component), drain)
+                ex.handover.begin_drain(self._upstream_tasks(routing, ex.component), drain, routing.version)
                 self.draining[task] = ex
             self.active = plan.status is TopologyStatus.ACTIVE
             self.routing = routing  # the atomic swap: every executor sees it on its next loop

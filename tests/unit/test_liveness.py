@@ -188,6 +188,27 @@ def test_control_that_comes_before_the_state_is_applied_after_it_in_order(runnin
     assert applied == [(wire.COMMITTED, 2, 7, 41), (wire.COMMITTED, 2, 8, 41)]  # on the state, with their sender
 
 
+def test_an_old_copy_hands_over_only_once_it_routes_by_the_plan_that_moved_it() -> None:
+    """The worker marks a copy draining just before it swaps in the plan's routing table. A copy
+    that handed over in between sent its state to its own worker (the old table's place for it),
+    where nobody took it: its new copy was told GONE and started empty (found by random moves)."""
+    here = {"numbers:0": "n1:1", "sink:0": "n2:1", "__acker:0": "n2:1"}
+    worker = _host(plan_of(here), worker_id="n2:1")
+    ex = BoltExecutor(worker, "sink:0", 1, Sink, _definition())  # type: ignore[arg-type]
+    ex.refresh_routing()  # v1: sink:0 runs here
+    moved = plan_of({**here, "sink:0": "n1:1"}, version=2)
+    ex.handover.begin_drain([0], timeout=0.0, version=moved.version)  # DK already over, all in
+    ex.handover.on_marker(0)
+    ex.handover.ready_seen = True
+    assert not ex.handover.drained(input_empty=True), "its loop still routes by v1"
+    worker.routing = RoutingTable.from_plan(moved)  # the swap
+    ex.refresh_routing()  # the loop's next pass
+    assert ex.handover.drained(input_empty=True)
+    ex.handover.hand_over()
+    states = [(wid, m) for wid, m in worker.sockets.control_messages() if m[0] == wire.STATE]
+    assert [wid for wid, _ in states] == ["n1:1"], "the state goes to the new place"
+
+
 def test_a_state_in_parts_is_taken_whole_and_parts_that_do_not_fit_start_the_copy_empty(running) -> None:
     entry = {"state": wire.pack({"n": 41, "blob": bytes(range(256)) * 40}), "sent_at": time.time(), "from": "n2:1",
              "error": None, "counters": {"executed": 41}}
