@@ -34,7 +34,7 @@ from worker.chaining import SIGNALS
 from worker.checkpoint import Snapshotter
 from worker.delivery import Courier, Inbox
 from worker.host import Host
-from worker.migration import READY_RESEND_SECS, Handover
+from worker.migration import READY_RESEND_SECS, Handover, HandoverState
 from worker.outbox import Outbox
 from worker.qos import QosTracer, Traced
 from worker.rescale import KeyGroupShift
@@ -96,6 +96,11 @@ class Executor:
     @property
     def stopped(self) -> bool:
         return self.state is ExecutorState.STOPPED
+
+    @property
+    def handed_over(self) -> bool:
+        """A moved-away copy that has sent its state: its loop takes nothing more."""
+        return False
 
     def join(self, timeout: float | None = None) -> None:
         self.thread.join(timeout)
@@ -603,6 +608,10 @@ class UserExecutor(Executor):
 
     def snapshot_extra(self) -> dict[str, Any]:
         return {}
+
+    @property
+    def handed_over(self) -> bool:
+        return self.handover.state is HandoverState.HANDED_OVER
 
     def restore(self, entry: Mapping[str, Any]) -> None:
         """Take a handed-over snapshot: the state first, then what else moved (a spout's held

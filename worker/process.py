@@ -140,7 +140,11 @@ class Worker:
         """The inbox of ``task`` if it runs (or still drains) here; with ``wid``, only if that is here."""
         if wid is not None and wid != self.worker_id:
             return None
-        ex = self.executors.get(task) or self.draining.get(task)
+        ex = self.executors.get(task)
+        if ex is None:
+            ex = self.draining.get(task)
+            if ex is not None and ex.handed_over:
+                return None  # its loop has ended: what comes now is stashed and forwarded, not left unread
         return ex.inbox if ex is not None else None
 
     def inboxes(self) -> list[Inbox]:

@@ -412,3 +412,19 @@ def test_the_watchdog_reads_heartbeats_every_few_seconds_and_logs_a_stall_once_a
             dog.check("t", read)
     assert reads == [float(t) for t in range(0, 130, 5)]
     assert [r.getMessage().startswith("topology t stalled") for r in caplog.records] == [True, True, True]
+
+
+def test_a_copy_that_handed_over_takes_no_more_frames_they_are_stashed_for_its_new_place(tmp_path) -> None:
+    """A moved-away copy stays in the worker's ``draining`` until the main loop reaps it; frames
+    given to it after its hand-over would sit in a queue nobody reads. The worker stashes them
+    instead, to forward them where the task runs now."""
+    import types
+
+    from worker.process import Worker
+
+    worker = Worker("n1", 1, "t", tmp_path / "store", None, "/nstorm")
+    draining = types.SimpleNamespace(handed_over=False, inbox=object())
+    worker.draining[5] = draining  # type: ignore[assignment]
+    assert worker.inbox(5) is draining.inbox, "still draining: its input is its own"
+    draining.handed_over = True
+    assert worker.inbox(5) is None, "handed over: nothing more for it (the receivers stash it)"
