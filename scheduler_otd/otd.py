@@ -50,11 +50,11 @@ Autoscaling (``otd.autoscale``; Aeolus finds each operator's parallelism at runt
 paper's Case 2 can only warn): in Case 2, when a high-load worker also falls behind (its
 backlog deep or growing: a worker busy near its cap that keeps up needs nothing), the bolt
 component whose executors on the high-load workers use the most CPU gets one executor more,
-live, in a new worker from a free slot if there is one; and a bolt component whose executors would all stay below ``otd.cpu.low`` with
-one executor fewer (its CPU spread over ``n - 1``), round after round for
-``otd.autoscale.cooldown.secs``, gets one fewer. One step a round at most: out again once a
-whole window (``otd.window.secs``) has passed since the last step, in only after the cool-down;
-executor CPU is each executor thread's (the workers measure it).
+live, in a new worker from a free slot if there is one; and a bolt component whose executors
+would all stay below ``otd.cpu.low`` with one executor fewer (its CPU spread over ``n - 1``),
+round after round for ``otd.autoscale.cooldown.secs``, gets one fewer. One step a round at
+most: out again once a whole window (``otd.window.secs``) has passed since the last step, in
+only after the cool-down; executor CPU is each executor thread's (the workers measure it).
 """
 
 from __future__ import annotations

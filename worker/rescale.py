@@ -149,7 +149,7 @@ class UpstreamShifts:
         executor waited for a READY (its old owners' drain deadline is shorter than the
         patience). Routing by the old layout would go on for ever: they switch at once."""
         return [c for c, (step, _r, _s) in self.held.items()
-                if (now := routing.rescales.get(c)) is None or now.version != step.version]
+                if (current := routing.rescales.get(c)) is None or current.version != step.version]
 
     def layout(self, component: str) -> tuple[int, ...] | None:
         """The tasks to route ``component`` to while its step is held (None: the routing table's)."""
