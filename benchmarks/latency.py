@@ -22,11 +22,14 @@ acking on) on a fresh local cluster of real processes per run (ZooKeeper, Nimbus
    spout's stamp of a batch's oldest sentence -> its count stage), what the machine gives a
    pipeline with nothing in it but the work (``--no-handmade`` leaves it out).
 2. **bytewax**: bytewax's peak with 1 process (``benchmarks._peers_bytewax``), then, in the
-   same run, bytewax and nstorm (constraint ``p99_ms=5``) at that rate: nstorm's p99 (the
-   constraint's windows and the arrival histogram) against bytewax's (source emit -> count;
-   bytewax waits only ``--peak-warmup`` s), as a ratio (nstorm without a constraint at that
-   rate for reference), and nstorm's p99 parts (mean buffer wait and queue wait per channel,
-   processing per component) of the last window: what bounds it. Goal: ratio <= 1.
+   same run, bytewax and nstorm (constraint ``p99_ms=--bytewax-bound-ms``, default 2, about
+   bytewax's own p99 there, over windows of 2 s) at that rate: nstorm's p99 (the constraint's
+   windows and the arrival histogram) against bytewax's (source emit -> count; bytewax waits
+   only ``--peak-warmup`` s), as a ratio, and nstorm's p99 parts (mean buffer wait and queue
+   wait per channel, processing per component) of the last window: what bounds it. For
+   reference, in each round: nstorm without a constraint at that rate, and nstorm sized like
+   bytewax's one process (one worker, one spout, split and count executor) with the same
+   constraint. Goal: ratio <= 1.
 3. **bursty**: the spouts' rate steps 10% -> 70% of nstorm's peak every ``--bursty-step`` s
    (``wordcount.rate.schedule``, cycled from the spouts' open), a constraint ``p99_ms=10,
    window_secs=1``; the static configuration (``topology.latency.control=false``: measured, never
@@ -90,7 +93,10 @@ LOAD_SHARES = (0.1, 0.25, 0.5, 0.0)  # load: shares of the peak (0: as fast as i
 PATH = ["sentences", "split", "count"]
 NAME = "wordcount"
 HALF_BOUND_MS, HALF_WINDOW = 5.0, 5
-BYTEWAX_BOUND_MS = 5.0
+BYTEWAX_BOUND_MS, BYTEWAX_WINDOW = 2.0, 2
+# bytewax's shape: one process, one executor a component (the rate is then one spout's)
+ONE_WORKER = {"topology.workers": 1, "wordcount.workers": 1, "wordcount.spouts": 1, "wordcount.splits": 1,
+              "wordcount.counts": 1}
 BURSTY_BOUND_MS, BURSTY_WINDOW = 10.0, 1
 BURSTY_LOW, BURSTY_HIGH = 0.1, 0.7
 GOAL_WINDOWS_MET, GOAL_CPU_RATIO = 0.95, 1.05
@@ -112,6 +118,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-handmade", dest="handmade", action="store_false",
                         help="half: leave out (c), the hand-made pipeline of ../shared/reference at the same rate")
     parser.add_argument("--bytewax-rounds", type=int, default=1, help="bytewax: rounds of bytewax then nstorm")
+    parser.add_argument("--bytewax-bound-ms", type=float, default=BYTEWAX_BOUND_MS,
+                        help="bytewax: nstorm's constraint p99_ms at bytewax's peak rate")
     parser.add_argument("--bursty-rounds", type=int, default=2, help="bursty: interleaved rounds of static, controller")
     parser.add_argument("--bursty-step", type=float, default=20.0, help="bursty: seconds at each rate")
     parser.add_argument("--bursty-warmup", type=float, default=40.0, help="bursty: time before the window, s")
@@ -540,25 +548,41 @@ def bytewax(args: argparse.Namespace, log: Console) -> dict[str, Any]:
     if not rate:
         return {"peak": pk, "error": "bytewax's peak was not measured"}
     rounds = []
+    bound = constraint_conf(args.bytewax_bound_ms, BYTEWAX_WINDOW)
     for r in range(args.bytewax_rounds):
         b = _guarded(f"bytewax (1 proc) at {rate:,.0f} sentences/s, round {r + 1}",
                      lambda: _bytewax_run(rate, args.peak_warmup, args.duration), log)
-        n = _guarded(f"nstorm at {rate:,.0f} sentences/s, constraint p99 {BYTEWAX_BOUND_MS:g} ms, round {r + 1}",
-                     lambda: run_nstorm({"wordcount.rate": rate / STREAMS, **args.conf,
-                                         **constraint_conf(BYTEWAX_BOUND_MS, HALF_WINDOW)},
+        n = _guarded(f"nstorm at {rate:,.0f} sentences/s, constraint p99 {args.bytewax_bound_ms:g} ms, round {r + 1}",
+                     lambda: run_nstorm({"wordcount.rate": rate / STREAMS, **args.conf, **bound},
                                         args.warmup, args.duration), log)
         plain = _guarded(f"nstorm at {rate:,.0f} sentences/s, no constraint (reference), round {r + 1}",
                          lambda: run_nstorm({"wordcount.rate": rate / STREAMS, **args.conf},
                                             args.baseline_warmup, args.duration), log)
+        one = _guarded(f"nstorm in one worker, one executor a component, at {rate:,.0f} sentences/s, constraint "
+                       f"p99 {args.bytewax_bound_ms:g} ms (reference), round {r + 1}",
+                       lambda: run_nstorm({**ONE_WORKER, "wordcount.rate": rate, **args.conf, **bound},
+                                          args.warmup, args.duration), log)
         c = n.get("constraint") or {}
         bp99 = b.get("latency_p99_ms")
         wp99, ap99 = (c.get("window_p99_ms") or {}).get("median"), (n.get("arrival_ms") or {}).get("p99")
-        rounds.append({"bytewax": b, "nstorm": n, "nstorm_no_constraint": plain,
+        op99 = ((one.get("constraint") or {}).get("window_p99_ms") or {}).get("median")
+        rounds.append({"bytewax": b, "nstorm": n, "nstorm_no_constraint": plain, "nstorm_one_worker": one,
                        "ratio_window_p99": wp99 / bp99 if wp99 and bp99 else None,
-                       "ratio_arrival_p99": ap99 / bp99 if ap99 and bp99 else None})
+                       "ratio_arrival_p99": ap99 / bp99 if ap99 and bp99 else None,
+                       "ratio_one_worker_window_p99": op99 / bp99 if op99 and bp99 else None})
     last = (rounds[-1]["nstorm"].get("constraint") or {}).get("last") or {}
     ratio = _med([x["ratio_window_p99"] for x in rounds])
-    return {"peak": pk, "rate_sentences_per_sec": rate, "bound_ms": BYTEWAX_BOUND_MS, "rounds": rounds,
+
+    def med(run: str, *keys: str) -> float | None:
+        values = []
+        for x in rounds:
+            v: Any = x[run]
+            for k in keys:
+                v = v.get(k) if isinstance(v, dict) else None
+            values.append(v)
+        return _med(values)
+
+    return {"peak": pk, "rate_sentences_per_sec": rate, "bound_ms": args.bytewax_bound_ms, "rounds": rounds,
             "median": {"bytewax_p99_ms": _med([x["bytewax"].get("latency_p99_ms") for x in rounds]),
                        "nstorm_window_p99_ms": _med([((x["nstorm"].get("constraint") or {}).get("window_p99_ms")
                                                       or {}).get("median") for x in rounds]),
@@ -566,7 +590,13 @@ def bytewax(args: argparse.Namespace, log: Console) -> dict[str, Any]:
                                                       for x in rounds]),
                        "ratio_window_p99": ratio, "ratio_arrival_p99": _med([x["ratio_arrival_p99"] for x in rounds]),
                        "nstorm_no_constraint_arrival_p99_ms": _med([(x["nstorm_no_constraint"].get("arrival_ms") or {})
-                                                                    .get("p99") for x in rounds])},
+                                                                    .get("p99") for x in rounds]),
+                       "nstorm_one_worker_window_p99_ms": med("nstorm_one_worker", "constraint", "window_p99_ms",
+                                                              "median"),
+                       "nstorm_one_worker_arrival_p99_ms": med("nstorm_one_worker", "arrival_ms", "p99"),
+                       "ratio_one_worker_window_p99": _med([x["ratio_one_worker_window_p99"] for x in rounds]),
+                       "cpu_us_per_word": {k: med(k, "cpu_us_per_word") for k in
+                                           ("nstorm", "nstorm_no_constraint", "nstorm_one_worker")}},
             "bounded_by": _dominant(last.get("parts_ms")), "parts_ms": last.get("parts_ms"),
             "gil_switch_interval_ms": _gil_interval(args.conf),
             "goals": {"nstorm p99 <= bytewax p99 (window p99s)": None if ratio is None else ratio <= 1}}
@@ -736,6 +766,14 @@ def render(results: dict[str, Any], args: argparse.Namespace) -> list[Table]:
                       "")
             t.add_row("bytewax", "nstorm without a constraint at that rate (reference): arrival p99, ms",
                       _ms(m.get("nstorm_no_constraint_arrival_p99_ms")), "")
+            t.add_row("bytewax", "nstorm in one worker, one executor a component, same constraint (reference): "
+                                 "window p99 / arrival p99, ms; / bytewax p99 (window)",
+                      f"{_ms(m.get('nstorm_one_worker_window_p99_ms'))} / {_ms(m.get('nstorm_one_worker_arrival_p99_ms'))}"
+                      f"; {_f2(m.get('ratio_one_worker_window_p99'))}", "")
+            cpu = m.get("cpu_us_per_word") or {}
+            t.add_row("bytewax", "nstorm CPU µs a word: constraint / none / one worker",
+                      f"{_f2(cpu.get('nstorm'))} / {_f2(cpu.get('nstorm_no_constraint'))} / "
+                      f"{_f2(cpu.get('nstorm_one_worker'))}", "")
             t.add_row("bytewax", "nstorm / bytewax p99 (window; arrival)",
                       f"{_f2(m['ratio_window_p99'])}; {_f2(m['ratio_arrival_p99'])}", f"<= 1: {_met(b['goals'], 0)}")
             t.add_row("bytewax", "what bounds nstorm's (largest mean part, last window)", b.get("bounded_by") or "-",
