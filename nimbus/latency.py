@@ -33,6 +33,7 @@ from nstorm.constraints import LatencyConstraint, constraints_of
 from nstorm.moves import recently_moved
 from nstorm.plan import Plan
 from nstorm.qospolicy import (
+    BUSY_CORES,
     ConstraintState,
     Decision,
     PathWindow,
@@ -102,6 +103,15 @@ def _executor_cpu(beats: Mapping[str, Any]) -> dict[str, float]:
     """Executor id -> the cores its thread used over the last metrics interval."""
     return {eid: float(c["cpu"]) for beat in beats.values() for eid, c in beat.executors.items()
             if isinstance(c, Mapping) and isinstance(c.get("cpu"), (int, float))}
+
+
+def _busy(plan: Plan | None, path: Sequence[str], beats: Mapping[str, Any]) -> bool:
+    """True if a worker that runs an executor of ``path`` uses :data:`BUSY_CORES` of a core or more
+    (its process, over the last metrics interval), or the plan is not known."""
+    if plan is None:
+        return True
+    workers = {w for e, w in plan.executors.items() if e.rpartition(":")[0] in path}
+    return any(float(beats[w].cpu) >= BUSY_CORES for w in workers if w in beats)
 
 
 def _chain_options(definition: Mapping[str, Any], plan: Plan, path: Sequence[str],
@@ -203,8 +213,8 @@ class LatencyController:
             win = path_window(c.path, c.name, window)
             t.last = win if win.p99_ms is not None else t.last
             chainable, hot = _chain_options(topo["definition"], plan, c.path, cpu) if plan else ([], [])
-            step = decide(c.path, c.p99_ms, win, t.state, tuning, base, c.moves or moves_ok, chainable, hot) \
-                if not acted else None
+            step = decide(c.path, c.p99_ms, win, t.state, tuning, base, c.moves or moves_ok, chainable, hot,
+                          _busy(plan, c.path, beats)) if not acted else None
             if step is not None and not control:
                 continue  # measured and reported, never acted on (topology.latency.control=false)
             if step is None or plan is None:

@@ -29,7 +29,11 @@ window at most:
   :data:`HELD_WINDOWS` windows; so is **a shrink that did not help** (the next judged window
   broken and its p99 not under :data:`HELPED` times that one): smaller batches cost CPU (a
   message and a wake-up each), and a step that buys no latency is not worth it (at half of word
-  count's peak, 5 -> 2.5 ms cost 6-12% more CPU a word for one bucket of p99 at most).
+  count's peak, 5 -> 2.5 ms cost 6-12% more CPU a word for one bucket of p99 at most). That CPU
+  is spared only where it is short: while every worker of the path uses under
+  :data:`BUSY_CORES` of a core, a shrink that made p99 no worse stays, so that the next window can
+  shrink the next channel (where two channels hold about the same wait, halving one alone moves
+  p99 by less than a bucket).
 - otherwise nothing. A window right after an action is not judged (it mixes both sizes).
 """
 
@@ -41,12 +45,13 @@ from typing import Any
 
 from nstorm import latency
 
-__all__ = ["FLOOR_MS", "SLACK_SHARE", "SLACK_WINDOWS", "Decision", "PathWindow", "ConstraintState", "decide",
+__all__ = ["BUSY_CORES", "FLOOR_MS", "SLACK_SHARE", "SLACK_WINDOWS", "Decision", "PathWindow", "ConstraintState", "decide",
            "mean_secs", "path_window", "status_entry"]
 
 FLOOR_MS = 0.5  # the smallest output-buffer bound the controller sets
 WORSE = 1.1  # a buffer step after which p99 grew by more than this factor is undone
 HELPED = 0.95  # a shrink after which p99 did not fall under this factor is undone (a bucket is 10%)
+BUSY_CORES = 0.7  # ... if a worker of the path uses this much of a core (its process); else it stays
 HELD_WINDOWS = 8  # windows an undone step's channel is left alone
 # Buffers shrink only while tuples wait this many times longer in them than in queues: smaller
 # batches cost the receivers CPU (a message and a wake-up each), and where queues wait about as
@@ -166,11 +171,12 @@ def _grown(tuning: Mapping[str, Mapping[str, float]], channel: str, bound_ms: fl
 
 def decide(path: Sequence[str], bound_ms: float, win: PathWindow, state: ConstraintState,
            tuning: Mapping[str, Mapping[str, float]], base_latency_ms: float, moves: bool,
-           chainable: Sequence[str] = (), hot: Sequence[str] = ()) -> Decision | None:
+           chainable: Sequence[str] = (), hot: Sequence[str] = (), busy: bool = True) -> Decision | None:
     """Judge one window (updating ``state``) and return the step to take, if any.
 
     ``chainable``: channels of the path that could be chained now (pointwise, co-located, their
-    hosts not busy); ``hot``: chained channels whose host thread saturates a core.
+    hosts not busy); ``hot``: chained channels whose host thread saturates a core; ``busy``: a
+    worker of the path uses :data:`BUSY_CORES` of a core or more.
     """
     if hot and win.p99_ms is None:  # no sample came through, but a saturated chain is undone anyway
         state.skip = 1
@@ -192,7 +198,7 @@ def decide(path: Sequence[str], bound_ms: float, win: PathWindow, state: Constra
     undo, state.undo = state.undo, None
     worse = win.p99_ms > WORSE * state.undo_p99
     shrank = state.direction.get(state.undo_channel, 0) < 0  # the step bought latency with CPU
-    useless = shrank and win.p99_ms > HELPED * state.undo_p99
+    useless = shrank and busy and win.p99_ms > HELPED * state.undo_p99
     if undo is not None and not met and (worse or useless):
         ch = state.undo_channel
         windows = _hold(state, ch)
@@ -262,7 +268,7 @@ def decide(path: Sequence[str], bound_ms: float, win: PathWindow, state: Constra
         ch = max(win.queue_ms, key=lambda c: win.queue_ms[c])
         state.skip = state.backoff
         state.backoff = min(MAX_BACKOFF, state.backoff * 2)
-        return Decision("move", f"p99 {win.p99_ms:g} ms over {bound_ms:g} ms with the buffers at their floor: "
+        return Decision("move", f"p99 {win.p99_ms:g} ms over {bound_ms:g} ms with no buffer step left to take: "
                                 f"keep {ch} in one worker (queue wait {win.queue_ms[ch]:g} ms)", channel=ch)
     state.warning = f"p99 {win.p99_ms:g} ms over {bound_ms:g} ms: {where} dominates"
     state.skip = state.backoff

@@ -219,6 +219,25 @@ def test_a_shrink_that_did_not_help_is_undone_and_its_channel_left_alone() -> No
     assert ("buffer", "split>count") not in kinds, kinds  # left alone while held
 
 
+def test_with_cpu_to_spare_a_shrink_that_did_not_help_stays_and_the_next_channel_shrinks() -> None:
+    """Two channels that hold about the same wait: halving one moves p99 by less than a bucket. With
+    no worker of the path busy, that step stays and the next window halves the other one; one that
+    made p99 worse still goes back."""
+    waits = {"sentences>split": 2.0, "split>count": 2.2}
+    win = path_window(PATH, "sentences>split>count", _window([20.0] * 100, waits))
+    state = ConstraintState()
+    step = decide(PATH, 10.0, win, state, {}, 5.0, moves=False, busy=False)
+    assert step is not None and step.tuning == {"split>count": {"latency_ms": 2.5}}
+    assert decide(PATH, 10.0, win, state, step.tuning, 5.0, moves=False, busy=False) is None
+    after = path_window(PATH, "sentences>split>count", _window([20.0] * 100, {**waits, "split>count": 1.1}))
+    nxt = decide(PATH, 10.0, after, state, step.tuning, 5.0, moves=False, busy=False)
+    assert nxt is not None and nxt.tuning == {"split>count": {"latency_ms": 2.5}, "sentences>split": {"latency_ms": 2.5}}
+    assert decide(PATH, 10.0, after, state, nxt.tuning, 5.0, moves=False, busy=False) is None
+    worse = path_window(PATH, "sentences>split>count", _window([30.0] * 100, {"sentences>split": 1.0, "split>count": 1.1}))
+    undo = decide(PATH, 10.0, worse, state, nxt.tuning, 5.0, moves=False, busy=False)
+    assert undo is not None and undo.tuning == {"split>count": {"latency_ms": 2.5}} and "worse" in undo.detail
+
+
 def test_a_grow_step_is_not_undone_for_not_lowering_p99() -> None:
     """Growing a buffer back (queues dominate: the receivers are short of CPU) saves CPU; it is
     undone only if p99 got worse."""
