@@ -13,7 +13,8 @@ window at most:
 - **violated** (p99 over the bound): chain a channel of the path that may be chained (a
   pointwise channel inside one worker, :mod:`nstorm.chaining`), the one that waits longest;
   else, when tuples wait :data:`BUFFERS_DOMINATE` times longer in output buffers than in
-  queues, shrink the output buffers
+  queues (or at all, while every worker of the path uses under :data:`BUSY_CORES` of a core: a
+  queue wait is then a wake-up, not a receiver short of CPU), shrink the output buffers
   of the channel whose buffer wait is the largest, halving its latency bound (down to
   :data:`FLOOR_MS`); a smaller bound means smaller batches that leave sooner. When they wait
   longer in queues, the receivers are short of CPU and smaller batches (a message and a
@@ -244,7 +245,7 @@ def decide(path: Sequence[str], bound_ms: float, win: PathWindow, state: Constra
     buffered, queued = sum(win.buffer_ms.values()), sum(win.queue_ms.values())
     shrinkable = sorted((ch for ch in channels if current[ch] > FLOOR_MS and ch not in state.held),
                         key=lambda c: -win.buffer_ms.get(c, 0.0))
-    if shrinkable and buffered > 0 and buffered >= BUFFERS_DOMINATE * queued:
+    if shrinkable and buffered > 0 and (buffered >= BUFFERS_DOMINATE * queued or not busy):
         ch = shrinkable[0]
         smaller = round(max(FLOOR_MS, current[ch] / 2), 3)
         new = {k: dict(v) for k, v in tuning.items()}
@@ -254,7 +255,7 @@ def decide(path: Sequence[str], bound_ms: float, win: PathWindow, state: Constra
         return Decision("buffer", f"{ch}: buffer bound {current[ch]:g} -> {smaller:g} ms (p99 {win.p99_ms:g} ms "
                                   f"over {bound_ms:g} ms; buffer wait {win.buffer_ms.get(ch, 0):g} ms)", new, ch)
     tuned = [ch for ch in channels if current[ch] < base_latency_ms and ch not in state.held]
-    if queued > buffered and tuned:
+    if queued > buffered and tuned and busy:
         # Tuples wait in queues, for a receiver short of CPU: smaller batches would cost it more
         # (a message and a wake-up each), so a buffer this controller shrank grows back.
         ch = min(tuned, key=lambda c: current[c])

@@ -238,6 +238,16 @@ def test_with_cpu_to_spare_a_shrink_that_did_not_help_stays_and_the_next_channel
     assert undo is not None and undo.tuning == {"split>count": {"latency_ms": 2.5}} and "worse" in undo.detail
 
 
+def test_with_cpu_to_spare_queue_waits_do_not_stop_a_shrink_nor_grow_a_buffer_back() -> None:
+    tuning = {"split>count": {"latency_ms": 2.5}}
+    win = PathWindow(20.0, 100, {"sentences>split": 0.5, "split>count": 0.6}, {"sentences>split": 0.6, "split>count": 0.7},
+                     {"split": 0.1, "count": 0.1})
+    busy = decide(PATH, 10.0, win, ConstraintState(), tuning, 5.0, moves=False)
+    assert busy is not None and busy.kind == "buffer" and "short of CPU" in busy.detail  # grown back
+    spare = decide(PATH, 10.0, win, ConstraintState(), tuning, 5.0, moves=False, busy=False)
+    assert spare is not None and spare.tuning == {"split>count": {"latency_ms": 1.25}}
+
+
 def test_a_grow_step_is_not_undone_for_not_lowering_p99() -> None:
     """Growing a buffer back (queues dominate: the receivers are short of CPU) saves CPU; it is
     undone only if p99 got worse."""
