@@ -106,12 +106,15 @@ def _executor_cpu(beats: Mapping[str, Any]) -> dict[str, float]:
 
 
 def _busy(plan: Plan | None, path: Sequence[str], beats: Mapping[str, Any]) -> bool:
-    """True if a worker that runs an executor of ``path`` uses :data:`BUSY_CORES` of a core or more
-    (its process, over the last metrics interval), or the plan is not known."""
+    """False only if ``path`` runs in one worker that uses under :data:`BUSY_CORES` of a core (its
+    process, over the last metrics interval): its queue waits are then thread wake-ups, not a
+    receiver short of CPU. Across workers a queue wait holds the wire and the receiving
+    process's threads, and there the rules that spare CPU measured better (docs/benchmarks.md,
+    session 17)."""
     if plan is None:
         return True
     workers = {w for e, w in plan.executors.items() if e.rpartition(":")[0] in path}
-    return any(float(beats[w].cpu) >= BUSY_CORES for w in workers if w in beats)
+    return len(workers) != 1 or any(float(beats[w].cpu) >= BUSY_CORES for w in workers if w in beats)
 
 
 def _chain_options(definition: Mapping[str, Any], plan: Plan, path: Sequence[str],

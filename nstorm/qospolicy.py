@@ -13,8 +13,8 @@ window at most:
 - **violated** (p99 over the bound): chain a channel of the path that may be chained (a
   pointwise channel inside one worker, :mod:`nstorm.chaining`), the one that waits longest;
   else, when tuples wait :data:`BUFFERS_DOMINATE` times longer in output buffers than in
-  queues (or at all, while every worker of the path uses under :data:`BUSY_CORES` of a core: a
-  queue wait is then a wake-up, not a receiver short of CPU), shrink the output buffers
+  queues (or at all, while the path runs in one worker that uses under :data:`BUSY_CORES` of a
+  core: a queue wait is then a wake-up, not a receiver short of CPU), shrink the output buffers
   of the channel whose buffer wait is the largest, halving its latency bound (down to
   :data:`FLOOR_MS`); a smaller bound means smaller batches that leave sooner. When they wait
   longer in queues, the receivers are short of CPU and smaller batches (a message and a
@@ -31,7 +31,7 @@ window at most:
   broken and its p99 not under :data:`HELPED` times that one): smaller batches cost CPU (a
   message and a wake-up each), and a step that buys no latency is not worth it (at half of word
   count's peak, 5 -> 2.5 ms cost 6-12% more CPU a word for one bucket of p99 at most). That CPU
-  is spared only where it is short: while every worker of the path uses under
+  is spared only where it may be short: while the path runs in one worker that uses under
   :data:`BUSY_CORES` of a core, a shrink that made p99 no worse stays, so that the next window can
   shrink the next channel (where two channels hold about the same wait, halving one alone moves
   p99 by less than a bucket).
@@ -52,7 +52,7 @@ __all__ = ["BUSY_CORES", "FLOOR_MS", "SLACK_SHARE", "SLACK_WINDOWS", "Decision",
 FLOOR_MS = 0.5  # the smallest output-buffer bound the controller sets
 WORSE = 1.1  # a buffer step after which p99 grew by more than this factor is undone
 HELPED = 0.95  # a shrink after which p99 did not fall under this factor is undone (a bucket is 10%)
-BUSY_CORES = 0.7  # ... if a worker of the path uses this much of a core (its process); else it stays
+BUSY_CORES = 0.7  # ... unless the path runs in one worker using less of a core than this (its process)
 HELD_WINDOWS = 8  # windows an undone step's channel is left alone
 # Buffers shrink only while tuples wait this many times longer in them than in queues: smaller
 # batches cost the receivers CPU (a message and a wake-up each), and where queues wait about as
@@ -176,8 +176,8 @@ def decide(path: Sequence[str], bound_ms: float, win: PathWindow, state: Constra
     """Judge one window (updating ``state``) and return the step to take, if any.
 
     ``chainable``: channels of the path that could be chained now (pointwise, co-located, their
-    hosts not busy); ``hot``: chained channels whose host thread saturates a core; ``busy``: a
-    worker of the path uses :data:`BUSY_CORES` of a core or more.
+    hosts not busy); ``hot``: chained channels whose host thread saturates a core; ``busy``: CPU
+    may be short (False only for a path in one worker that uses under :data:`BUSY_CORES`).
     """
     if hot and win.p99_ms is None:  # no sample came through, but a saturated chain is undone anyway
         state.skip = 1

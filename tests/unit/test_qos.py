@@ -248,6 +248,21 @@ def test_with_cpu_to_spare_queue_waits_do_not_stop_a_shrink_nor_grow_a_buffer_ba
     assert spare is not None and spare.tuning == {"split>count": {"latency_ms": 1.25}}
 
 
+def test_cpu_counts_as_spare_only_for_a_path_in_one_worker_under_the_mark() -> None:
+    from nimbus.latency import _busy
+    from nstorm.qospolicy import BUSY_CORES
+
+    a, b = Slot("n1", "127.0.0.1", 6700, 7700), Slot("n2", "127.0.0.1", 6701, 7701)
+    one = {"sentences:0": a.worker_id, "split:0": a.worker_id, "count:0": a.worker_id, "__acker:0": b.worker_id}
+    plan = Plan.first("t", sorted(one), one, [a, b], code_sha256="x")
+    light = {a.worker_id: SimpleNamespace(cpu=BUSY_CORES - 0.1), b.worker_id: SimpleNamespace(cpu=0.9)}
+    assert not _busy(plan, PATH, light)  # the acker's worker is not the path's
+    assert _busy(plan, PATH, {**light, a.worker_id: SimpleNamespace(cpu=BUSY_CORES)})
+    two = plan.replace(executors={**one, "count:0": b.worker_id})
+    assert _busy(two, PATH, {a.worker_id: SimpleNamespace(cpu=0.1), b.worker_id: SimpleNamespace(cpu=0.1)})
+    assert _busy(None, PATH, light)
+
+
 def test_a_grow_step_is_not_undone_for_not_lowering_p99() -> None:
     """Growing a buffer back (queues dominate: the receivers are short of CPU) saves CPU; it is
     undone only if p99 got worse."""
