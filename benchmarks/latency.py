@@ -340,6 +340,17 @@ def _med(values: list[float | None]) -> float | None:
     return statistics.median(good) if good else None
 
 
+def _dig(d: Any, *keys: str) -> Any:
+    """``d[k1][k2]...``, None where a level is missing or not a mapping (a run that failed)."""
+    for k in keys:
+        d = d.get(k) if isinstance(d, dict) else None
+    return d
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a and b else None
+
+
 # ---- the parts ------------------------------------------------------------------------------
 
 def peak(args: argparse.Namespace, log: Console, out: dict[str, Any]) -> float:
@@ -562,39 +573,27 @@ def bytewax(args: argparse.Namespace, log: Console) -> dict[str, Any]:
                        f"p99 {args.bytewax_bound_ms:g} ms (reference), round {r + 1}",
                        lambda: run_nstorm({**ONE_WORKER, "wordcount.rate": rate, **args.conf, **bound},
                                           args.warmup, args.duration), log)
-        c = n.get("constraint") or {}
         bp99 = b.get("latency_p99_ms")
-        wp99, ap99 = (c.get("window_p99_ms") or {}).get("median"), (n.get("arrival_ms") or {}).get("p99")
-        op99 = ((one.get("constraint") or {}).get("window_p99_ms") or {}).get("median")
         rounds.append({"bytewax": b, "nstorm": n, "nstorm_no_constraint": plain, "nstorm_one_worker": one,
-                       "ratio_window_p99": wp99 / bp99 if wp99 and bp99 else None,
-                       "ratio_arrival_p99": ap99 / bp99 if ap99 and bp99 else None,
-                       "ratio_one_worker_window_p99": op99 / bp99 if op99 and bp99 else None})
-    last = (rounds[-1]["nstorm"].get("constraint") or {}).get("last") or {}
-    ratio = _med([x["ratio_window_p99"] for x in rounds])
+                       "ratio_window_p99": _ratio(_dig(n, "constraint", "window_p99_ms", "median"), bp99),
+                       "ratio_arrival_p99": _ratio(_dig(n, "arrival_ms", "p99"), bp99),
+                       "ratio_one_worker_window_p99": _ratio(_dig(one, "constraint", "window_p99_ms", "median"), bp99)})
+    last = _dig(rounds[-1], "nstorm", "constraint", "last") or {}
 
-    def med(run: str, *keys: str) -> float | None:
-        values = []
-        for x in rounds:
-            v: Any = x[run]
-            for k in keys:
-                v = v.get(k) if isinstance(v, dict) else None
-            values.append(v)
-        return _med(values)
+    def med(*keys: str) -> float | None:
+        return _med([_dig(x, *keys) for x in rounds])
 
+    ratio = med("ratio_window_p99")
     return {"peak": pk, "rate_sentences_per_sec": rate, "bound_ms": args.bytewax_bound_ms, "rounds": rounds,
-            "median": {"bytewax_p99_ms": _med([x["bytewax"].get("latency_p99_ms") for x in rounds]),
-                       "nstorm_window_p99_ms": _med([((x["nstorm"].get("constraint") or {}).get("window_p99_ms")
-                                                      or {}).get("median") for x in rounds]),
-                       "nstorm_arrival_p99_ms": _med([(x["nstorm"].get("arrival_ms") or {}).get("p99")
-                                                      for x in rounds]),
-                       "ratio_window_p99": ratio, "ratio_arrival_p99": _med([x["ratio_arrival_p99"] for x in rounds]),
-                       "nstorm_no_constraint_arrival_p99_ms": _med([(x["nstorm_no_constraint"].get("arrival_ms") or {})
-                                                                    .get("p99") for x in rounds]),
+            "median": {"bytewax_p99_ms": med("bytewax", "latency_p99_ms"),
+                       "nstorm_window_p99_ms": med("nstorm", "constraint", "window_p99_ms", "median"),
+                       "nstorm_arrival_p99_ms": med("nstorm", "arrival_ms", "p99"),
+                       "ratio_window_p99": ratio, "ratio_arrival_p99": med("ratio_arrival_p99"),
+                       "nstorm_no_constraint_arrival_p99_ms": med("nstorm_no_constraint", "arrival_ms", "p99"),
                        "nstorm_one_worker_window_p99_ms": med("nstorm_one_worker", "constraint", "window_p99_ms",
                                                               "median"),
                        "nstorm_one_worker_arrival_p99_ms": med("nstorm_one_worker", "arrival_ms", "p99"),
-                       "ratio_one_worker_window_p99": _med([x["ratio_one_worker_window_p99"] for x in rounds]),
+                       "ratio_one_worker_window_p99": med("ratio_one_worker_window_p99"),
                        "cpu_us_per_word": {k: med(k, "cpu_us_per_word") for k in
                                            ("nstorm", "nstorm_no_constraint", "nstorm_one_worker")}},
             "bounded_by": _dominant(last.get("parts_ms")), "parts_ms": last.get("parts_ms"),

@@ -217,7 +217,7 @@ class LatencyController:
             t.last = win if win.p99_ms is not None else t.last
             chainable, hot = _chain_options(topo["definition"], plan, c.path, cpu) if plan else ([], [])
             step = decide(c.path, c.p99_ms, win, t.state, tuning, base, c.moves or moves_ok, chainable, hot,
-                          _busy(plan, c.path, beats)) if not acted else None
+                          busy=_busy(plan, c.path, beats)) if not acted else None
             if step is not None and not control:
                 continue  # measured and reported, never acted on (topology.latency.control=false)
             if step is None or plan is None:
