@@ -29,7 +29,8 @@ acking on) on a fresh local cluster of real processes per run (ZooKeeper, Nimbus
    wait per channel, processing per component) of the last window: what bounds it. For
    reference, in each round: nstorm without a constraint at that rate, and nstorm sized like
    bytewax's one process (one worker, one spout, split and count executor) with the same
-   constraint. Goal: ratio <= 1.
+   constraint. Goal: ratio <= 1. For A/B runs of the controller, ``--bytewax-rate`` gives the rate
+   (bytewax's peak is then not measured) and ``--bytewax-shapes`` leaves out a deployment.
 3. **bursty**: the spouts' rate steps 10% -> 70% of nstorm's peak every ``--bursty-step`` s
    (``wordcount.rate.schedule``, cycled from the spouts' open), a constraint ``p99_ms=10,
    window_secs=1``; the static configuration (``topology.latency.control=false``: measured, never
@@ -94,6 +95,7 @@ PATH = ["sentences", "split", "count"]
 NAME = "wordcount"
 HALF_BOUND_MS, HALF_WINDOW = 5.0, 5
 BYTEWAX_BOUND_MS, BYTEWAX_WINDOW = 2.0, 2
+SHAPES = ("two", "one")  # bytewax: the default two workers (with and without a constraint), ONE_WORKER
 # bytewax's shape: one process, one executor a component (the rate is then one spout's)
 ONE_WORKER = {"topology.workers": 1, "wordcount.workers": 1, "wordcount.spouts": 1, "wordcount.splits": 1,
               "wordcount.counts": 1}
@@ -120,6 +122,10 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--bytewax-rounds", type=int, default=1, help="bytewax: rounds of bytewax then nstorm")
     parser.add_argument("--bytewax-bound-ms", type=float, default=BYTEWAX_BOUND_MS,
                         help="bytewax: nstorm's constraint p99_ms at bytewax's peak rate")
+    parser.add_argument("--bytewax-rate", type=float, default=0.0,
+                        help="bytewax: run at this many sentences/s instead of bytewax's measured peak (A/B runs)")
+    parser.add_argument("--bytewax-shapes", default=",".join(SHAPES),
+                        help=f"bytewax: nstorm's deployments to run, comma-separated: {','.join(SHAPES)}")
     parser.add_argument("--bursty-rounds", type=int, default=2, help="bursty: interleaved rounds of static, controller")
     parser.add_argument("--bursty-step", type=float, default=20.0, help="bursty: seconds at each rate")
     parser.add_argument("--bursty-warmup", type=float, default=40.0, help="bursty: time before the window, s")
@@ -146,8 +152,13 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--buffers-share must be in (0, 1]")
     if min(args.duration, args.peak_duration, args.bursty_duration, args.bursty_step) <= 0:
         parser.error("durations and --bursty-step must be > 0")
-    if min(args.warmup, args.baseline_warmup, args.peak_warmup, args.bursty_warmup, args.peak_rate) < 0:
-        parser.error("warm-ups and --peak-rate must be >= 0")
+    if min(args.warmup, args.baseline_warmup, args.peak_warmup, args.bursty_warmup, args.peak_rate,
+           args.bytewax_rate) < 0:
+        parser.error("warm-ups, --peak-rate and --bytewax-rate must be >= 0")
+    shapes = [s.strip() for s in args.bytewax_shapes.split(",") if s.strip()]
+    if not shapes or set(shapes) - set(SHAPES):
+        parser.error(f"--bytewax-shapes takes some of {','.join(SHAPES)}, got {args.bytewax_shapes!r}")
+    args.bytewax_shapes = shapes
     from nstorm.config import parse_conf_options
     from nstorm.errors import ConfigError
 
@@ -554,8 +565,11 @@ def bytewax(args: argparse.Namespace, log: Console) -> dict[str, Any]:
 
     if why := bw.available():
         return {"error": why}
-    pk = _guarded("bytewax (1 proc) peak", lambda: _bytewax_run(0.0, args.peak_warmup, args.peak_duration), log)
-    rate = round(pk.get("sentences_per_sec") or 0.0, -1)
+    if args.bytewax_rate:
+        pk: dict[str, Any] = {"given": args.bytewax_rate}
+    else:
+        pk = _guarded("bytewax (1 proc) peak", lambda: _bytewax_run(0.0, args.peak_warmup, args.peak_duration), log)
+    rate = round(args.bytewax_rate or pk.get("sentences_per_sec") or 0.0, -1)
     if not rate:
         return {"peak": pk, "error": "bytewax's peak was not measured"}
     rounds = []
@@ -563,16 +577,17 @@ def bytewax(args: argparse.Namespace, log: Console) -> dict[str, Any]:
     for r in range(args.bytewax_rounds):
         b = _guarded(f"bytewax (1 proc) at {rate:,.0f} sentences/s, round {r + 1}",
                      lambda: _bytewax_run(rate, args.peak_warmup, args.duration), log)
-        n = _guarded(f"nstorm at {rate:,.0f} sentences/s, constraint p99 {args.bytewax_bound_ms:g} ms, round {r + 1}",
-                     lambda: run_nstorm({"wordcount.rate": rate / STREAMS, **args.conf, **bound},
-                                        args.warmup, args.duration), log)
-        plain = _guarded(f"nstorm at {rate:,.0f} sentences/s, no constraint (reference), round {r + 1}",
-                         lambda: run_nstorm({"wordcount.rate": rate / STREAMS, **args.conf},
-                                            args.baseline_warmup, args.duration), log)
-        one = _guarded(f"nstorm in one worker, one executor a component, at {rate:,.0f} sentences/s, constraint "
+        two, one = "two" in args.bytewax_shapes, "one" in args.bytewax_shapes
+        n = two and _guarded(f"nstorm at {rate:,.0f} sentences/s, constraint p99 {args.bytewax_bound_ms:g} ms, "
+                             f"round {r + 1}", lambda: run_nstorm({"wordcount.rate": rate / STREAMS, **args.conf,
+                                                                   **bound}, args.warmup, args.duration), log) or {}
+        plain = two and _guarded(f"nstorm at {rate:,.0f} sentences/s, no constraint (reference), round {r + 1}",
+                                 lambda: run_nstorm({"wordcount.rate": rate / STREAMS, **args.conf},
+                                                    args.baseline_warmup, args.duration), log) or {}
+        one = one and _guarded(f"nstorm in one worker, one executor a component, at {rate:,.0f} sentences/s, constraint "
                        f"p99 {args.bytewax_bound_ms:g} ms (reference), round {r + 1}",
                        lambda: run_nstorm({**ONE_WORKER, "wordcount.rate": rate, **args.conf, **bound},
-                                          args.warmup, args.duration), log)
+                                          args.warmup, args.duration), log) or {}
         bp99 = b.get("latency_p99_ms")
         rounds.append({"bytewax": b, "nstorm": n, "nstorm_no_constraint": plain, "nstorm_one_worker": one,
                        "ratio_window_p99": _ratio(_dig(n, "constraint", "window_p99_ms", "median"), bp99),

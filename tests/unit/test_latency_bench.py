@@ -22,11 +22,18 @@ def test_only_selects_parts_in_their_order() -> None:
 @pytest.mark.parametrize("argv", [["--only", "nope"], ["--rounds", "0"], ["--duration", "0"], ["--warmup", "-1"],
                                   ["--buffers-rounds", "0"], ["--buffers-share", "0"], ["--buffers-share", "1.5"],
                                   ["--only", "compare"], ["--only", "compare", "--compare", "novalue"],
-                                  ["--only", "compare", "--compare", "a=1", "--compare-rounds", "0"]])
+                                  ["--only", "compare", "--compare", "a=1", "--compare-rounds", "0"],
+                                  ["--bytewax-rate", "-1"], ["--bytewax-shapes", "three"], ["--bytewax-shapes", ","]])
 def test_bad_options_exit_2(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         _parse_args(argv)
     assert exc.value.code == 2
+
+
+def test_bytewax_shapes_and_a_given_rate() -> None:
+    args = _parse_args(["--only", "bytewax", "--bytewax-shapes", "one", "--bytewax-rate", "90000"])
+    assert (args.bytewax_shapes, args.bytewax_rate) == (["one"], 90000.0)
+    assert _parse_args(["--only", "bytewax"]).bytewax_shapes == ["two", "one"]
 
 
 def test_compare_reads_its_settings_as_submit_does() -> None:
