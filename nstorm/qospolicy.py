@@ -34,7 +34,8 @@ window at most:
   is spared only where it may be short: while the path runs in one worker that uses under
   :data:`BUSY_CORES` of a core, a shrink that made p99 no worse stays, so that the next window can
   shrink the next channel (where two channels hold about the same wait, halving one alone moves
-  p99 by less than a bucket).
+  p99 by less than a bucket), and a step is undone only when two judged windows in a row say so
+  (one 2-s window's p99 jumps 2-3x now and then, whatever the buffers are).
 - otherwise nothing. A window right after an action is not judged (it mixes both sizes).
 """
 
@@ -121,6 +122,7 @@ class ConstraintState:
     held: dict[str, int] = field(default_factory=dict)  # channel -> windows it is left alone (undone)
     direction: dict[str, int] = field(default_factory=dict)  # channel -> its last step while broken: -1 shrink, +1 grow
     holds: dict[str, int] = field(default_factory=dict)  # channel -> times it was held (each hold lasts longer)
+    doubted: bool = False  # the last step's first judged window said undo; a second one must agree
 
 
 @dataclass
@@ -201,6 +203,13 @@ def decide(path: Sequence[str], bound_ms: float, win: PathWindow, state: Constra
     shrank = state.direction.get(state.undo_channel, 0) < 0  # the step bought latency with CPU
     useless = shrank and busy and win.p99_ms > HELPED * state.undo_p99
     if undo is not None and not met and (worse or useless):
+        if not busy and not hot and not state.doubted:
+            # CPU to spare: one 2-s window's p99 jumps 2-3x now and then whatever the buffers are,
+            # so the step is judged again on the next window before it is undone.
+            state.doubted = True
+            state.undo = undo
+            return None
+        state.doubted = False
         ch = state.undo_channel
         windows = _hold(state, ch)
         state.skip = 1
@@ -212,6 +221,7 @@ def decide(path: Sequence[str], bound_ms: float, win: PathWindow, state: Constra
         why = "worse" if worse else "no better: smaller batches cost CPU for nothing"
         return Decision("buffer", f"{ch}: the last step undone (p99 {state.undo_p99:g} -> {win.p99_ms:g} ms, "
                                   f"{why}); left alone for {windows} windows", new, ch)
+    state.doubted = False
     if hot:  # a chain that saturates its thread costs throughput: undone whatever the bound says
         state.skip = 1
         windows = _hold(state, hot[0])
