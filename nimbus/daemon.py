@@ -40,9 +40,9 @@ from nimbus.rebalance import (
 )
 from nimbus.scheduler import EvenScheduler, Scheduler
 from nimbus.watchdog import StallWatchdog
-from nstorm.chaining import kept_chains
+from nstorm.chaining import every_pointwise_pair, kept_chains
 from nstorm.clusterstate import ClusterState
-from nstorm.config import merge_conf
+from nstorm.config import flag, merge_conf
 from nstorm.moves import MODES, RebalanceError, validate_moves
 from nstorm.plan import Plan, PlanError, Slot, interleave_slots
 from nstorm.records import MigrationRecord, MoveMode, TopologyStatus
@@ -169,6 +169,8 @@ class Nimbus:
                 return
             first = first.replace(status=desired, code_sha256=topo["code_sha256"], updated_at=time.time(),
                                   submission=topo.get("submission"))
+            if flag(conf, "topology.chaining"):
+                first = first.replace(chains=every_pointwise_pair(topo["definition"], first))
             try:
                 self.zk.create(self.paths.assignment(name), encode(first.to_json()), makepath=True)
             except NodeExistsError:

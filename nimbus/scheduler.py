@@ -1,5 +1,8 @@
 """Allocation plans: Storm's even (round-robin) scheduler and repair after a node loss.
 
+The even scheduler deals out units, not executors: a ``local_or_shuffle`` channel's two ends
+are one unit (:func:`local_units`), so that the channel stays in one process and can be chained.
+
 Plans are :class:`nstorm.plan.Plan` s. The functions here are pure so that they can be tested
 without a cluster; the :class:`Scheduler` interface is what OTD (``scheduler_otd``) implements too.
 """
@@ -11,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from nstorm.plan import Plan, Slot, interleave_slots
-from nstorm.topology import ACKER
+from nstorm.topology import ACKER, LOCAL_OR_SHUFFLE
 
 __all__ = [
     "EvenScheduler",
@@ -19,6 +22,7 @@ __all__ = [
     "Slot",
     "acker_count",
     "interleave_slots",
+    "local_units",
     "task_list",
 ]
 
@@ -46,6 +50,37 @@ def _round_robin(executors: Iterable[str], workers: list[str]) -> dict[str, str]
     return {e: workers[i % len(workers)] for i, e in enumerate(executors)}
 
 
+def local_units(definition: Mapping[str, Any], tasks: list[str]) -> list[list[str]]:
+    """``tasks`` grouped into the units placed on one worker each, in task order.
+
+    A bolt whose only input is ``local_or_shuffle`` from one component asks for its tuples to stay
+    in their process: its executor ``i`` goes with that component's executor ``i`` modulo its
+    parallelism, so that the channel never crosses a process and may be chained (Flink places a
+    chain's operators in one slot). Every other executor is a unit of its own.
+    """
+    components = definition.get("components") or {}
+    parent: dict[str, str] = {}
+    for task in tasks:
+        name, _, index = task.rpartition(":")
+        inputs = (components.get(name) or {}).get("inputs") or []
+        if len(inputs) == 1 and inputs[0].get("grouping") == LOCAL_OR_SHUFFLE:
+            up = inputs[0].get("component")
+            ups = int((components.get(up) or {}).get("parallelism") or 0)
+            if ups and up != name:
+                parent[task] = f"{up}:{int(index) % ups}"
+    units: dict[str, list[str]] = {}
+    for task in tasks:
+        root = task
+        while root in parent:  # a DAG: the walk ends
+            root = parent[root]
+        units.setdefault(root, []).append(task)
+    return list(units.values())
+
+
+def _round_robin_units(units: list[list[str]], workers: list[str]) -> list[tuple[list[str], str]]:
+    return [(u, workers[i % len(workers)]) for i, u in enumerate(units)]
+
+
 class Scheduler(abc.ABC):
     """What Nimbus asks of a scheduler: an initial plan, and a repaired one after losses."""
 
@@ -70,7 +105,9 @@ class EvenScheduler(Scheduler):
             return None
         slots = free[: int(definition["workers"])]
         tasks = task_list(definition, acker_count(definition, conf))
-        return Plan.first(name, tasks, _round_robin(tasks, [s.worker_id for s in slots]), slots)
+        workers = [s.worker_id for s in slots]
+        executors = {e: w for unit, w in _round_robin_units(local_units(definition, tasks), workers) for e in unit}
+        return Plan.first(name, tasks, executors, slots)
 
     def repair_plan(self, plan: Plan, live: Mapping[str, Slot], free: list[Slot]) -> Plan | None:
         workers = dict(plan.workers)

@@ -11,6 +11,9 @@ Shuffle and fields groupings are never changed to make a chain. A component opts
 ``chainable = False`` (Flink's ``disableChaining``); windowed bolts, bolts with tick tuples
 and components in a rescale are never chained.
 
+With ``topology.chaining`` every such pair is chained from the first plan (Flink chains at
+submit), not only when a latency constraint asks for it.
+
 The plan carries the chains (``chains``: downstream executor -> upstream executor); Nimbus
 keeps only those that still hold in every plan it writes (:func:`kept_chains`), so a moved
 executor leaves its chain in the very plan that moves it.
@@ -24,7 +27,7 @@ from typing import Any
 from nstorm.plan import Plan
 from nstorm.topology import LOCAL_OR_SHUFFLE
 
-__all__ = ["chainable_channel", "kept_chains", "pointwise_pairs"]
+__all__ = ["chainable_channel", "every_pointwise_pair", "kept_chains", "pointwise_pairs"]
 
 
 def _component(executor: str) -> str:
@@ -80,3 +83,15 @@ def kept_chains(definition: Mapping[str, Any], plan: Plan) -> dict[str, str]:
         if pointwise_pairs(definition, plan, _component(u), _component(d)).get(d) == u:
             kept[d] = u
     return kept
+
+
+def every_pointwise_pair(definition: Mapping[str, Any], plan: Plan) -> dict[str, str]:
+    """The chains of every channel of ``plan`` that may be chained (``topology.chaining``: Flink
+    chains its operators at submit; the even scheduler places a ``local_or_shuffle`` channel's ends
+    in one worker, so they are chained from the first plan)."""
+    chains: dict[str, str] = {}
+    for name, spec in (definition.get("components") or {}).items():
+        inputs = spec.get("inputs") or []
+        if len(inputs) == 1:
+            chains.update(pointwise_pairs(definition, plan, inputs[0].get("component"), name))
+    return chains

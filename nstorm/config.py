@@ -58,6 +58,7 @@ DEFAULTS: dict[str, Any] = {
     "topology.latency.constraints": [],  # [{"path": [...], "p99_ms": 10, "window_secs"?: 5, "moves"?: false}] or JSON
     "topology.latency.sample.ms": 5,  # an executor that starts a constrained path samples a tuple this often
     "topology.latency.control": True,  # false: constraints are measured and reported, never acted on
+    "topology.chaining": False,  # true: every pointwise channel chained from the first plan (Flink's chains)
     # daemons
     "supervisor.slots.port.base": 6700,  # 0 = pick free ports
     "supervisor.sync.interval.ms": 1000,  # TS: periodic ZooKeeper -> LMDB sync (a watch acts at once)

@@ -117,3 +117,21 @@ def test_a_broken_constraint_makes_the_controller_chain_the_pointwise_channel(cl
         _wait_exact(client, tmp_path, _expected())
     finally:
         client.kill(name, wait_secs=0)
+
+
+def test_topology_chaining_runs_every_pointwise_channel_chained_from_the_first_plan(client, tmp_path: Path) -> None:
+    """``topology.chaining=true`` (Flink chains at submit): the even scheduler puts each
+    ``local_or_shuffle`` channel's ends in one worker and plan v1 chains them; counts stay exact."""
+    name = "chainsubmit"
+    client.submit(TOPOLOGIES / "chained_wordcount.py", name=name,
+                  conf={"test.output.dir": str(tmp_path), "test.sentences": PER_SPOUT, "test.rate": 400,
+                        "topology.chaining": True})
+    try:
+        plan = client.wait_running(name, 60)
+        pairs = {**_pairs(plan), **_pairs(plan, "split", "lower")}
+        assert len(pairs) == 4 and client.plan(name).chains == pairs
+        wait_until(lambda: _chained(client, name) == pairs, 30, what="every pointwise channel running chained")
+        _wait_exact(client, tmp_path, _expected())
+        assert _chained(client, name) == pairs  # and it stayed so
+    finally:
+        client.kill(name, wait_secs=0)

@@ -428,6 +428,18 @@ def test_only_a_pointwise_channel_is_chained() -> None:
     assert kept_chains(_definition(), lonely.replace(chains={"op:0": "src:0"})) == {}
 
 
+def test_topology_chaining_chains_every_pointwise_pair_of_the_even_schedulers_first_plan() -> None:
+    from nimbus.scheduler import EvenScheduler
+    from nstorm.chaining import every_pointwise_pair
+    from nstorm.plan import interleave_slots
+
+    slots = interleave_slots({"n1": {"host": "h", "slots": [[6700, 7700]]}, "n2": {"host": "h", "slots": [[6701, 7701]]}})
+    plan = EvenScheduler().initial_plan("t", _definition(), {}, slots)
+    assert plan is not None and every_pointwise_pair(_definition(), plan) == {"op:0": "src:0", "op:1": "src:1"}
+    assert plan.executors["op:0"] == plan.executors["src:0"] != plan.executors["op:1"]
+    assert every_pointwise_pair(_definition("shuffle"), plan) == {}
+
+
 def test_a_violated_bound_chains_a_chainable_channel_before_touching_buffers() -> None:
     win = PathWindow(20.0, 100, {"sentences>split": 3.0, "split>count": 1.0}, {"sentences>split": 2.0, "split>count": 0.5},
                      {"split": 0.1, "count": 0.1})

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from nimbus.rebalance import spread_moves
-from nimbus.scheduler import EvenScheduler, task_list
+from nimbus.scheduler import EvenScheduler, local_units, task_list
 from nstorm.plan import Plan, Slot, interleave_slots
 
 DEFINITION = {
@@ -100,3 +100,35 @@ def test_only_workers_lost_with_a_node_are_spread_back() -> None:
 
     refilled = apply_moves(repaired, back, "thread", {s.worker_id: s for s in slots}, {})
     assert refilled.missing_workers == 0
+
+
+LOCAL = {
+    "workers": 2,
+    "components": {
+        "sentences": {"parallelism": 1},
+        "split": {"parallelism": 1, "inputs": [{"component": "sentences", "grouping": "local_or_shuffle"}]},
+        "count": {"parallelism": 1, "inputs": [{"component": "split", "grouping": "fields"}]},
+    },
+}
+
+
+def test_a_local_or_shuffle_channel_is_placed_in_one_worker() -> None:
+    """Round robin alone would put split:0 beside count:0, away from its spout; a unit keeps the
+    channel in one process (chainable), and the next unit goes to the other worker."""
+    tasks = task_list(LOCAL, 2)
+    assert local_units(LOCAL, tasks) == [["sentences:0", "split:0"], ["count:0"], ["__acker:0"], ["__acker:1"]]
+    plan = EvenScheduler().initial_plan("t", LOCAL, {}, interleave_slots(SUPERVISORS))
+    assert plan is not None
+    assert plan.executors["split:0"] == plan.executors["sentences:0"] != plan.executors["count:0"]
+
+
+def test_local_units_follow_chains_of_channels_and_wrap_parallelism() -> None:
+    definition = {"components": {
+        "a": {"parallelism": 2},
+        "b": {"parallelism": 3, "inputs": [{"component": "a", "grouping": "local_or_shuffle"}]},
+        "c": {"parallelism": 3, "inputs": [{"component": "b", "grouping": "local_or_shuffle"}]},
+        "d": {"parallelism": 1, "inputs": [{"component": "c", "grouping": "local_or_shuffle"},
+                                          {"component": "a", "grouping": "shuffle"}]},
+    }}
+    tasks = task_list({**definition, "workers": 2}, 0)
+    assert local_units(definition, tasks) == [["a:0", "b:0", "b:2", "c:0", "c:2"], ["a:1", "b:1", "c:1"], ["d:0"]]
