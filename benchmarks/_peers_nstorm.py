@@ -25,12 +25,19 @@ from typing import Any
 from benchmarks._common import beat_rate, temporary_home
 from benchmarks._workload import STREAMS, WORDS_PER_SENTENCE, RunResult, check_counts, per_stream
 
-__all__ = ["base_conf", "fixed_on", "run_fixed", "run_rate"]
+__all__ = ["PIPELINE", "base_conf", "fixed_on", "run_fixed", "run_rate"]
 
 ROOT = Path(__file__).parents[1]
 WORDCOUNT = ROOT / "topologies" / "wordcount.py"
 WORDCOUNT_CHECKED = ROOT / "topologies" / "wordcount_checked.py"
 LATENCY = "spout emit -> count processes the words (end to end), a stamped sentence about every ms"
+
+
+# Word count one stage a worker: one executor a component, the split on ``local_or_shuffle`` so
+# that the even scheduler puts it in its spout's worker and ``topology.chaining`` runs both in one
+# thread; the count in the other worker. Two processes with one busy thread each.
+PIPELINE = {"wordcount.spouts": 1, "wordcount.splits": 1, "wordcount.counts": 1, "wordcount.local": True,
+            "topology.chaining": True}
 
 
 def base_conf(workers: int = 2) -> dict[str, Any]:
@@ -102,7 +109,8 @@ def _worker_cpu(status: dict[str, Any]) -> dict[int, float]:
 def run_rate(rate: float, warmup: float, duration: float, workers: int = 2, extra: dict[str, Any] | None = None,
              system: str = "nstorm") -> RunResult:
     """Word count at ``rate`` sentences/s in all (0: as fast as it goes) on a fresh cluster."""
-    conf = {**base_conf(workers), "wordcount.rate": rate / STREAMS if rate else 0, **(extra or {})}
+    spouts = int({**base_conf(workers), **(extra or {})}["wordcount.spouts"])
+    conf = {**base_conf(workers), "wordcount.rate": rate / spouts if rate else 0, **(extra or {})}  # shared
     with _client(workers) as client:
         client.submit(WORDCOUNT, conf=conf)
         client.wait_running("wordcount", 90)

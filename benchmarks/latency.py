@@ -8,7 +8,8 @@ acking on) on a fresh local cluster of real processes per run (ZooKeeper, Nimbus
 2 worker processes), with a latency constraint on ``sentences > split > count``. Parts:
 
 1. **half**: nstorm's peak sentences/s (as fast as it goes, as ``benchmarks.peers``; or
-   ``--peak-rate``), then at half of it ``--rounds`` interleaved rounds of (a) with a constraint
+   ``--peak-rate``; ``--shape pipeline``: deployed one stage a worker,
+   ``benchmarks._peers_nstorm.PIPELINE``, chained from the start), then at half of it ``--rounds`` interleaved rounds of (a) with a constraint
    ``p99_ms=5, window_secs=5`` and (b) without one. After ``--warmup`` s (time for the controller
    to act), over ``--duration`` s: the share of the constraint's windows that met the bound
    (differences of ``status()["constraints"]``' cumulative ``windows`` / ``windows_met``), the p99
@@ -85,6 +86,7 @@ from rich.console import Console
 from rich.table import Table
 
 from benchmarks._common import beat_rate, machine, write_json
+from benchmarks._peers_nstorm import PIPELINE
 from benchmarks._workload import STREAMS, WORDS_PER_SENTENCE
 
 __all__ = ["main"]
@@ -97,6 +99,8 @@ HALF_BOUND_MS, HALF_WINDOW = 5.0, 5
 BYTEWAX_BOUND_MS, BYTEWAX_WINDOW = 2.0, 2
 SHAPES = ("two", "one")  # bytewax: the default two workers (with and without a constraint), ONE_WORKER
 # bytewax's shape: one process, one executor a component (the rate is then one spout's)
+# half: --shape; pipeline: one stage a worker (the spout and the split chained in one, the count in the other)
+DEPLOYMENTS: dict[str, dict[str, Any]] = {"two": {}, "pipeline": PIPELINE}
 ONE_WORKER = {"topology.workers": 1, "wordcount.workers": 1, "wordcount.spouts": 1, "wordcount.splits": 1,
               "wordcount.counts": 1}
 BURSTY_BOUND_MS, BURSTY_WINDOW = 10.0, 1
@@ -112,6 +116,9 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--peak-warmup", type=float, default=10.0, help="time before each peak window, s")
     parser.add_argument("--peak-duration", type=float, default=20.0, help="each peak window (nstorm, bytewax), s")
     parser.add_argument("--rounds", type=int, default=5, help="half: interleaved rounds of (a) and (b)")
+    parser.add_argument("--shape", choices=sorted(DEPLOYMENTS), default="two",
+                        help="peak and half: word count's deployment (two: two of each executor, one per worker; "
+                             "pipeline: one of each, the spout and the split in one worker, the count in the other)")
     parser.add_argument("--warmup", type=float, default=30.0,
                         help="half and bytewax: time before the window, for the controller to act, s")
     parser.add_argument("--duration", type=float, default=30.0, help="half and bytewax: measurement window, s")
@@ -364,12 +371,21 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 # ---- the parts ------------------------------------------------------------------------------
 
+def at_rate(shape: str, rate: float) -> dict[str, Any]:
+    """Word count's conf for deployment ``shape`` offering ``rate`` sentences/s in all (0: as fast as
+    it goes), shared among its spouts."""
+    conf = dict(DEPLOYMENTS[shape])
+    conf["wordcount.rate"] = rate / int(conf.get("wordcount.spouts", STREAMS))
+    return conf
+
+
 def peak(args: argparse.Namespace, log: Console, out: dict[str, Any]) -> float:
     """nstorm's peak sentences/s (acking on): ``--peak-rate`` or measured once."""
     if args.peak_rate:
         out["peak"] = {"sentences_per_sec": args.peak_rate, "given": True}
         return args.peak_rate
-    r = _guarded("nstorm peak", lambda: run_nstorm(args.conf, args.peak_warmup, args.peak_duration), log)
+    r = _guarded(f"nstorm peak ({args.shape})",
+                 lambda: run_nstorm({**at_rate(args.shape, 0), **args.conf}, args.peak_warmup, args.peak_duration), log)
     out["peak"] = r
     return r.get("sentences_per_sec") or 0.0
 
@@ -396,7 +412,7 @@ def run_handmade(handmade: Any, rate: float, duration: float) -> dict[str, Any]:
 def half(args: argparse.Namespace, rate: float, log: Console) -> dict[str, Any]:
     """(a) with a 5 ms constraint, (b) without, and (c) the hand-made pipeline, interleaved, at
     ``rate`` sentences/s."""
-    base = {"wordcount.rate": rate / STREAMS, **args.conf}
+    base = {**at_rate(args.shape, rate), **args.conf}
     handmade = None
     if args.handmade:
         from benchmarks import _peers_handmade
@@ -430,7 +446,8 @@ def half(args: argparse.Namespace, rate: float, log: Console) -> dict[str, Any]:
         if handmade is not None:
             handmade.close()
     share, ratio = _med([x["share_met"] for x in rounds]), _med([x["cpu_ratio"] for x in rounds])
-    return {"rate_sentences_per_sec": rate, "bound_ms": HALF_BOUND_MS, "window_secs": HALF_WINDOW, "rounds": rounds,
+    return {"rate_sentences_per_sec": rate, "shape": args.shape, "bound_ms": HALF_BOUND_MS, "window_secs": HALF_WINDOW,
+            "rounds": rounds,
             "median": {"share_met": share, "cpu_ratio": ratio,
                        "a_window_p99_ms": _med([(x["a"].get("constraint") or {}).get("window_p99_ms", {}).get("median")
                                                 for x in rounds]),
@@ -762,7 +779,8 @@ def render(results: dict[str, Any], args: argparse.Namespace) -> list[Table]:
         t.add_column(col, justify="left")
     if h := results.get("half"):
         m = h["median"]
-        t.add_row("half", f"windows meeting p99 {HALF_BOUND_MS:g} ms (median of {len(h['rounds'])} rounds)",
+        t.add_row("half", f"windows meeting p99 {HALF_BOUND_MS:g} ms (median of {len(h['rounds'])} rounds; "
+                          f"{h.get('shape', 'two')}, {_num(h['rate_sentences_per_sec'])} sentences/s)",
                   _pct(m["share_met"]), f">= {GOAL_WINDOWS_MET:.0%}: {_met(h['goals'], 0)}")
         t.add_row("half", "worker CPU per word, constraint / none (median)", _f3(m["cpu_ratio"]),
                   f"< {GOAL_CPU_RATIO}: {_met(h['goals'], 1)}")

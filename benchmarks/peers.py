@@ -85,6 +85,9 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="skip nstorm with acking off (run only the at-least-once configuration)")
     parser.add_argument("--no-plain", dest="nstorm_plain", action="store_false",
                         help="skip nstorm (plain): word count with per-tuple process and one emit per word")
+    parser.add_argument("--no-pipeline", dest="nstorm_pipeline", action="store_false",
+                        help="skip nstorm (pipeline): one executor a component, the spout and the split chained in "
+                             "one worker, the count in the other (with and without acking)")
     parser.add_argument("--no-handmade", dest="handmade_on", action="store_false",
                         help="skip the hand-made pyzmq pipeline (as leaving handmade out of --only does)")
     parser.add_argument("--handmade", metavar="PATH", default=None,
@@ -168,9 +171,14 @@ NSTORM_NO_ACKS = "nstorm (acking off)"
 NO_ACKS = {"topology.acker.executors": 0, "wordcount.reliable": False}
 NSTORM_PLAIN = "nstorm (plain)"
 PLAIN = {"wordcount.plain": True}
+# The same word count deployed one stage a worker (benchmarks._peers_nstorm.PIPELINE)
+NSTORM_PIPELINE = "nstorm (pipeline)"
+NSTORM_PIPELINE_NO_ACKS = "nstorm (pipeline, acking off)"
+NO_STAMPS = (NSTORM_NO_ACKS, NSTORM_PIPELINE_NO_ACKS)
 # nstorm's peak words/s as a ratio to the hand-made pipeline's: the goal of each configuration
 HANDMADE_GOALS = ((NSTORM, "acking on", 0.75), (NSTORM_NO_ACKS, "acking off", 1.0),
-                  (NSTORM_PLAIN, "plain, acking on", 0.6))
+                  (NSTORM_PLAIN, "plain, acking on", 0.6), (NSTORM_PIPELINE, "pipeline, acking on", 0.75),
+                  (NSTORM_PIPELINE_NO_ACKS, "pipeline, acking off", 1.0))
 
 Runner = Callable[[str, float], RunResult]
 ALL_RUNS = frozenset({"peak", "half", "fixed"})
@@ -189,6 +197,10 @@ def _runners(args: argparse.Namespace,
             configs.append((NSTORM_NO_ACKS, NO_ACKS))
         if args.nstorm_plain:
             configs.append((NSTORM_PLAIN, PLAIN))
+        if args.nstorm_pipeline:
+            configs.append((NSTORM_PIPELINE, ns.PIPELINE))
+            if args.nstorm_no_acks:
+                configs.append((NSTORM_PIPELINE_NO_ACKS, {**ns.PIPELINE, **NO_ACKS}))
         for system, extra in configs:
             conf = {**extra, **args.conf}
 
@@ -197,7 +209,9 @@ def _runners(args: argparse.Namespace,
                     return ns.run_fixed(args.sentences, extra=conf, system=system)
                 return ns.run_rate(rate, args.warmup, args.duration, extra=conf, system=system)
 
-            out.append((system, nstorm_run, ALL_RUNS))
+            # one spout reads one of the two streams: the fixed run's Counter is of both
+            kinds = ALL_RUNS - {"fixed"} if extra.get("wordcount.spouts") == 1 else ALL_RUNS
+            out.append((system, nstorm_run, kinds))
     if "handmade" in args.only:
         from benchmarks import _peers_handmade as hm
 
@@ -414,7 +428,7 @@ def plot(results: list[RunResult], half_rate: float, path: Path, title: str) -> 
     ax2.bar([i + 0.2 for i in x], p99, width=0.4, label="p99", color="#ff7f0e")
     for i, (a, b) in enumerate(zip(p50, p99, strict=True)):
         if not a and not b:
-            why = "no stamps\n(acking off)" if names[i] == NSTORM_NO_ACKS else "not run"
+            why = "no stamps\n(acking off)" if names[i] in NO_STAMPS else "not run"
             ax2.annotate(why, (i, 1), ha="center", fontsize=8)
         else:
             ax2.annotate(_ms(b), (i + 0.2, b), ha="center", va="bottom", fontsize=8)

@@ -23,7 +23,7 @@ def test_only_selects_parts_in_their_order() -> None:
                                   ["--buffers-rounds", "0"], ["--buffers-share", "0"], ["--buffers-share", "1.5"],
                                   ["--only", "compare"], ["--only", "compare", "--compare", "novalue"],
                                   ["--only", "compare", "--compare", "a=1", "--compare-rounds", "0"],
-                                  ["--bytewax-rate", "-1"], ["--bytewax-shapes", "three"], ["--bytewax-shapes", ","]])
+                                  ["--bytewax-rate", "-1"], ["--shape", "three"], ["--bytewax-shapes", "three"], ["--bytewax-shapes", ","]])
 def test_bad_options_exit_2(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         _parse_args(argv)
@@ -34,6 +34,15 @@ def test_bytewax_shapes_and_a_given_rate() -> None:
     args = _parse_args(["--only", "bytewax", "--bytewax-shapes", "one", "--bytewax-rate", "90000"])
     assert (args.bytewax_shapes, args.bytewax_rate) == (["one"], 90000.0)
     assert _parse_args(["--only", "bytewax"]).bytewax_shapes == ["two", "one"]
+
+
+def test_the_pipeline_shape_has_one_spout_at_the_whole_rate() -> None:
+    from benchmarks.latency import at_rate
+
+    assert at_rate("pipeline", 90000)["wordcount.rate"] == 90000
+    assert at_rate("pipeline", 90000)["wordcount.local"] is True
+    assert at_rate("two", 90000) == {"wordcount.rate": 45000}
+    assert _parse_args(["--only", "half", "--shape", "pipeline"]).shape == "pipeline"
 
 
 def test_compare_reads_its_settings_as_submit_does() -> None:
