@@ -29,8 +29,8 @@ acking on) on a fresh local cluster of real processes per run (ZooKeeper, Nimbus
    only ``--peak-warmup`` s), as a ratio, and nstorm's p99 parts (mean buffer wait and queue
    wait per channel, processing per component) of the last window: what bounds it. For
    reference, in each round: nstorm without a constraint at that rate, and nstorm sized like
-   bytewax's one process (one worker, one spout, split and count executor) with the same
-   constraint. Goal: ratio <= 1. For A/B runs of the controller, ``--bytewax-rate`` gives the rate
+   bytewax's one process (one worker, one spout, split and count executor) and deployed one
+   stage a worker (``--shape pipeline``'s deployment), both with the same constraint. Goal: ratio <= 1. For A/B runs of the controller, ``--bytewax-rate`` gives the rate
    (bytewax's peak is then not measured) and ``--bytewax-shapes`` leaves out a deployment.
 3. **bursty**: the spouts' rate steps 10% -> 70% of nstorm's peak every ``--bursty-step`` s
    (``wordcount.rate.schedule``, cycled from the spouts' open), a constraint ``p99_ms=10,
@@ -97,7 +97,7 @@ PATH = ["sentences", "split", "count"]
 NAME = "wordcount"
 HALF_BOUND_MS, HALF_WINDOW = 5.0, 5
 BYTEWAX_BOUND_MS, BYTEWAX_WINDOW = 2.0, 2
-SHAPES = ("two", "one")  # bytewax: the default two workers (with and without a constraint), ONE_WORKER
+SHAPES = ("two", "one", "pipeline")  # bytewax: two workers (with and without a constraint), ONE_WORKER, PIPELINE
 # bytewax's shape: one process, one executor a component (the rate is then one spout's)
 # half: --shape; pipeline: one stage a worker (the spout and the split chained in one, the count in the other)
 DEPLOYMENTS: dict[str, dict[str, Any]] = {"two": {}, "pipeline": PIPELINE}
@@ -605,8 +605,15 @@ def bytewax(args: argparse.Namespace, log: Console) -> dict[str, Any]:
                        f"p99 {args.bytewax_bound_ms:g} ms (reference), round {r + 1}",
                        lambda: run_nstorm({**ONE_WORKER, "wordcount.rate": rate, **args.conf, **bound},
                                           args.warmup, args.duration), log) or {}
+        pipe = "pipeline" in args.bytewax_shapes and _guarded(
+            f"nstorm one stage a worker (pipeline) at {rate:,.0f} sentences/s, constraint p99 {args.bytewax_bound_ms:g} "
+            f"ms (reference), round {r + 1}",
+            lambda: run_nstorm({**at_rate("pipeline", rate), **args.conf, **bound}, args.warmup, args.duration),
+            log) or {}
         bp99 = b.get("latency_p99_ms")
         rounds.append({"bytewax": b, "nstorm": n, "nstorm_no_constraint": plain, "nstorm_one_worker": one,
+                       "nstorm_pipeline": pipe,
+                       "ratio_pipeline_window_p99": _ratio(_dig(pipe, "constraint", "window_p99_ms", "median"), bp99),
                        "ratio_window_p99": _ratio(_dig(n, "constraint", "window_p99_ms", "median"), bp99),
                        "ratio_arrival_p99": _ratio(_dig(n, "arrival_ms", "p99"), bp99),
                        "ratio_one_worker_window_p99": _ratio(_dig(one, "constraint", "window_p99_ms", "median"), bp99)})
@@ -626,8 +633,12 @@ def bytewax(args: argparse.Namespace, log: Console) -> dict[str, Any]:
                                                               "median"),
                        "nstorm_one_worker_arrival_p99_ms": med("nstorm_one_worker", "arrival_ms", "p99"),
                        "ratio_one_worker_window_p99": med("ratio_one_worker_window_p99"),
+                       "nstorm_pipeline_window_p99_ms": med("nstorm_pipeline", "constraint", "window_p99_ms", "median"),
+                       "nstorm_pipeline_arrival_p99_ms": med("nstorm_pipeline", "arrival_ms", "p99"),
+                       "ratio_pipeline_window_p99": med("ratio_pipeline_window_p99"),
                        "cpu_us_per_word": {k: med(k, "cpu_us_per_word") for k in
-                                           ("nstorm", "nstorm_no_constraint", "nstorm_one_worker")}},
+                                           ("nstorm", "nstorm_no_constraint", "nstorm_one_worker",
+                                            "nstorm_pipeline")}},
             "bounded_by": _dominant(last.get("parts_ms")), "parts_ms": last.get("parts_ms"),
             "gil_switch_interval_ms": _gil_interval(args.conf),
             "goals": {"nstorm p99 <= bytewax p99 (window p99s)": None if ratio is None else ratio <= 1}}
@@ -802,10 +813,14 @@ def render(results: dict[str, Any], args: argparse.Namespace) -> list[Table]:
                                  "window p99 / arrival p99, ms; / bytewax p99 (window)",
                       f"{_ms(m.get('nstorm_one_worker_window_p99_ms'))} / {_ms(m.get('nstorm_one_worker_arrival_p99_ms'))}"
                       f"; {_f2(m.get('ratio_one_worker_window_p99'))}", "")
+            t.add_row("bytewax", "nstorm one stage a worker (pipeline), same constraint (reference): "
+                                 "window p99 / arrival p99, ms; / bytewax p99 (window)",
+                      f"{_ms(m.get('nstorm_pipeline_window_p99_ms'))} / {_ms(m.get('nstorm_pipeline_arrival_p99_ms'))}"
+                      f"; {_f2(m.get('ratio_pipeline_window_p99'))}", "")
             cpu = m.get("cpu_us_per_word") or {}
-            t.add_row("bytewax", "nstorm CPU µs a word: constraint / none / one worker",
+            t.add_row("bytewax", "nstorm CPU µs a word: constraint / none / one worker / pipeline",
                       f"{_f2(cpu.get('nstorm'))} / {_f2(cpu.get('nstorm_no_constraint'))} / "
-                      f"{_f2(cpu.get('nstorm_one_worker'))}", "")
+                      f"{_f2(cpu.get('nstorm_one_worker'))} / {_f2(cpu.get('nstorm_pipeline'))}", "")
             t.add_row("bytewax", "nstorm / bytewax p99 (window; arrival)",
                       f"{_f2(m['ratio_window_p99'])}; {_f2(m['ratio_arrival_p99'])}", f"<= 1: {_met(b['goals'], 0)}")
             t.add_row("bytewax", "what bounds nstorm's (largest mean part, last window)", b.get("bounded_by") or "-",

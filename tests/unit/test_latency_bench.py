@@ -33,7 +33,7 @@ def test_bad_options_exit_2(argv: list[str]) -> None:
 def test_bytewax_shapes_and_a_given_rate() -> None:
     args = _parse_args(["--only", "bytewax", "--bytewax-shapes", "one", "--bytewax-rate", "90000"])
     assert (args.bytewax_shapes, args.bytewax_rate) == (["one"], 90000.0)
-    assert _parse_args(["--only", "bytewax"]).bytewax_shapes == ["two", "one"]
+    assert _parse_args(["--only", "bytewax"]).bytewax_shapes == ["two", "one", "pipeline"]
 
 
 def test_the_pipeline_shape_has_one_spout_at_the_whole_rate() -> None:
