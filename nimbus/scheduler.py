@@ -77,10 +77,6 @@ def local_units(definition: Mapping[str, Any], tasks: list[str]) -> list[list[st
     return list(units.values())
 
 
-def _round_robin_units(units: list[list[str]], workers: list[str]) -> list[tuple[list[str], str]]:
-    return [(u, workers[i % len(workers)]) for i, u in enumerate(units)]
-
-
 class Scheduler(abc.ABC):
     """What Nimbus asks of a scheduler: an initial plan, and a repaired one after losses."""
 
@@ -106,7 +102,8 @@ class EvenScheduler(Scheduler):
         slots = free[: int(definition["workers"])]
         tasks = task_list(definition, acker_count(definition, conf))
         workers = [s.worker_id for s in slots]
-        executors = {e: w for unit, w in _round_robin_units(local_units(definition, tasks), workers) for e in unit}
+        units = local_units(definition, tasks)
+        executors = {e: workers[i % len(workers)] for i, unit in enumerate(units) for e in unit}
         return Plan.first(name, tasks, executors, slots)
 
     def repair_plan(self, plan: Plan, live: Mapping[str, Slot], free: list[Slot]) -> Plan | None:
