@@ -17,8 +17,11 @@ Run it: ``nstorm local topologies/wordcount.py``. Settings (``-c key=value``):
 - ``wordcount.batched``: count whole batches with ``process_batch`` (default true) or
   call ``process`` per word (false), to compare the two APIs (the split still emits a
   sentence's words with one ``emit_many``);
-- ``wordcount.local``: the split takes its sentences ``local_or_shuffle`` (default false): with a
-  spout and a split per worker, a pointwise channel that can be chained (``benchmarks.latency``);
+- ``wordcount.local``: the split takes its sentences ``local_or_shuffle`` (default false): the
+  even scheduler puts each split in its spout's worker, a pointwise channel that can be chained
+  (``-c topology.chaining=true``); with one executor a component that is word count one stage a
+  worker, the spout and the split in one thread, the count in the other worker (README, "Deploy
+  for it");
 - ``wordcount.plain``: word count written the plain way most users write it (default false):
   the split emits one ``emit`` per word and the count calls ``process`` per word, no
   ``emit_many`` and no ``process_batch`` (overrides ``wordcount.batched``).
