@@ -80,7 +80,7 @@ def test_the_controller_moves_an_executor_to_keep_a_channel_in_one_worker(client
     """A bound no buffer meets on a shuffle channel (never chained) that crosses a process, with
     ``moves: true``: the controller moves the split that sits without the spout to the spout's
     worker (a live migration ``by: latency``), once; counts stay exact and no worker restarts."""
-    name, per_spout = "spreadlat", 3000
+    name, per_spout = "spreadlat", 6000  # 20 s of input: the warning comes after the buffer steps
     constraint = {"path": ["sentences", "split"], "p99_ms": 0.01, "window_secs": 1, "moves": True}
     client.submit(TOPOLOGIES / "spread_wordcount.py", name=name,
                   conf={"test.output.dir": str(tmp_path), "test.sentences": per_spout, "test.rate": 300,

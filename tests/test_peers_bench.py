@@ -95,8 +95,11 @@ def test_only_and_skips_select_the_configurations() -> None:
     assert args.only == ["nstorm", "handmade", "bytewax", "spark"] and args.nstorm_plain
     names = [(name, sorted(kinds)) for name, _, kinds in peers._runners(peers._parse_args(["--only", "nstorm,handmade"]))]
     assert names == [(peers.NSTORM, ["fixed", "half", "peak"]), (peers.NSTORM_NO_ACKS, ["fixed", "half", "peak"]),
-                     (peers.NSTORM_PLAIN, ["fixed", "half", "peak"]), (peers.HANDMADE, ["half", "peak"])]
-    args = peers._parse_args(["--only", "nstorm,handmade", "--no-plain", "--no-acking-off", "--no-handmade"])
+                     (peers.NSTORM_PLAIN, ["fixed", "half", "peak"]), (peers.NSTORM_PIPELINE, ["half", "peak"]),
+                     (peers.NSTORM_PIPELINE_NO_ACKS, ["half", "peak"]), (peers.NSTORM_PIPELINE_PLAIN, ["half", "peak"]),
+                     (peers.HANDMADE, ["half", "peak"])]
+    args = peers._parse_args(["--only", "nstorm,handmade", "--no-plain", "--no-acking-off", "--no-pipeline",
+                              "--no-handmade"])
     assert [name for name, _, _ in peers._runners(args)] == [peers.NSTORM]
 
 
