@@ -109,8 +109,8 @@ def _worker_cpu(status: dict[str, Any]) -> dict[int, float]:
 def run_rate(rate: float, warmup: float, duration: float, workers: int = 2, extra: dict[str, Any] | None = None,
              system: str = "nstorm") -> RunResult:
     """Word count at ``rate`` sentences/s in all (0: as fast as it goes) on a fresh cluster."""
-    spouts = int({**base_conf(workers), **(extra or {})}["wordcount.spouts"])
-    conf = {**base_conf(workers), "wordcount.rate": rate / spouts if rate else 0, **(extra or {})}  # shared
+    conf = {**base_conf(workers), **(extra or {})}
+    conf.setdefault("wordcount.rate", rate / int(conf["wordcount.spouts"]) if rate else 0)  # shared by the spouts
     with _client(workers) as client:
         client.submit(WORDCOUNT, conf=conf)
         client.wait_running("wordcount", 90)

@@ -97,12 +97,13 @@ PATH = ["sentences", "split", "count"]
 NAME = "wordcount"
 HALF_BOUND_MS, HALF_WINDOW = 5.0, 5
 BYTEWAX_BOUND_MS, BYTEWAX_WINDOW = 2.0, 2
-SHAPES = ("two", "one", "pipeline")  # bytewax: two workers (with and without a constraint), ONE_WORKER, PIPELINE
 # bytewax's shape: one process, one executor a component (the rate is then one spout's)
-# half: --shape; pipeline: one stage a worker (the spout and the split chained in one, the count in the other)
-DEPLOYMENTS: dict[str, dict[str, Any]] = {"two": {}, "pipeline": PIPELINE}
 ONE_WORKER = {"topology.workers": 1, "wordcount.workers": 1, "wordcount.spouts": 1, "wordcount.splits": 1,
               "wordcount.counts": 1}
+# --shape and --bytewax-shapes; pipeline: one stage a worker (the spout and the split chained in one, the count
+# in the other)
+DEPLOYMENTS: dict[str, dict[str, Any]] = {"two": {}, "one": ONE_WORKER, "pipeline": PIPELINE}
+SHAPES = tuple(DEPLOYMENTS)  # bytewax: two (with and without a constraint), one and pipeline, each a row
 BURSTY_BOUND_MS, BURSTY_WINDOW = 10.0, 1
 BURSTY_LOW, BURSTY_HIGH = 0.1, 0.7
 GOAL_WINDOWS_MET, GOAL_CPU_RATIO = 0.95, 1.05
@@ -118,7 +119,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=5, help="half: interleaved rounds of (a) and (b)")
     parser.add_argument("--shape", choices=sorted(DEPLOYMENTS), default="two",
                         help="peak and half: word count's deployment (two: two of each executor, one per worker; "
-                             "pipeline: one of each, the spout and the split in one worker, the count in the other)")
+                             "one: one of each in one worker; pipeline: one of each, the spout and the split in one "
+                             "worker, the count in the other)")
     parser.add_argument("--warmup", type=float, default=30.0,
                         help="half and bytewax: time before the window, for the controller to act, s")
     parser.add_argument("--duration", type=float, default=30.0, help="half and bytewax: measurement window, s")
@@ -596,14 +598,14 @@ def bytewax(args: argparse.Namespace, log: Console) -> dict[str, Any]:
                      lambda: _bytewax_run(rate, args.peak_warmup, args.duration), log)
         two, one = "two" in args.bytewax_shapes, "one" in args.bytewax_shapes
         n = two and _guarded(f"nstorm at {rate:,.0f} sentences/s, constraint p99 {args.bytewax_bound_ms:g} ms, "
-                             f"round {r + 1}", lambda: run_nstorm({"wordcount.rate": rate / STREAMS, **args.conf,
-                                                                   **bound}, args.warmup, args.duration), log) or {}
+                             f"round {r + 1}", lambda: run_nstorm({**at_rate("two", rate), **args.conf, **bound},
+                                                                  args.warmup, args.duration), log) or {}
         plain = two and _guarded(f"nstorm at {rate:,.0f} sentences/s, no constraint (reference), round {r + 1}",
-                                 lambda: run_nstorm({"wordcount.rate": rate / STREAMS, **args.conf},
+                                 lambda: run_nstorm({**at_rate("two", rate), **args.conf},
                                                     args.baseline_warmup, args.duration), log) or {}
         one = one and _guarded(f"nstorm in one worker, one executor a component, at {rate:,.0f} sentences/s, constraint "
                        f"p99 {args.bytewax_bound_ms:g} ms (reference), round {r + 1}",
-                       lambda: run_nstorm({**ONE_WORKER, "wordcount.rate": rate, **args.conf, **bound},
+                       lambda: run_nstorm({**at_rate("one", rate), **args.conf, **bound},
                                           args.warmup, args.duration), log) or {}
         pipe = "pipeline" in args.bytewax_shapes and _guarded(
             f"nstorm one stage a worker (pipeline) at {rate:,.0f} sentences/s, constraint p99 {args.bytewax_bound_ms:g} "
