@@ -357,13 +357,13 @@ class BoltExecutor(UserExecutor):
         if qos is None or routing is None or src >= len(routing.task_component):
             self._process_batch(src, batch)
             return
-        buffered, sent, origins = traced.trace
+        buffered, sent, origins, ahead, n = traced.trace
         taken = time.time_ns() // 1000
         qos.record_channel(routing.task_component[src], buffered, sent, taken)
-        qos.arm(origins)
+        qos.arm(origins, ahead / n)  # its outputs come about as far through the unit as it is in its batch
         try:
             self._process_batch(src, batch)
-            qos.record_done(origins, taken, time.time_ns() // 1000)
+            qos.record_done(origins, taken, time.time_ns() // 1000, (ahead + 1) / n)
         finally:
             qos.resolve()  # even if the batch failed: no trace may wait on a buffer past its unit
 

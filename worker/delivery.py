@@ -238,19 +238,18 @@ class Courier:
     def traced_batch(self, dst: int, wid: str, batch: Any, n: int, trace: Trace) -> int:
         """:meth:`batch` with a latency constraint's :class:`~worker.qos.Trace` (unless another batch
         took it already): the send time is added, and it travels as a :class:`~worker.qos.Traced` item on a local queue or as the
-        data header's seventh element ``[buffered_us, sent_us, [[constraint, origin_us], ...]]``
+        data header's seventh element ``[buffered_us, sent_us, [[constraint, origin_us], ...], ahead, n]``
         (worker.qos)."""
         if trace.sent:  # another batch of its unit of work took it
             return self.batch(dst, wid, batch, n)
         trace.sent = True
-        sent = time.time_ns() // 1000
-        origins = tuple(trace.origins.items())
+        carried = trace.leaving(time.time_ns() // 1000, n)
         inbox = self.host.inbox(dst, wid)
         if inbox is not None:
-            inbox.put_data(self.src, Traced(batch, (trace.buffered, sent, origins)), n)
+            inbox.put_data(self.src, Traced(batch, carried), n)
             return 0
         payload = self._encode(batch)
-        header = wire.data_header(dst, self.src, 0, n, self.epoch, (trace.buffered, sent, origins))
+        header = wire.data_header(dst, self.src, 0, n, self.epoch, carried)
         self._send(wid, header, payload, n)
         return len(payload)
 

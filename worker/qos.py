@@ -12,14 +12,21 @@ batch left, and per constraint the origin it follows (a bolt can start one path 
 another on in the same batch). The receiver counts the channel's
 parts (buffer wait: sent - buffered; queue and wire: taken - sent), the time it took to
 process the batch, and passes the trace on the same way to the path's next component; the
-last one counts the end-to-end latency (origin to the end of processing). One trace waits on
-all the empty buffers of a unit of work and only the first batch that leaves takes it, so a
-sample is counted once however many tasks the unit's tuples go to; where a trace meets an older
-one on a buffer, the older origin stays (the batch's oldest tuples).
+last one counts the end-to-end latency (origin to where its processing reached the traced
+tuple). One trace waits on all the empty buffers of a unit of work and only the first batch
+that leaves takes it, so a sample is counted once however many tasks the unit's tuples go to;
+where a trace meets an older one on a buffer, the older origin stays (the batch's oldest tuples).
+
+A trace also says where in its batch the traced tuple is (``ahead``: the tuples before it, of
+``n``): the receiver's processing of the batch reaches it at that share of the batch's time, and
+its outputs come about that far through the unit's. The last component counts the end-to-end
+latency to there, not to the end of the batch: a count batch at half of word count's peak takes
+up to a millisecond, which every sample's latency would otherwise gain whole (and a controller
+act on). Where the place is a guess (a batch that left mid-unit), it is the tuple's share of
+the input.
 
 Everything is per batch, never per tuple: an executor that takes part in no constraint pays a
-type check per batch and an attribute read per sent buffer. Traces follow the oldest tuple a
-sampled batch can hold, so they err on the high side by at most one batch's processing.
+type check per batch and an attribute read per sent buffer.
 
 The counts are cumulative log-bucket histograms (:mod:`nstorm.latency`) in the heartbeat, under
 ``qos``: ``e2e/<constraint>``, ``buffer/<src>><dst>``, ``queue/<src>><dst>``, ``exec/<component>``;
@@ -41,6 +48,9 @@ _time_ns = time.time_ns
 
 
 Origins = tuple[tuple[int, int], ...]  # (constraint id, origin_us) of each path a trace follows
+# What a sampled batch carries: (buffered_us, sent_us, origins, ahead, n): the traced tuple has
+# ``ahead`` of the batch's ``n`` tuples before it.
+Sent = tuple[int, int, Origins, int, int]
 
 
 class Trace:
@@ -50,17 +60,24 @@ class Trace:
     on): each keeps its own origin. One trace waits on all the empty buffers of a unit of work;
     the first batch that leaves takes it (``sent``), the others leave untraced."""
 
-    __slots__ = ("buffered", "origins", "sent")
+    __slots__ = ("ahead", "buffered", "origins", "sent", "share")
 
-    def __init__(self, buffered: int, origins: dict[int, int]) -> None:
+    def __init__(self, buffered: int, origins: dict[int, int], share: float = 0.0, ahead: int | None = None) -> None:
         self.buffered = buffered
         self.origins = origins
         self.sent = False
+        self.share = share  # where the traced tuple falls among its unit's outputs (0: first)
+        self.ahead = ahead  # tuples of its batch before it, if known (else share x the batch)
+
+    def leaving(self, sent_us: int, n: int) -> Sent:
+        """What the batch of ``n`` tuples it leaves with carries (sent now)."""
+        ahead = int(self.share * n) if self.ahead is None else self.ahead
+        return self.buffered, sent_us, tuple(self.origins.items()), min(max(0, ahead), max(0, n - 1)), max(1, n)
 
 
 # One next component's buffers as arm() found them: (buffer, its batches sent, its length, the trace
-# that waits on it or None), with the origins arm() added and when.
-Armed = tuple[dict[int, int], int, list[tuple[Any, int, int, "Trace | None"]]]
+# that waits on it or None), with the origins arm() added, when, and the traced tuple's share.
+Armed = tuple[dict[int, int], int, float, list[tuple[Any, int, int, "Trace | None"]]]
 
 
 def channel_key(src: str, dst: str) -> str:
@@ -69,27 +86,27 @@ def channel_key(src: str, dst: str) -> str:
 
 
 class Traced:
-    """A batch on a local queue that carries a trace ``(buffered_us, sent_us, origins)``."""
+    """A batch on a local queue that carries a trace ``(buffered_us, sent_us, origins, ahead, n)``."""
 
     __slots__ = ("batch", "trace")
 
-    def __init__(self, batch: Any, trace: tuple[int, int, Origins]) -> None:
+    def __init__(self, batch: Any, trace: Sent) -> None:
         self.batch = batch
         self.trace = trace
 
 
-def trace_from_header(value: Any) -> tuple[int, int, Origins] | None:
+def trace_from_header(value: Any) -> Sent | None:
     """A trace from a data header's seventh element ``[buffered_us, sent_us, [[constraint,
-    origin_us], ...]]``; None for anything that is not one (garbage from the network loses its
-    trace, never its tuples)."""
+    origin_us], ...], ahead, n]``; None for anything that is not one (garbage from the network
+    loses its trace, never its tuples)."""
     try:
-        buffered, sent, pairs = value
-        if type(buffered) is not int or type(sent) is not int:
+        buffered, sent, pairs, ahead, n = value
+        if any(type(x) is not int for x in (buffered, sent, ahead, n)) or not 0 <= ahead < n:
             return None
         origins = tuple((c, o) for c, o in pairs)
         if not origins or any(type(c) is not int or type(o) is not int for c, o in origins):
             return None
-        return buffered, sent, origins
+        return buffered, sent, origins, ahead, n
     except (TypeError, ValueError):
         return None
 
@@ -147,15 +164,19 @@ class QosTracer:
         self._add("buffer/" + key, (sent_us - buffered_us) / 1e6)
         self._add("queue/" + key, (taken_us - sent_us) / 1e6)
 
-    def record_done(self, origins: Origins, taken_us: int, done_us: int) -> None:
+    def record_done(self, origins: Origins, taken_us: int, done_us: int, share: float = 1.0) -> None:
         """The traced batch was processed: this executor's processing time, and the end-to-end
-        latency of every constraint whose path ends here (from that path's own origin)."""
+        latency of every constraint whose path ends here (from that path's own origin to where
+        the processing reached the traced tuple: ``share`` of the batch's time)."""
         self._add("exec/" + self.component, (done_us - taken_us) / 1e6)
         ends = self.ends
+        if not ends:
+            return
+        reached_us = taken_us + (done_us - taken_us) * min(1.0, max(0.0, share))
         for c, origin_us in origins:
             name = ends.get(c)
             if name is not None:
-                self._add("e2e/" + name, (done_us - origin_us) / 1e6)
+                self._add("e2e/" + name, (reached_us - origin_us) / 1e6)
                 self.samples += 1
 
     # -- passing traces on -----------------------------------------------------------------
@@ -166,9 +187,10 @@ class QosTracer:
         self.next_at = now + self.sample_secs
         return True
 
-    def arm(self, origins: Origins) -> None:
+    def arm(self, origins: Origins, share: float = 0.0) -> None:
         """Note the output buffers of the paths' next components before a unit of work that may
-        emit the traced tuple; :meth:`resolve` after it keeps the trace on one of them.
+        emit the traced tuple (``share`` of the way through the unit's input); :meth:`resolve`
+        after it keeps the trace on one of them.
 
         An empty buffer's next batch holds only tuples of this unit of work, so the trace waits
         on every empty one at once: a batch sent within the unit takes it along (a low rate
@@ -201,13 +223,13 @@ class QosTracer:
                     waiting = buf.trace  # an empty buffer's trace is one armed in this unit
                     if waiting is None or waiting.sent:
                         if shared is None:
-                            shared = Trace(buffered_us, dict(mine))
+                            shared = Trace(buffered_us, dict(mine), share)
                         waiting = buf.trace = shared
                     else:
                         for c, origin_us in mine.items():
                             waiting.origins.setdefault(c, origin_us)
                 seen.append((buf, buf.sent, n, waiting))
-            armed.append((mine, buffered_us, seen))
+            armed.append((mine, buffered_us, share, seen))
         self.pending.append(armed)
 
     def start(self) -> None:
@@ -218,11 +240,12 @@ class QosTracer:
     def resolve(self) -> None:
         """Keep each armed trace on one buffer: the one it left with, or the first it waited on
         that holds tuples now, else the first that grew and still holds them (older origins
-        there stay: a trace follows the oldest tuple it can); off every other one."""
+        there stay: a trace follows the oldest tuple it can); off every other one. A trace put on
+        a buffer that grew is placed behind what the buffer held, at ``share`` of what it got."""
         pending = self.pending
         self.pending = []
         for armed in pending:
-            for mine, buffered_us, seen in armed:
+            for mine, buffered_us, share, seen in armed:
                 keeper = None
                 kept = any(waiting is not None and waiting.sent for _, _, _, waiting in seen)
                 if not kept:
@@ -239,7 +262,9 @@ class QosTracer:
                     if (buf.sent != sent or len(buf) > n) and len(buf):
                         trace = buf.trace
                         if trace is None:
-                            buf.trace = Trace(buffered_us, dict(mine))
+                            before = n if buf.sent == sent else 0  # what it held then is still there
+                            buf.trace = Trace(buffered_us, dict(mine), share,
+                                              before + int((len(buf) - before) * share))
                         else:
                             for c, origin_us in mine.items():
                                 trace.origins.setdefault(c, origin_us)

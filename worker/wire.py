@@ -211,7 +211,7 @@ def decode_batch(batch: Any) -> tuple[Any, Any, Any]:
 def data_header(dst: int, src: int, hops: int = 0, count: int = 0, epoch: int = 0, trace: Any = None) -> bytes:
     """``[DATA, dst, src, hops, count, epoch]``: ``count`` tuples in the payload (for
     backpressure); ``epoch``: the rollbacks the sender had taken (older frames are dropped);
-    ``trace``: a latency constraint's ``[buffered_us, sent_us, [[constraint, origin_us], ...]]``
+    ``trace``: a latency constraint's ``[buffered_us, sent_us, [[constraint, origin_us], ...], ahead, n]``
     as a seventh element (worker.qos), on a sampled batch only."""
     if trace is None:
         return pack((DATA, dst, src, hops, count, epoch))

@@ -150,6 +150,39 @@ def test_the_last_component_counts_end_to_end_and_its_parts() -> None:
     assert latency.percentile(hists["e2e/sentences>split>count"], 0.5) == pytest.approx(0.009, rel=0.1)
 
 
+def test_the_last_component_counts_end_to_end_to_where_its_batch_reached_the_traced_tuple() -> None:
+    """A traced tuple a fifth of the way into its batch was processed a fifth of the way into the
+    batch's time: its latency ends there, not when the whole batch is done."""
+    tracer = QosTracer("count", [WORDCOUNT], _outbox({}), 0.005)
+    tracer.record_done(((0, 0),), 4_000, 9_000, share=0.2)
+    assert latency.percentile(tracer.hists["e2e/sentences>split>count"], 0.5) == pytest.approx(0.005, rel=0.1)
+    assert latency.percentile(tracer.hists["exec/count"], 0.5) == pytest.approx(0.005, rel=0.1)  # the batch's
+
+
+def test_a_trace_says_where_in_its_batch_the_traced_tuple_is() -> None:
+    """On a buffer that held tuples before the sample, the traced ones come behind them; on an
+    empty one, the sampled tuple's share of its unit places it in the batch it leaves with."""
+    outbox = _outbox({"split": [1]})
+    tracer = QosTracer("sentences", [WORDCOUNT], outbox, 0.005)
+    buf = outbox.buffers[1]
+    for w in ("a", "b", "c"):
+        buf.append((w,))
+    tracer.arm(((0, 1_000),), 0.5)
+    for w in ("d", "e", "f", "g"):
+        buf.append((w,))
+    tracer.resolve()
+    assert buf.trace.leaving(2_000, len(buf))[3:] == (5, 7)  # behind a, b, c; half-way through d-g
+    tracer = QosTracer("sentences", [WORDCOUNT], outbox := _outbox({"split": [1]}), 0.005)
+    tracer.arm(((0, 1_000),), 0.5)  # the buffer is empty: the trace waits on it
+    buf = outbox.buffers[1]
+    for w in "abcdefghij":
+        buf.append((w,))
+    trace = _send(buf)
+    assert trace.leaving(2_000, 10) == (trace.buffered, 2_000, ((0, 1_000),), 5, 10)
+    tracer.resolve()
+    assert trace.leaving(2_000, 0)[3:] == (0, 1)  # never out of its batch
+
+
 def test_an_executor_off_every_path_has_no_tracer() -> None:
     assert QosTracer.for_executor("other", [WORDCOUNT], _outbox({}), {}) is None
     assert QosTracer.for_executor("split", [WORDCOUNT], _outbox({}), {}) is not None
@@ -163,15 +196,17 @@ def test_sampling_waits_its_interval() -> None:
     assert not QosTracer("split", [WORDCOUNT], _outbox({}), 0.005).sample_due(9.0)  # starts nothing
 
 
-@pytest.mark.parametrize("value", [None, 3, [1, 2, 3], [1, 2, []], [1, "2", [[0, 1]]], [1, 2, [["x", 1]]],
-                                   [1, 2, [[0]]], [1, 2, [0, 1]]])
+@pytest.mark.parametrize("value", [None, 3, [1, 2, 3, 0, 1], [1, 2, [], 0, 1], [1, "2", [[0, 1]], 0, 1],
+                                   [1, 2, [["x", 1]], 0, 1], [1, 2, [[0]], 0, 1], [1, 2, [0, 1], 0, 1],
+                                   [1, 2, [[0, 1]]], [1, 2, [[0, 1]], 5, 5], [1, 2, [[0, 1]], -1, 5],
+                                   [1, 2, [[0, 1]], 0, 0], [1, 2, [[0, 1]], 0.5, 5]])
 def test_a_header_trace_that_is_not_one_is_ignored(value: Any) -> None:
     assert trace_from_header(value) is None
 
 
 def test_a_header_carries_a_trace_as_its_seventh_element() -> None:
-    header = wire.unpack(wire.data_header(5, 6, 0, 10, 0, (2, 3, ((0, 1), (1, 2)))))
-    assert len(header) == 7 and trace_from_header(header[6]) == (2, 3, ((0, 1), (1, 2)))
+    header = wire.unpack(wire.data_header(5, 6, 0, 10, 0, (2, 3, ((0, 1), (1, 2)), 4, 10)))
+    assert len(header) == 7 and trace_from_header(header[6]) == (2, 3, ((0, 1), (1, 2)), 4, 10)
     assert len(wire.unpack(wire.data_header(5, 6, 0, 10, 0))) == 6  # untraced batches are unchanged
 
 
@@ -556,7 +591,7 @@ def test_a_batch_that_fails_leaves_no_trace_behind() -> None:
     assert split.qos is not None
     split.outbox._buffer(2), split.outbox._buffer(3)  # the count buffers exist (empty): the trace waits on them
     with pytest.raises(TypeError):
-        split.take_traced(0, Traced((5, None, None), (1, 2, ((0, 1),))))  # values that are not a sequence
+        split.take_traced(0, Traced((5, None, None), (1, 2, ((0, 1),), 0, 1)))  # values that are not a sequence
     assert not split.qos.pending
     assert all(b.trace is None for b in split.outbox.buffers.values())
 
