@@ -350,22 +350,35 @@ class BoltExecutor(UserExecutor):
 
     def take_traced(self, src: int, traced: Traced) -> None:
         """Process a sampled batch: count its channel's parts and this executor's time, pass the
-        trace on along its paths (worker.qos)."""
+        trace on along its paths (worker.qos), from the traced tuple's run processed on its own."""
         batch = traced.batch
         qos = self.qos
         routing = self.routing
         if qos is None or routing is None or src >= len(routing.task_component):
             self._process_batch(src, batch)
             return
-        buffered, sent, origins, ahead, n = traced.trace
+        buffered, sent, origins, ahead, _ = traced.trace
         taken = time.time_ns() // 1000
         qos.record_channel(routing.task_component[src], buffered, sent, taken)
-        qos.arm(origins, ahead / n)  # its outputs come about as far through the unit as it is in its batch
+        decoded = self.decode(batch)
+        if decoded is None:
+            return
+        values, runs, streams = decoded
+        lo, hi = wire.run_around(runs, ahead, len(values))
+        inbox = self.inbox
+        avg = inbox.batch_avg  # the batch counts as one batch taken, not three
+        if lo:
+            self._process_batch(src, wire.slice_batch(values, runs, streams, 0, lo))
+        qos.arm(origins)  # around the traced tuple's run alone: its outputs are the unit's first
         try:
-            self._process_batch(src, batch)
-            qos.record_done(origins, taken, time.time_ns() // 1000, (ahead + 1) / n)
+            self._process_batch(src, wire.slice_batch(values, runs, streams, lo, hi))
+            reached = time.time_ns() // 1000
         finally:
             qos.resolve()  # even if the batch failed: no trace may wait on a buffer past its unit
+        if hi < len(values):
+            self._process_batch(src, wire.slice_batch(values, runs, streams, hi, len(values)))
+        inbox.batch_avg = avg + (len(values) - avg) * 0.125
+        qos.record_done(origins, taken, time.time_ns() // 1000, reached)
 
     # -- checkpoints (worker.checkpoint) ------------------------------------------------------
     def _take_aligning(self, src: int, batch: Any) -> None:

@@ -18,12 +18,14 @@ that leaves takes it, so a sample is counted once however many tasks the unit's 
 where a trace meets an older one on a buffer, the older origin stays (the batch's oldest tuples).
 
 A trace also says where in its batch the traced tuple is (``ahead``: the tuples before it, of
-``n``): the receiver's processing of the batch reaches it at that share of the batch's time, and
-its outputs come about that far through the unit's. The last component counts the end-to-end
-latency to there, not to the end of the batch: a count batch at half of word count's peak takes
-up to a millisecond, which every sample's latency would otherwise gain whole (and a controller
-act on). Where the place is a guess (a batch that left mid-unit), it is the tuple's share of
-the input.
+``n``). The receiver processes the batch in three parts: what comes before the traced tuple's
+run, then that run alone as the unit of work the next trace is armed around (its outputs are
+the first the unit emits, so the trace goes with exactly them), then the rest; the last
+component counts the end-to-end latency to the end of the traced run, not of the batch. A
+sample whose tuple left in a batch sent while the unit ran, untraced (the buffer reached its
+limit), is dropped rather than put on the tuples that came after it, which wait longer. Before
+this, traces followed the whole unit and the batch's end: at half of word count's peak they
+read a p99 over a millisecond above the stamped tuples', and a controller acted on that.
 
 Everything is per batch, never per tuple: an executor that takes part in no constraint pays a
 type check per batch and an attribute read per sent buffer.
@@ -60,24 +62,22 @@ class Trace:
     on): each keeps its own origin. One trace waits on all the empty buffers of a unit of work;
     the first batch that leaves takes it (``sent``), the others leave untraced."""
 
-    __slots__ = ("ahead", "buffered", "origins", "sent", "share")
+    __slots__ = ("ahead", "buffered", "origins", "sent")
 
-    def __init__(self, buffered: int, origins: dict[int, int], share: float = 0.0, ahead: int | None = None) -> None:
+    def __init__(self, buffered: int, origins: dict[int, int], ahead: int = 0) -> None:
         self.buffered = buffered
         self.origins = origins
         self.sent = False
-        self.share = share  # where the traced tuple falls among its unit's outputs (0: first)
-        self.ahead = ahead  # tuples of its batch before it, if known (else share x the batch)
+        self.ahead = ahead  # tuples of its batch before the traced one (what its buffer held)
 
     def leaving(self, sent_us: int, n: int) -> Sent:
         """What the batch of ``n`` tuples it leaves with carries (sent now)."""
-        ahead = int(self.share * n) if self.ahead is None else self.ahead
-        return self.buffered, sent_us, tuple(self.origins.items()), min(max(0, ahead), max(0, n - 1)), max(1, n)
+        return self.buffered, sent_us, tuple(self.origins.items()), min(self.ahead, max(0, n - 1)), max(1, n)
 
 
 # One next component's buffers as arm() found them: (buffer, its batches sent, its length, the trace
-# that waits on it or None), with the origins arm() added, when, and the traced tuple's share.
-Armed = tuple[dict[int, int], int, float, list[tuple[Any, int, int, "Trace | None"]]]
+# that waits on it or None), with the origins arm() added and when.
+Armed = tuple[dict[int, int], int, list[tuple[Any, int, int, "Trace | None"]]]
 
 
 def channel_key(src: str, dst: str) -> str:
@@ -164,15 +164,14 @@ class QosTracer:
         self._add("buffer/" + key, (sent_us - buffered_us) / 1e6)
         self._add("queue/" + key, (taken_us - sent_us) / 1e6)
 
-    def record_done(self, origins: Origins, taken_us: int, done_us: int, share: float = 1.0) -> None:
+    def record_done(self, origins: Origins, taken_us: int, done_us: int, reached_us: int | None = None) -> None:
         """The traced batch was processed: this executor's processing time, and the end-to-end
-        latency of every constraint whose path ends here (from that path's own origin to where
-        the processing reached the traced tuple: ``share`` of the batch's time)."""
+        latency of every constraint whose path ends here (from that path's own origin to
+        ``reached_us``, when the traced tuple's run was processed; default: the batch's end)."""
         self._add("exec/" + self.component, (done_us - taken_us) / 1e6)
         ends = self.ends
-        if not ends:
-            return
-        reached_us = taken_us + (done_us - taken_us) * min(1.0, max(0.0, share))
+        if reached_us is None:
+            reached_us = done_us
         for c, origin_us in origins:
             name = ends.get(c)
             if name is not None:
@@ -187,10 +186,9 @@ class QosTracer:
         self.next_at = now + self.sample_secs
         return True
 
-    def arm(self, origins: Origins, share: float = 0.0) -> None:
-        """Note the output buffers of the paths' next components before a unit of work that may
-        emit the traced tuple (``share`` of the way through the unit's input); :meth:`resolve`
-        after it keeps the trace on one of them.
+    def arm(self, origins: Origins) -> None:
+        """Note the output buffers of the paths' next components before a unit of work whose
+        first emits are the traced tuple's; :meth:`resolve` after it keeps the trace on one of them.
 
         An empty buffer's next batch holds only tuples of this unit of work, so the trace waits
         on every empty one at once: a batch sent within the unit takes it along (a low rate
@@ -223,13 +221,13 @@ class QosTracer:
                     waiting = buf.trace  # an empty buffer's trace is one armed in this unit
                     if waiting is None or waiting.sent:
                         if shared is None:
-                            shared = Trace(buffered_us, dict(mine), share)
+                            shared = Trace(buffered_us, dict(mine))
                         waiting = buf.trace = shared
                     else:
                         for c, origin_us in mine.items():
                             waiting.origins.setdefault(c, origin_us)
                 seen.append((buf, buf.sent, n, waiting))
-            armed.append((mine, buffered_us, share, seen))
+            armed.append((mine, buffered_us, seen))
         self.pending.append(armed)
 
     def start(self) -> None:
@@ -240,12 +238,13 @@ class QosTracer:
     def resolve(self) -> None:
         """Keep each armed trace on one buffer: the one it left with, or the first it waited on
         that holds tuples now, else the first that grew and still holds them (older origins
-        there stay: a trace follows the oldest tuple it can); off every other one. A trace put on
-        a buffer that grew is placed behind what the buffer held, at ``share`` of what it got."""
+        there stay: a trace follows the oldest tuple it can), behind what that buffer held; off
+        every other one. If the first buffer that changed sent a batch meanwhile, the traced
+        tuple left in it, untraced: the sample is dropped."""
         pending = self.pending
         self.pending = []
         for armed in pending:
-            for mine, buffered_us, share, seen in armed:
+            for mine, buffered_us, seen in armed:
                 keeper = None
                 kept = any(waiting is not None and waiting.sent for _, _, _, waiting in seen)
                 if not kept:
@@ -259,12 +258,12 @@ class QosTracer:
                 if kept:
                     continue
                 for buf, sent, n, _ in seen:
-                    if (buf.sent != sent or len(buf) > n) and len(buf):
+                    if buf.sent != sent:
+                        break  # the unit's first tuples left in a batch that carried no trace
+                    if len(buf) > n:
                         trace = buf.trace
                         if trace is None:
-                            before = n if buf.sent == sent else 0  # what it held then is still there
-                            buf.trace = Trace(buffered_us, dict(mine), share,
-                                              before + int((len(buf) - before) * share))
+                            buf.trace = Trace(buffered_us, dict(mine), n)
                         else:
                             for c, origin_us in mine.items():
                                 trace.origins.setdefault(c, origin_us)

@@ -208,6 +208,37 @@ def decode_batch(batch: Any) -> tuple[Any, Any, Any]:
     return values, runs, streams
 
 
+def run_around(runs: Any, index: int, n: int) -> tuple[int, int]:
+    """The bounds ``(lo, hi)`` of the run that holds tuple ``index`` of a batch of ``n`` (with no
+    runs, that tuple alone): a batch is cut only between runs, whose tuples share one anchor
+    entry and are acked together."""
+    index = min(max(0, index), max(0, n - 1))
+    if runs is None:
+        return index, min(n, index + 1)
+    lo = 0
+    for k in range(0, len(runs), 2):
+        hi = lo + runs[k]
+        if index < hi:
+            return lo, hi
+        lo = hi
+    return lo, n
+
+
+def slice_batch(values: Any, runs: Any, streams: Any, lo: int, hi: int) -> tuple[Any, Any, Any]:
+    """Tuples ``lo:hi`` of a batch as a batch of their own; ``lo`` and ``hi`` are run bounds."""
+    if runs is not None:
+        part = []
+        at = 0
+        for k in range(0, len(runs), 2):
+            if lo <= at < hi:
+                part += (runs[k], runs[k + 1])
+            at += runs[k]
+        runs = part
+    if streams:
+        streams = {i - lo: s for i, s in streams.items() if lo <= i < hi} or None
+    return values[lo:hi], runs, streams
+
+
 def data_header(dst: int, src: int, hops: int = 0, count: int = 0, epoch: int = 0, trace: Any = None) -> bytes:
     """``[DATA, dst, src, hops, count, epoch]``: ``count`` tuples in the payload (for
     backpressure); ``epoch``: the rollbacks the sender had taken (older frames are dropped);

@@ -150,39 +150,86 @@ def test_the_last_component_counts_end_to_end_and_its_parts() -> None:
     assert latency.percentile(hists["e2e/sentences>split>count"], 0.5) == pytest.approx(0.009, rel=0.1)
 
 
-def test_the_last_component_counts_end_to_end_to_where_its_batch_reached_the_traced_tuple() -> None:
-    """A traced tuple a fifth of the way into its batch was processed a fifth of the way into the
-    batch's time: its latency ends there, not when the whole batch is done."""
+def test_the_last_component_counts_end_to_end_to_when_the_traced_run_was_processed() -> None:
     tracer = QosTracer("count", [WORDCOUNT], _outbox({}), 0.005)
-    tracer.record_done(((0, 0),), 4_000, 9_000, share=0.2)
+    tracer.record_done(((0, 0),), 4_000, 9_000, 5_000)
     assert latency.percentile(tracer.hists["e2e/sentences>split>count"], 0.5) == pytest.approx(0.005, rel=0.1)
     assert latency.percentile(tracer.hists["exec/count"], 0.5) == pytest.approx(0.005, rel=0.1)  # the batch's
 
 
-def test_a_trace_says_where_in_its_batch_the_traced_tuple_is() -> None:
-    """On a buffer that held tuples before the sample, the traced ones come behind them; on an
-    empty one, the sampled tuple's share of its unit places it in the batch it leaves with."""
+def test_a_trace_comes_behind_what_its_buffer_held() -> None:
     outbox = _outbox({"split": [1]})
     tracer = QosTracer("sentences", [WORDCOUNT], outbox, 0.005)
     buf = outbox.buffers[1]
-    for w in ("a", "b", "c"):
+    for w in "abc":
         buf.append((w,))
-    tracer.arm(((0, 1_000),), 0.5)
-    for w in ("d", "e", "f", "g"):
+    tracer.arm(((0, 1_000),))
+    for w in "defg":
         buf.append((w,))
     tracer.resolve()
-    assert buf.trace.leaving(2_000, len(buf))[3:] == (5, 7)  # behind a, b, c; half-way through d-g
-    tracer = QosTracer("sentences", [WORDCOUNT], outbox := _outbox({"split": [1]}), 0.005)
-    tracer.arm(((0, 1_000),), 0.5)  # the buffer is empty: the trace waits on it
+    assert buf.trace.leaving(2_000, len(buf)) == (buf.trace.buffered, 2_000, ((0, 1_000),), 3, 7)
+    assert buf.trace.leaving(2_000, 2)[3:] == (1, 2)  # never out of its batch
+
+
+def test_a_sample_whose_tuple_left_untraced_is_dropped() -> None:
+    """The buffer held tuples, so the trace could not wait on it; it reached its limit in the
+    unit and sent the sampled tuple on: the trace is not put on the tuples after it."""
+    outbox = _outbox({"split": [1]})
+    tracer = QosTracer("sentences", [WORDCOUNT], outbox, 0.005)
     buf = outbox.buffers[1]
-    for w in "abcdefghij":
-        buf.append((w,))
-    trace = _send(buf)
-    assert trace.leaving(2_000, 10) == (trace.buffered, 2_000, ((0, 1_000),), 5, 10)
+    buf.append(("old",))
+    tracer.start()
+    buf.append(("sampled",))
+    assert _send(buf) is None
+    buf.append(("later",))
     tracer.resolve()
-    assert trace.leaving(2_000, 0)[3:] == (0, 1)  # never out of its batch
+    assert buf.trace is None
 
 
+@pytest.mark.parametrize(("runs", "index", "bounds"), [
+    (None, 3, (3, 4)), (None, 9, (4, 5)), ([2, [1, 1], 3, [2, 2]], 0, (0, 2)), ([2, [1, 1], 3, [2, 2]], 2, (2, 5)),
+    ([2, [1, 1], 3, [2, 2]], 4, (2, 5)),
+])
+def test_a_batch_is_cut_around_the_run_of_a_tuple(runs: Any, index: int, bounds: tuple[int, int]) -> None:
+    assert wire.run_around(runs, index, 5) == bounds
+
+
+def test_a_slice_of_a_batch_keeps_its_runs_and_streams() -> None:
+    values = [(w,) for w in "abcde"]
+    runs = [2, [1, 1], 3, [2, 2]]
+    assert wire.slice_batch(values, runs, {1: "x", 3: "y"}, 2, 5) == (values[2:], [3, [2, 2]], {1: "y"})
+    assert wire.slice_batch(values, runs, {1: "x"}, 2, 5) == (values[2:], [3, [2, 2]], None)
+    assert wire.slice_batch(values, None, None, 0, 2) == (values[:2], None, None)
+
+
+def test_a_traced_batch_is_processed_around_its_traced_run() -> None:
+    """The split takes a batch of three sentences whose second is traced: the words of the first
+    are already in the buffer to count when the trace is armed, so the trace comes behind them,
+    and every sentence is split once, in order."""
+    from nstorm.topology import TopologyBuilder
+    from topologies.wordcount import Count, Sentences, Split
+    from worker.bolt import BoltExecutor
+    from worker.qos import Traced
+
+    from fakes import FakeHost, plan_of
+
+    builder = TopologyBuilder("t")
+    builder.set_spout("sentences", Sentences)
+    builder.set_bolt("split", Split).shuffle_grouping("sentences")
+    builder.set_bolt("count", Count).fields_grouping("split", ["word"])
+    builder.latency_constraint(list(PATH), p99_ms=10)
+    definition = builder.build(workers=1).definition
+    plan = plan_of({e: "n1:1" for e in ["sentences:0", "split:0", "count:0", "__acker:0"]})
+    host = FakeHost(plan, acking=False, **{"topology.batch.adaptive": False, "topology.batch.size": 100})
+    split = BoltExecutor(host, "split:0", 1, Split, definition)  # type: ignore[arg-type]
+    split.setup()
+    split.outbox._buffer(2)
+    batch = ([("a b",), ("c d e",), ("f",)], None, None)
+    split.take_traced(0, Traced(batch, (1, 2, ((0, 1),), 1, 3)))
+    buf = split.outbox.buffers[2]
+    assert list(buf) == [("a",), ("b",), ("c",), ("d",), ("e",), ("f",)]
+    assert buf.trace is not None and buf.trace.ahead == 2 and buf.trace.origins == {0: 1}
+    assert split.executed == 3
 def test_an_executor_off_every_path_has_no_tracer() -> None:
     assert QosTracer.for_executor("other", [WORDCOUNT], _outbox({}), {}) is None
     assert QosTracer.for_executor("split", [WORDCOUNT], _outbox({}), {}) is not None
