@@ -21,11 +21,12 @@ A trace also says where in its batch the traced tuple is (``ahead``: the tuples 
 ``n``). The receiver processes the batch in three parts: what comes before the traced tuple's
 run, then that run alone as the unit of work the next trace is armed around (its outputs are
 the first the unit emits, so the trace goes with exactly them), then the rest; the last
-component counts the end-to-end latency to the end of the traced run, not of the batch. A
-sample whose tuple left in a batch sent while the unit ran, untraced (the buffer reached its
-limit), is dropped rather than put on the tuples that came after it, which wait longer. Before
-this, traces followed the whole unit and the batch's end: at half of word count's peak they
-read a p99 over a millisecond above the stamped tuples', and a controller acted on that.
+component counts the end-to-end latency to the end of the traced run, not of the batch. Since
+every output of such a unit is the traced tuple's, the trace waits on every buffer of the next
+component, behind what each holds, and goes with whichever batch leaves first (one that reached
+its limit in the unit, too). Before this, traces followed a whole unit of work and ended at the
+batch's end: at half of word count's peak their p99 read over a millisecond above the stamped
+tuples', and a controller acted on that.
 
 Everything is per batch, never per tuple: an executor that takes part in no constraint pays a
 type check per batch and an attribute read per sent buffer.
@@ -59,16 +60,25 @@ class Trace:
     """What waits on an output buffer and leaves with its next batch: when the first traced
     tuple was buffered, and per constraint the origin of the tuple it follows. Paths that start
     at different executors can share a batch (a bolt that starts one path and passes another
-    on): each keeps its own origin. One trace waits on all the empty buffers of a unit of work;
-    the first batch that leaves takes it (``sent``), the others leave untraced."""
+    on): each keeps its own origin. A unit of work's traces wait on all the buffers of the
+    next component (one for the empty ones) and share whether one of them left (``sent``): the
+    first batch that leaves takes it, the others leave untraced."""
 
-    __slots__ = ("ahead", "buffered", "origins", "sent")
+    __slots__ = ("ahead", "buffered", "cell", "origins")
 
-    def __init__(self, buffered: int, origins: dict[int, int], ahead: int = 0) -> None:
+    def __init__(self, buffered: int, origins: dict[int, int], ahead: int = 0, cell: list[bool] | None = None) -> None:
         self.buffered = buffered
         self.origins = origins
-        self.sent = False
+        self.cell = [False] if cell is None else cell  # shared by the traces of one arm
         self.ahead = ahead  # tuples of its batch before the traced one (what its buffer held)
+
+    @property
+    def sent(self) -> bool:
+        return self.cell[0]
+
+    @sent.setter
+    def sent(self, value: bool) -> None:
+        self.cell[0] = value
 
     def leaving(self, sent_us: int, n: int) -> Sent:
         """What the batch of ``n`` tuples it leaves with carries (sent now)."""
@@ -139,6 +149,7 @@ class QosTracer:
             self.next_of[i] = constraints[i].path[1]
         self.next_at = 0.0  # monotonic clock of the next sample (starting executors)
         self.pending: list[list[Armed]] = []  # per armed unit of work
+        self.armed_now: set[Trace] = set()  # the traces armed since the last resolve
         self.hists: dict[str, dict[int, int]] = {}
         self.samples = 0
 
@@ -190,10 +201,12 @@ class QosTracer:
         """Note the output buffers of the paths' next components before a unit of work whose
         first emits are the traced tuple's; :meth:`resolve` after it keeps the trace on one of them.
 
-        An empty buffer's next batch holds only tuples of this unit of work, so the trace waits
-        on every empty one at once: a batch sent within the unit takes it along (a low rate
-        sends each tuple as it comes, and would never be sampled otherwise). A trace that waits
-        there already (another path's, armed in this unit) takes these origins too.
+        Every output of the unit is the traced tuple's, so a trace waits on every buffer at once,
+        behind what it holds (one trace for the empty ones): the first batch sent takes it along
+        (a low rate sends each tuple as it comes; a buffer that reaches its limit sends the
+        unit's first outputs on), the others drop theirs. A trace that waits there already takes
+        these origins too if it was armed in this unit (another path's); an older one stays as
+        it is (:meth:`resolve` adds these origins if the buffer gets the unit's outputs).
         """
         routing = self.outbox.routing
         if routing is None:
@@ -208,7 +221,9 @@ class QosTracer:
             return
         buffered_us = _time_ns() // 1000
         armed: list[Armed] = []
+        armed_now = self.armed_now
         for nxt, mine in by_next.items():
+            cell = [False]
             shared: Trace | None = None
             seen: list[tuple[Any, int, int, Trace | None]] = []
             for t in routing.component_tasks.get(nxt, ()):
@@ -216,16 +231,21 @@ class QosTracer:
                 if buf is None:
                     continue
                 n = len(buf)
-                waiting = None
-                if n == 0:
-                    waiting = buf.trace  # an empty buffer's trace is one armed in this unit
-                    if waiting is None or waiting.sent:
-                        if shared is None:
-                            shared = Trace(buffered_us, dict(mine))
-                        waiting = buf.trace = shared
-                    else:
+                waiting = buf.trace
+                if waiting is not None and not waiting.sent:
+                    if waiting in armed_now:  # another path's, armed in this unit
                         for c, origin_us in mine.items():
                             waiting.origins.setdefault(c, origin_us)
+                    else:
+                        waiting = None  # an older unit's: it stays, and leaves first
+                elif n == 0:
+                    if shared is None:
+                        shared = Trace(buffered_us, dict(mine), 0, cell)
+                        armed_now.add(shared)
+                    waiting = buf.trace = shared
+                else:
+                    waiting = buf.trace = Trace(buffered_us, dict(mine), n, cell)
+                    armed_now.add(waiting)
                 seen.append((buf, buf.sent, n, waiting))
             armed.append((mine, buffered_us, seen))
         self.pending.append(armed)
@@ -236,20 +256,20 @@ class QosTracer:
         self.arm(tuple((c, now_us) for c in self.starts))
 
     def resolve(self) -> None:
-        """Keep each armed trace on one buffer: the one it left with, or the first it waited on
-        that holds tuples now, else the first that grew and still holds them (older origins
-        there stay: a trace follows the oldest tuple it can), behind what that buffer held; off
-        every other one. If the first buffer that changed sent a batch meanwhile, the traced
-        tuple left in it, untraced: the sample is dropped."""
+        """Keep each armed trace on one buffer: the one it left with, else the first it waits on
+        that got tuples of the unit; off every other one. Where only buffers with an older trace
+        got them, that trace takes these origins too (the older ones stay: a trace follows the
+        oldest tuple it can); if such a buffer sent them on, the sample is lost."""
         pending = self.pending
         self.pending = []
+        self.armed_now.clear()
         for armed in pending:
-            for mine, buffered_us, seen in armed:
+            for mine, _, seen in armed:
                 keeper = None
                 kept = any(waiting is not None and waiting.sent for _, _, _, waiting in seen)
                 if not kept:
-                    for buf, _, _, waiting in seen:
-                        if waiting is not None and buf.trace is waiting and len(buf):
+                    for buf, sent, n, waiting in seen:
+                        if waiting is not None and buf.trace is waiting and len(buf) > n:
                             keeper, kept = buf, True
                             break
                 for buf, _, _, waiting in seen:
@@ -257,14 +277,10 @@ class QosTracer:
                         buf.trace = None  # nothing of the unit came, or the trace left or stays elsewhere
                 if kept:
                     continue
-                for buf, sent, n, _ in seen:
-                    if buf.sent != sent:
-                        break  # the unit's first tuples left in a batch that carried no trace
-                    if len(buf) > n:
+                for buf, sent, n, waiting in seen:
+                    if waiting is None and (buf.sent != sent or len(buf) > n):
                         trace = buf.trace
-                        if trace is None:
-                            buf.trace = Trace(buffered_us, dict(mine), n)
-                        else:
+                        if buf.sent == sent and trace is not None:
                             for c, origin_us in mine.items():
                                 trace.origins.setdefault(c, origin_us)
                         break

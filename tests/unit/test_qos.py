@@ -101,16 +101,35 @@ def test_a_later_sample_on_a_buffer_keeps_the_older_origin() -> None:
     assert trace.origins == {0: 1_000} and trace.buffered >= 1_000
 
 
-def test_a_trace_is_dropped_when_what_grew_has_left_already() -> None:
+def test_a_buffer_that_held_tuples_sends_the_trace_on_behind_them() -> None:
+    """The buffer held tuples when the sample started; it reached its limit in the unit: the batch
+    that left carries the trace, one tuple ahead of the sampled one, and nothing after it does."""
+    outbox = _outbox({"split": [1, 2]})
+    tracer = QosTracer("sentences", [WORDCOUNT], outbox, 0.005)
+    buf = outbox.buffers[1]
+    buf.append(("old",))
+    tracer.start()
+    buf.append(("sampled",))
+    n = len(buf)
+    trace = _send(buf)
+    assert trace is not None and trace.leaving(2_000, n)[3:] == (1, 2)
+    buf.append(("later",))
+    tracer.resolve()
+    assert buf.trace is None and outbox.buffers[2].trace is None
+
+
+def test_an_older_trace_stays_where_it_waits() -> None:
+    """A buffer with an older sample's trace: a new sample neither replaces it nor takes it off."""
     outbox = _outbox({"split": [1]})
     tracer = QosTracer("sentences", [WORDCOUNT], outbox, 0.005)
     buf = outbox.buffers[1]
-    buf.append(("old",))  # not empty: its next batch holds older tuples, so the trace cannot wait on it
-    tracer.start()
-    buf.append(("x",))
-    assert _send(buf) is None
+    tracer.arm(((0, 1_000),))
+    buf.append(("a",))
     tracer.resolve()
-    assert buf.trace is None
+    older = buf.trace
+    tracer.arm(((0, 6_000),))
+    tracer.resolve()  # nothing of this unit came
+    assert buf.trace is older and older.origins == {0: 1_000}
 
 
 def test_a_bolt_that_starts_a_path_and_passes_another_on_sends_both_in_one_trace() -> None:
@@ -169,21 +188,6 @@ def test_a_trace_comes_behind_what_its_buffer_held() -> None:
     tracer.resolve()
     assert buf.trace.leaving(2_000, len(buf)) == (buf.trace.buffered, 2_000, ((0, 1_000),), 3, 7)
     assert buf.trace.leaving(2_000, 2)[3:] == (1, 2)  # never out of its batch
-
-
-def test_a_sample_whose_tuple_left_untraced_is_dropped() -> None:
-    """The buffer held tuples, so the trace could not wait on it; it reached its limit in the
-    unit and sent the sampled tuple on: the trace is not put on the tuples after it."""
-    outbox = _outbox({"split": [1]})
-    tracer = QosTracer("sentences", [WORDCOUNT], outbox, 0.005)
-    buf = outbox.buffers[1]
-    buf.append(("old",))
-    tracer.start()
-    buf.append(("sampled",))
-    assert _send(buf) is None
-    buf.append(("later",))
-    tracer.resolve()
-    assert buf.trace is None
 
 
 @pytest.mark.parametrize(("runs", "index", "bounds"), [
