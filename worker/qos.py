@@ -268,7 +268,7 @@ class QosTracer:
                 keeper = None
                 kept = any(waiting is not None and waiting.sent for _, _, _, waiting in seen)
                 if not kept:
-                    for buf, sent, n, waiting in seen:
+                    for buf, _, n, waiting in seen:
                         if waiting is not None and buf.trace is waiting and len(buf) > n:
                             keeper, kept = buf, True
                             break
