@@ -118,22 +118,24 @@ def _busy(plan: Plan | None, path: Sequence[str], beats: Mapping[str, Any]) -> b
 
 
 def _chain_options(definition: Mapping[str, Any], plan: Plan, path: Sequence[str],
-                   cpu: Mapping[str, float]) -> tuple[list[str], list[str]]:
-    """``(chainable, hot)`` channels of ``path``: those that could be chained now (pointwise in this
-    plan, not chained yet, every host under :data:`CHAIN_CPU`), and chained ones whose host thread
-    is above :data:`SATURATED_CPU`."""
-    chainable, hot = [], []
+                   cpu: Mapping[str, float]) -> tuple[list[str], list[str], list[str]]:
+    """``(chainable, hot, chained)`` channels of ``path``: those that could be chained now
+    (pointwise in this plan, not chained yet, every host under :data:`CHAIN_CPU`), chained ones
+    whose host thread is above :data:`SATURATED_CPU`, and those chained all through."""
+    chainable, hot, whole = [], [], []
     for a, b in zip(path, path[1:], strict=False):
         pairs = pointwise_pairs(definition, plan, a, b)
         if not pairs:
             continue
         ch = f"{a}>{b}"
         chained = {d: u for d, u in plan.chains.items() if d in pairs}
+        if len(chained) == len(pairs):
+            whole.append(ch)
         if any(cpu.get(u, 0.0) >= SATURATED_CPU for u in chained.values()):
             hot.append(ch)
         elif len(chained) < len(pairs) and all(cpu.get(u, 0.0) < CHAIN_CPU for u in pairs.values()):
             chainable.append(ch)
-    return chainable, hot
+    return chainable, hot, whole
 
 
 class LatencyController:
@@ -215,9 +217,9 @@ class LatencyController:
             c = t.constraint
             win = path_window(c.path, c.name, window)
             t.last = win if win.p99_ms is not None else t.last
-            chainable, hot = _chain_options(topo["definition"], plan, c.path, cpu) if plan else ([], [])
+            chainable, hot, chained = _chain_options(topo["definition"], plan, c.path, cpu) if plan else ([], [], [])
             step = decide(c.path, c.p99_ms, win, t.state, tuning, base, c.moves or moves_ok, chainable, hot,
-                          busy=_busy(plan, c.path, beats)) if not acted else None
+                          busy=_busy(plan, c.path, beats), chained=chained) if not acted else None
             if step is not None and not control:
                 continue  # measured and reported, never acted on (topology.latency.control=false)
             if step is None or plan is None:

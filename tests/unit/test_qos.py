@@ -271,6 +271,21 @@ def _window(e2e_ms: list[float], buffer_ms: dict[str, float]) -> dict[str, dict[
     return w
 
 
+def test_a_chained_channel_shrinks_first_while_it_holds_a_fair_share_of_the_wait() -> None:
+    """Its smaller batches cost calls in one thread, not messages: it goes first unless its
+    buffers hold under a quarter of the largest wait."""
+    win = path_window(PATH, "sentences>split>count", _window([20.0] * 100, {"sentences>split": 1.0, "split>count": 3.0}))
+    step = decide(PATH, 10.0, win, ConstraintState(), {}, 5.0, moves=False, chained=["sentences>split"])
+    assert step is not None and step.tuning == {"sentences>split": {"latency_ms": 2.5}}
+    win = path_window(PATH, "sentences>split>count", _window([20.0] * 100, {"sentences>split": 0.5, "split>count": 3.0}))
+    step = decide(PATH, 10.0, win, ConstraintState(), {}, 5.0, moves=False, chained=["sentences>split"])
+    assert step is not None and step.tuning == {"split>count": {"latency_ms": 2.5}}
+    floor = {"sentences>split": {"latency_ms": FLOOR_MS}}  # as small as it goes: the other one
+    win = path_window(PATH, "sentences>split>count", _window([20.0] * 100, {"sentences>split": 1.0, "split>count": 3.0}))
+    step = decide(PATH, 10.0, win, ConstraintState(), floor, 5.0, moves=False, chained=["sentences>split"])
+    assert step is not None and step.tuning == {**floor, "split>count": {"latency_ms": 2.5}}
+
+
 def test_a_violated_bound_shrinks_the_channel_that_waits_longest() -> None:
     win = path_window(PATH, "sentences>split>count", _window([20.0] * 100, {"sentences>split": 2.0, "split>count": 8.0}))
     state = ConstraintState()
@@ -543,11 +558,11 @@ def test_the_controller_offers_only_channels_it_may_chain() -> None:
     from nimbus.latency import _chain_options
 
     plan = _two_workers({"src:0": "n1:6700", "src:1": "n2:6701", "op:0": "n1:6700", "op:1": "n2:6701"})
-    assert _chain_options(_definition(), plan, ("src", "op"), {}) == (["src>op"], [])
-    assert _chain_options(_definition(), plan, ("src", "op"), {"src:0": 0.7}) == ([], [])  # a busy host
+    assert _chain_options(_definition(), plan, ("src", "op"), {}) == (["src>op"], [], [])
+    assert _chain_options(_definition(), plan, ("src", "op"), {"src:0": 0.7}) == ([], [], [])  # a busy host
     chained = plan.replace(chains={"op:0": "src:0", "op:1": "src:1"})
-    assert _chain_options(_definition(), chained, ("src", "op"), {"src:1": 0.95}) == ([], ["src>op"])
-    assert _chain_options(_definition(), chained, ("src", "op"), {"src:1": 0.5}) == ([], [])
+    assert _chain_options(_definition(), chained, ("src", "op"), {"src:1": 0.95}) == ([], ["src>op"], ["src>op"])
+    assert _chain_options(_definition(), chained, ("src", "op"), {"src:1": 0.5}) == ([], [], ["src>op"])
 
 
 def test_otd_and_the_controller_leave_each_other_s_moves_alone_for_a_cool_down() -> None:
