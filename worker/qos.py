@@ -13,9 +13,10 @@ another on in the same batch). The receiver counts the channel's
 parts (buffer wait: sent - buffered; queue and wire: taken - sent), the time it took to
 process the batch, and passes the trace on the same way to the path's next component; the
 last one counts the end-to-end latency (origin to where its processing reached the traced
-tuple). One trace waits on all the empty buffers of a unit of work and only the first batch
-that leaves takes it, so a sample is counted once however many tasks the unit's tuples go to;
-where a trace meets an older one on a buffer, the older origin stays (the batch's oldest tuples).
+tuple). A sample's traces wait on all the buffers of the next component and only the first
+batch that leaves takes one, so a sample is counted once however many tasks the unit's tuples
+go to; where a trace meets an older one on a buffer, the older origin stays (the batch's oldest
+tuples).
 
 A trace also says where in its batch the traced tuple is (``ahead``: the tuples before it, of
 ``n``). The receiver processes the batch in three parts: what comes before the traced tuple's
@@ -61,8 +62,8 @@ class Trace:
     tuple was buffered, and per constraint the origin of the tuple it follows. Paths that start
     at different executors can share a batch (a bolt that starts one path and passes another
     on): each keeps its own origin. A unit of work's traces wait on all the buffers of the
-    next component (one for the empty ones) and share whether one of them left (``sent``): the
-    first batch that leaves takes it, the others leave untraced."""
+    next component and share whether one of them left (``sent``): the first batch that leaves
+    takes it, the others leave untraced."""
 
     __slots__ = ("ahead", "buffered", "cell", "origins")
 
@@ -202,7 +203,7 @@ class QosTracer:
         first emits are the traced tuple's; :meth:`resolve` after it keeps the trace on one of them.
 
         Every output of the unit is the traced tuple's, so a trace waits on every buffer at once,
-        behind what it holds (one trace for the empty ones): the first batch sent takes it along
+        behind what it holds: the first batch sent takes it along
         (a low rate sends each tuple as it comes; a buffer that reaches its limit sends the
         unit's first outputs on), the others drop theirs. A trace that waits there already takes
         these origins too if it was armed in this unit (another path's); an older one stays as
@@ -223,8 +224,7 @@ class QosTracer:
         armed: list[Armed] = []
         armed_now = self.armed_now
         for nxt, mine in by_next.items():
-            cell = [False]
-            shared: Trace | None = None
+            cell = [False]  # whether one of this sample's traces left
             seen: list[tuple[Any, int, int, Trace | None]] = []
             for t in routing.component_tasks.get(nxt, ()):
                 buf = buffers.get(t)
@@ -238,11 +238,6 @@ class QosTracer:
                             waiting.origins.setdefault(c, origin_us)
                     else:
                         waiting = None  # an older unit's: it stays, and leaves first
-                elif n == 0:
-                    if shared is None:
-                        shared = Trace(buffered_us, dict(mine), 0, cell)
-                        armed_now.add(shared)
-                    waiting = buf.trace = shared
                 else:
                     waiting = buf.trace = Trace(buffered_us, dict(mine), n, cell)
                     armed_now.add(waiting)
