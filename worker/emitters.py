@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from worker.runs import K_FIELD1, K_GLOBAL, K_SHUFFLE, Buffer, SpoutGroup, Target
 
 __all__ = ["Emitting", "compile_anchored_emit", "compile_many_emit", "compile_plain_emit", "compile_tracked_emit",
-           "cycle", "fast_target"]
+           "cycle", "fast_target", "single"]
 
 
 class Emitting(Protocol):
@@ -48,7 +48,14 @@ def fast_target(outbox: Emitting) -> Target | None:
         return None
     return targets[0]
 
+def single(target: Target) -> Buffer | None:
+    """The target's buffer if it has only one: an emit then appends to it without a ``next`` of a
+    cycle (a buffer object lives as long as its routing table: flushing empties it in place)."""
+    return target.bufs[0] if len(target.bufs) == 1 else None
+
+
 def cycle(target: Target) -> Any:
+    """The target's buffers in turn, from a random one (shuffle and global groupings)."""
     bufs = target.bufs
     start = random.randrange(len(bufs))
     return itertools.cycle(bufs[start:] + bufs[:start]).__next__
@@ -74,6 +81,19 @@ def compile_plain_emit(outbox: Emitting) -> Any:
             return None
 
         return emit_fields
+    only = single(target)
+    if only is not None:
+        append = only.append
+
+        def emit_single(values: Sequence[Any], stream: str = "default", anchors: Any = None) -> None:
+            if stream != "default":
+                return general(values, stream)
+            append(values)
+            if len(only) >= only.limit:
+                flush(only)
+            return None
+
+        return emit_single
     nxt = cycle(target)
 
     def emit_cycle(values: Sequence[Any], stream: str = "default", anchors: Any = None) -> None:
@@ -118,6 +138,22 @@ def compile_anchored_emit(outbox: Emitting) -> Any:
             return None
 
         return emit_fields
+    only = single(target)
+    if only is not None:
+        append = only.append
+
+        def emit_single(values: Sequence[Any], stream: str = "default", anchors: Any = None) -> None:
+            cur = outbox.current
+            if stream != "default" or anchors is not None or cur is None:
+                return general(values, stream, anchors)
+            append(values)
+            if only.owner is not cur:
+                open_run(only, cur)
+            if len(only) >= only.limit:
+                flush(only)
+            return None
+
+        return emit_single
     nxt = cycle(target)
 
     def emit_cycle(values: Sequence[Any], stream: str = "default", anchors: Any = None) -> None:
@@ -145,7 +181,8 @@ def compile_many_emit(outbox: Emitting) -> Any:
     bufs, n, flush = target.bufs, target.n, outbox.flush_buffer
     idx = target.idx
     fields = target.kind == K_FIELD1 and n > 1
-    nxt = None if fields else cycle(target)
+    only = None if fields else single(target)
+    nxt = None if fields or only is not None else cycle(target)
     # One loop per grouping kind, so that a tuple's buffer costs no test of which kind it is.
     if not outbox.acking:
         def emit_many_fields(values_list: Iterable[Sequence[Any]], stream: str = "default",
@@ -170,7 +207,18 @@ def compile_many_emit(outbox: Emitting) -> Any:
                     flush(buf)
             return None
 
-        return emit_many_fields if fields else emit_many_cycle
+        def emit_many_single(values_list: Iterable[Sequence[Any]], stream: str = "default",
+                             anchors: Any = None) -> None:
+            if stream != "default":
+                return general(values_list, stream, anchors)
+            append = only.append  # type: ignore[union-attr]
+            for values in values_list:
+                append(values)
+                if len(only) >= only.limit:  # type: ignore[union-attr,arg-type]
+                    flush(only)  # type: ignore[arg-type]
+            return None
+
+        return emit_many_fields if fields else emit_many_cycle if only is None else emit_many_single
     open_run = outbox.open_run
 
     def emit_many_anchored_fields(values_list: Iterable[Sequence[Any]], stream: str = "default",
@@ -201,7 +249,24 @@ def compile_many_emit(outbox: Emitting) -> Any:
                 flush(buf)
         return None
 
-    return emit_many_anchored_fields if fields else emit_many_anchored_cycle
+    def emit_many_anchored_single(values_list: Iterable[Sequence[Any]], stream: str = "default",
+                                  anchors: Any = None) -> None:
+        cur = outbox.current
+        if stream != "default" or anchors is not None or cur is None:
+            return general(values_list, stream, anchors)
+        buf: Buffer = only  # type: ignore[assignment]
+        append = buf.append
+        for values in values_list:
+            append(values)
+            if buf.owner is not cur:
+                open_run(buf, cur)
+            if len(buf) >= buf.limit:
+                flush(buf)
+        return None
+
+    if fields:
+        return emit_many_anchored_fields
+    return emit_many_anchored_cycle if only is None else emit_many_anchored_single
 
 
 def compile_tracked_emit(outbox: Emitting) -> Any:
@@ -216,6 +281,19 @@ def compile_tracked_emit(outbox: Emitting) -> Any:
     idx = target.idx
     nxt = cycle(target)
     open_group_run = outbox.open_group_run
+    only = None if fields else single(target)
+    if only is not None:
+        append = only.append
+
+        def emit_tracked_single(values: Sequence[Any], stream: str, group: SpoutGroup) -> int:
+            if stream != "default":
+                return general(values, stream, group)
+            append(values)
+            if only.owner is not group:
+                open_group_run(only, group)
+            return 1
+
+        return emit_tracked_single
 
     def emit_tracked(values: Sequence[Any], stream: str, group: SpoutGroup) -> int:
         if stream != "default":

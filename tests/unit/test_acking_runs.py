@@ -170,10 +170,10 @@ def _root(i: int, group: int) -> int:
 
 def _run(split: type[Bolt], count: type[Bolt], conf: Mapping[str, Any] | None = None,
          drop_first_count_batch: bool = False, group: int = 1,
-         late_close: bool = False) -> tuple[_Ledger, list[int], list[BoltExecutor]]:
+         late_close: bool = False, counts: int = 2) -> tuple[_Ledger, list[int], list[BoltExecutor]]:
     """Emit SENTENCES ``group`` to a tree; ``late_close``: each group's buffers are sent before
     it closes (its last run has left, so its XOR goes to the acker as an entry)."""
-    definition, plan = _topology(split, count)
+    definition, plan = _topology(split, count, counts)
     worker = FakeHost(plan, wire_format=True, **{"topology.batch.adaptive": False, "topology.batch.size": 16, **(conf or {})})
     spout = Outbox(worker, 0, "sentences", definition)  # type: ignore[arg-type]
     spout.rebuild(worker.routing)
@@ -239,6 +239,21 @@ def test_every_tree_completes_exactly(split: type[Bolt], count: type[Bolt]) -> N
             for w in s.split():
                 expected[w] = expected.get(w, 0) + 1
         assert counted == expected
+
+
+@pytest.mark.parametrize("split", [Split, ManySplit, BatchSplit])
+@pytest.mark.parametrize("group", [1, 4])
+def test_one_downstream_task_takes_the_single_buffer_emits(split: type[Bolt], group: int) -> None:
+    """With one count the split's emits (and the spout's tracked emit to its one split) append to
+    that task's buffer without a cycle; trees still complete exactly and every word is counted."""
+    ledger, roots, executors = _run(split, Count, counts=1, group=group)
+    assert ledger.complete() == set(roots)
+    assert not ledger.failed
+    split_ex = next(ex for ex in executors if ex.component == "split")
+    assert split_ex.outbox.emit_anchored.__name__ == "emit_single"
+    assert split_ex.outbox.emit_many.__name__ == "emit_many_anchored_single"
+    counted = next(ex for ex in executors if ex.component == "count").instance.counts
+    assert sum(counted.values()) == sum(len(s.split()) for s in SENTENCES)
 
 
 def test_runs_cost_one_edge_per_destination_not_per_word() -> None:

@@ -83,7 +83,7 @@ def test_flush_deadline_bounds_the_wait() -> None:
 # -- an outbox driven the way a spout's loop drives it, with a fake clock ------------------------
 
 
-def _outbox(conf: dict[str, Any], acking: bool = True) -> tuple[Outbox, FakeHost, list[float]]:
+def _outbox(conf: dict[str, Any], acking: bool = True, bolts: int = 2) -> tuple[Outbox, FakeHost, list[float]]:
     from nstorm import Bolt, Spout, TopologyBuilder
 
     class S(Spout):
@@ -94,9 +94,9 @@ def _outbox(conf: dict[str, Any], acking: bool = True) -> tuple[Outbox, FakeHost
 
     builder = TopologyBuilder("t")
     builder.set_spout("s", S, parallelism=1)
-    builder.set_bolt("b", B, parallelism=2).fields_grouping("s", ["k"])
+    builder.set_bolt("b", B, parallelism=bolts).fields_grouping("s", ["k"])
     definition = builder.build(workers=1).definition
-    tasks = ["s:0", "b:0", "b:1", "__acker:0"]
+    tasks = ["s:0", *[f"b:{i}" for i in range(bolts)], "__acker:0"]
     plan = plan_of({t: "n1:1" for t in tasks})
     worker = FakeHost(plan, acking=acking, **conf)
     clock = [0.0]
@@ -241,26 +241,30 @@ def test_garbage_batches_are_rejected(garbage: bytes) -> None:
         wire.decode_batch(garbage)
 
 
+@pytest.mark.parametrize("bolts", [2, 1], ids=["two-buffers", "single-buffer"])
 @pytest.mark.parametrize("acking", [False, True], ids=["acking-off", "acking-on"])
-def test_emit_many_sends_what_emit_per_tuple_sends(acking: bool) -> None:
+def test_emit_many_sends_what_emit_per_tuple_sends(acking: bool, bolts: int) -> None:
     """``emit_many`` (compiled) and ``emit`` tuple by tuple: the same batches, in the same order,
-    with runs of the same lengths and roots, across full buffers (the fixed limit is the cap)."""
+    with runs of the same lengths and roots, across full buffers (the fixed limit is the cap);
+    with one downstream task both are the single-buffer emits."""
     from worker.runs import InputRun
 
     sent = []
     for many in (True, False):
-        outbox, worker, _clock = _outbox({"topology.batch.adaptive": False}, acking=acking)
+        outbox, worker, _clock = _outbox({"topology.batch.adaptive": False}, acking=acking, bolts=bolts)
+        emit = outbox.emit_anchored if acking else outbox.emit
+        assert (emit.__name__ == "emit_single") == (bolts == 1)
+        assert outbox.emit_many.__name__.endswith("_single") == (bolts == 1)
         outbox.current = InputRun([5 << 16, 9]) if acking else None
         tuples = [(f"k{i % 37}",) for i in range(3 * outbox.policy.cap)]
         if many:
             outbox.emit_many(iter(tuples))
         else:
-            emit = outbox.emit_anchored if acking else outbox.emit
             for t in tuples:
                 emit(t)
         outbox.flush()
         batches = {}
-        for dst in (1, 2):
+        for dst in range(1, bolts + 1):
             batches[dst] = []
             for _src, (values, runs, _streams) in worker.take(dst):
                 batches[dst].append((values, runs[0::2] if runs else None, [a[0] for a in runs[1::2]] if runs else None))
