@@ -48,11 +48,12 @@ class Tuple:
     :ivar source_task: index of the emitting executor within its component.
     :ivar stream: the stream it was emitted on (``"default"`` unless named).
 
-    Instances are created by the framework, one per delivered tuple, as instances of
-    a subclass per (source executor, stream) that holds the shared metadata as class
-    attributes, so that the executor fills one slot per tuple (two with acking)
-    instead of calling ``__init__``; ``isinstance(tup, Tuple)`` holds. Treat them as
-    immutable.
+    Instances are created by the framework as instances of a subclass per (source
+    executor, stream) that holds the shared metadata as class attributes, so that the
+    executor fills one slot per tuple (two with acking) instead of calling ``__init__``;
+    ``isinstance(tup, Tuple)`` holds. A tuple that ``process`` did not keep a reference
+    to is filled again for the next one (nothing can tell: nothing refers to it); one it
+    kept is never touched again. Treat them as immutable.
     """
 
     __slots__ = ("values", "meta", "anchors", "_ackval")

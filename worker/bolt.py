@@ -1,8 +1,9 @@
 """The bolt executor: takes batches from its data queue and runs ``process`` (or ``process_batch``).
 
 The per-tuple hot path of the engine lives here (:meth:`BoltExecutor._process_batch`): a
-delivered :class:`~nstorm.component.Tuple` costs a call of its class (no ``__init__`` runs) and one
-slot write (two with acking), and a run of tuples that share an anchor entry is acked once. A moved bolt's old
+delivered :class:`~nstorm.component.Tuple` costs one slot write (two with acking) and, only if
+``process`` kept the previous one, a call of its class (no ``__init__`` runs); a run of tuples that
+share an anchor entry is acked once. A moved bolt's old
 copy keeps processing until its upstream executors' markers are aligned, then hands its
 state over (:mod:`worker.migration`).
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import sys
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -35,6 +37,12 @@ _ShiftMark = wire.ShiftMark
 _Traced = Traced
 _ChainMark = ChainMark
 _WAKE = (wire.WAKE, -1, None)
+# A delivered Tuple that ``process`` did not keep is filled again for the next tuple (as CPython's
+# ``zip`` reuses its result tuple): no reference but the loop's own and ``getrefcount``'s argument.
+# Only where those are counted as such (CPython before 3.14, which may borrow a local's reference);
+# elsewhere every tuple is a new one (-1: any count is "kept").
+_refs = sys.getrefcount
+_UNKEPT = 2 if sys.implementation.name == "cpython" and sys.version_info < (3, 14) else -1
 
 
 class BoltExecutor(UserExecutor):
@@ -174,14 +182,18 @@ class BoltExecutor(UserExecutor):
             return
         process = self.instance.process
         outbox = self.outbox
+        tup = cls()
         if not outbox.acking:
             for v in values:
-                tup = cls()
                 tup.values = v
                 try:
                     process(tup)
                 except Exception as exc:
                     self.record_error("process", exc)
+                    tup = cls()
+                    continue
+                if _refs(tup) > _UNKEPT:  # the bolt kept it: the next tuple is a new one
+                    tup = cls()
             self.executed += len(values)
             return
         bolt: Bolt = self.instance
@@ -205,13 +217,16 @@ class BoltExecutor(UserExecutor):
             own = outbox.current = InputRun(a)
             if a is None:
                 for v in values[i:j]:
-                    tup = cls()
                     tup.values = v
                     tup.anchors = None
                     try:
                         process(tup)
                     except Exception as exc:
                         self.record_error("process", exc)
+                        tup = cls()
+                        continue
+                    if _refs(tup) > _UNKEPT:
+                        tup = cls()
                 i = j
                 continue
             if a[0] >= STAMPED:
@@ -221,7 +236,6 @@ class BoltExecutor(UserExecutor):
             # the child's edge into ``own`` instead (Outbox.anchor_owner), which is acked with
             # the run: a store, a load and an XOR a tuple fewer.
             for v in (values[i],) if n == 1 else values[i:j]:
-                tup = cls()
                 tup.values = v
                 tup.anchors = a
                 try:
@@ -231,6 +245,10 @@ class BoltExecutor(UserExecutor):
                     if auto_fail:
                         self._fail(tup)
                     ok -= 1
+                    tup = cls()
+                    continue
+                if _refs(tup) > _UNKEPT:
+                    tup = cls()
             i = j
             if ok != n:  # a tuple of the run was not acked: neither is the run
                 acked += ok

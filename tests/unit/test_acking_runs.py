@@ -18,7 +18,7 @@ import pytest
 
 from nstorm import Batch, Bolt, Spout, TopologyBuilder, Tuple
 from nstorm.plan import Plan
-from worker import wire
+from worker import bolt, wire
 from worker.bolt import BoltExecutor
 from worker.outbox import Outbox
 from worker.runs import SpoutGroup
@@ -254,6 +254,45 @@ def test_one_downstream_task_takes_the_single_buffer_emits(split: type[Bolt], gr
     assert split_ex.outbox.emit_many.__name__ == "emit_many_anchored_single"
     counted = next(ex for ex in executors if ex.component == "count").instance.counts
     assert sum(counted.values()) == sum(len(s.split()) for s in SENTENCES)
+
+
+class KeepingCount(Count):
+    """Counts, keeping every third tuple it is given (the others it only reads)."""
+
+    def process(self, tup: Tuple) -> None:
+        super().process(tup)
+        self.seen = getattr(self, "seen", 0) + 1
+        # The same object as the tuple before (only if that was not kept: two live objects never
+        # share an id), counted without keeping a reference.
+        self.same = getattr(self, "same", 0) + (id(tup) == getattr(self, "last_id", None))
+        self.last_id = id(tup)
+        if self.seen % 3 == 0:
+            self.kept = getattr(self, "kept", [])
+            self.kept.append((tup, tup.values, tup.anchors))
+
+
+class RaisingKeepingCount(KeepingCount):
+    def process(self, tup: Tuple) -> None:
+        super().process(tup)
+        if tup[0] == "w3":
+            raise ValueError("no w3")
+
+
+@pytest.mark.parametrize("acking", [True, False], ids=["acking-on", "acking-off"])
+@pytest.mark.parametrize("count", [KeepingCount, RaisingKeepingCount])
+def test_a_tuple_process_keeps_stays_as_it_was_given(acking: bool, count: type[Bolt]) -> None:
+    """The executor fills the Tuple that ``process`` did not keep again for the next one: the ones
+    it kept keep their values and anchors, and no kept one is given again."""
+    _ledger, _roots, executors = _run(Split, count, conf={"acking": acking})
+    words = sum(len(s.split()) for s in SENTENCES)
+    counters = [ex.instance for ex in executors if ex.component == "count"]
+    assert sum(sum(c.counts.values()) for c in counters) == words
+    for c in counters:
+        kept = c.kept
+        assert len({id(t) for t, _v, _a in kept}) == len(kept)
+        assert all(t.values is v and t.anchors is a for t, v, a in kept)
+        assert all(len(v) == 1 and v[0] in c.counts for _t, v, _a in kept)
+        assert c.same > 0 if bolt._UNKEPT > 0 else c.same == 0
 
 
 def test_runs_cost_one_edge_per_destination_not_per_word() -> None:
