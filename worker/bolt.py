@@ -183,6 +183,7 @@ class BoltExecutor(UserExecutor):
         process = self.instance.process
         outbox = self.outbox
         tup = cls()
+        refs, unkept = _refs, _UNKEPT
         if not outbox.acking:
             for v in values:
                 tup.values = v
@@ -192,7 +193,7 @@ class BoltExecutor(UserExecutor):
                     self.record_error("process", exc)
                     tup = cls()
                     continue
-                if _refs(tup) > _UNKEPT:  # the bolt kept it: the next tuple is a new one
+                if refs(tup) > unkept:  # the bolt kept it: the next tuple is a new one
                     tup = cls()
             self.executed += len(values)
             return
@@ -215,18 +216,20 @@ class BoltExecutor(UserExecutor):
             a = runs[k + 1]
             j = i + n
             own = outbox.current = InputRun(a)
+            tup.anchors = a  # (and again on a new tuple: a reused one keeps it for the run)
             if a is None:
                 for v in values[i:j]:
                     tup.values = v
-                    tup.anchors = None
                     try:
                         process(tup)
                     except Exception as exc:
                         self.record_error("process", exc)
                         tup = cls()
+                        tup.anchors = a
                         continue
-                    if _refs(tup) > _UNKEPT:
+                    if refs(tup) > unkept:
                         tup = cls()
+                        tup.anchors = a
                 i = j
                 continue
             if a[0] >= STAMPED:
@@ -237,7 +240,6 @@ class BoltExecutor(UserExecutor):
             # the run: a store, a load and an XOR a tuple fewer.
             for v in (values[i],) if n == 1 else values[i:j]:
                 tup.values = v
-                tup.anchors = a
                 try:
                     process(tup)
                 except Exception as exc:
@@ -246,9 +248,11 @@ class BoltExecutor(UserExecutor):
                         self._fail(tup)
                     ok -= 1
                     tup = cls()
+                    tup.anchors = a
                     continue
-                if _refs(tup) > _UNKEPT:
+                if refs(tup) > unkept:
                     tup = cls()
+                    tup.anchors = a
             i = j
             if ok != n:  # a tuple of the run was not acked: neither is the run
                 acked += ok
