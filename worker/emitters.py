@@ -48,6 +48,7 @@ def fast_target(outbox: Emitting) -> Target | None:
         return None
     return targets[0]
 
+
 def single(target: Target) -> Buffer | None:
     """The target's buffer if it has only one: an emit then appends to it without a ``next`` of a
     cycle (a buffer object lives as long as its routing table: flushing empties it in place)."""
