@@ -455,7 +455,7 @@ class Nimbus:
         refused = sorted(set(chains) - set(kept))
         if refused:
             msg = (f"cannot chain {', '.join(f'{d} to {chains[d]}' for d in refused)}: a chained executor's only input "
-                   "must be that executor, in its worker (local_or_shuffle)")
+                   "must be that executor, in its worker (local_or_shuffle, or one executor at each end)")
             raise RebalanceError(msg)
         if not self.write_plan(name, new, zk_version):
             msg = "the plan changed while the request was applied; try again"

@@ -117,11 +117,22 @@ def _busy(plan: Plan | None, path: Sequence[str], beats: Mapping[str, Any]) -> b
     return len(workers) != 1 or any(float(beats[w].cpu) >= BUSY_CORES for w in workers if w in beats)
 
 
+def _thread_of(chains: Mapping[str, str], executor: str) -> str:
+    """The executor whose own thread runs ``executor``: its host's host..., itself if not chained
+    (a chained executor's own thread idles, so its CPU is its first host's)."""
+    seen = {executor}
+    while executor in chains and chains[executor] not in seen:
+        executor = chains[executor]
+        seen.add(executor)
+    return executor
+
+
 def _chain_options(definition: Mapping[str, Any], plan: Plan, path: Sequence[str],
                    cpu: Mapping[str, float]) -> tuple[list[str], list[str], list[str]]:
     """``(chainable, hot, chained)`` channels of ``path``: those that could be chained now
-    (pointwise in this plan, not chained yet, every host under :data:`CHAIN_CPU`), chained ones
-    whose host thread is above :data:`SATURATED_CPU`, and those chained all through."""
+    (pointwise in this plan, not chained yet, every host's thread under :data:`CHAIN_CPU`),
+    chained ones whose host's thread is above :data:`SATURATED_CPU`, and those chained all
+    through. A host that is itself chained runs in its own host's thread: that thread's CPU counts."""
     chainable, hot, whole = [], [], []
     for a, b in zip(path, path[1:], strict=False):
         pairs = pointwise_pairs(definition, plan, a, b)
@@ -131,9 +142,10 @@ def _chain_options(definition: Mapping[str, Any], plan: Plan, path: Sequence[str
         chained = {d: u for d, u in plan.chains.items() if d in pairs}
         if len(chained) == len(pairs):
             whole.append(ch)
-        if any(cpu.get(u, 0.0) >= SATURATED_CPU for u in chained.values()):
+        if any(cpu.get(_thread_of(plan.chains, u), 0.0) >= SATURATED_CPU for u in chained.values()):
             hot.append(ch)
-        elif len(chained) < len(pairs) and all(cpu.get(u, 0.0) < CHAIN_CPU for u in pairs.values()):
+        elif len(chained) < len(pairs) and all(cpu.get(_thread_of(plan.chains, u), 0.0) < CHAIN_CPU
+                                               for u in pairs.values()):
             chainable.append(ch)
     return chainable, hot, whole
 

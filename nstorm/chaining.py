@@ -3,11 +3,14 @@
 A chained executor runs in its upstream executor's thread: the upstream hands it each batch
 by a call instead of a queue put and a thread wake-up (worker/chaining.py does it live). That
 is only right when the downstream executor's *only* input is that one upstream executor, on
-one worker, so that nothing about routing changes: its component's single input is
+one worker, so that nothing about routing changes. Either its component's single input is
 ``local_or_shuffle`` from the upstream component, and its worker holds exactly one executor
 of the upstream component, while every worker that holds an upstream executor also holds a
-downstream one (else that upstream executor would shuffle to every downstream executor).
-Shuffle and fields groupings are never changed to make a chain. A component opts out with
+downstream one (else that upstream executor would shuffle to every downstream executor); or,
+with any grouping, each component runs exactly one executor and both in one worker (one to
+one: every tuple goes to that one executor whatever the grouping says, as in bytewax's one
+process). Shuffle and fields groupings are never changed to make a chain: a rescale of either
+end ends the chain first. A component opts out with
 ``chainable = False`` (Flink's ``disableChaining``); windowed bolts, bolts with tick tuples
 and components in a rescale are never chained.
 
@@ -34,21 +37,26 @@ def _component(executor: str) -> str:
     return executor.rpartition(":")[0]
 
 
-def chainable_channel(definition: Mapping[str, Any], upstream: str, downstream: str) -> bool:
-    """True if the channel ``upstream>downstream`` is pointwise by its grouping (placement aside)."""
+def chainable_channel(definition: Mapping[str, Any], upstream: str, downstream: str) -> str | None:
+    """How the channel ``upstream>downstream`` may be pointwise (placement aside): ``"local"``
+    (``local_or_shuffle``: an executor's worker-mate), ``"one"`` (another grouping: only while
+    one executor of each runs), None if never."""
     spec = (definition.get("components") or {}).get(downstream)
     if not spec or spec.get("kind") != "bolt" or spec.get("chainable") is False:
-        return False
+        return None
     if spec.get("tick_secs") or spec.get("window"):
-        return False
+        return None
     inputs = spec.get("inputs") or []
-    return len(inputs) == 1 and inputs[0].get("component") == upstream and inputs[0].get("grouping") == LOCAL_OR_SHUFFLE
+    if len(inputs) != 1 or inputs[0].get("component") != upstream:
+        return None
+    return "local" if inputs[0].get("grouping") == LOCAL_OR_SHUFFLE else "one"
 
 
 def pointwise_pairs(definition: Mapping[str, Any], plan: Plan, upstream: str, downstream: str) -> dict[str, str]:
     """Downstream executor -> the one upstream executor that feeds it, for every pair of the channel
     that may be chained in ``plan`` (empty if the channel may not be chained at all)."""
-    if not chainable_channel(definition, upstream, downstream):
+    kind = chainable_channel(definition, upstream, downstream)
+    if kind is None:
         return {}
     if upstream in plan.rescales or downstream in plan.rescales:
         return {}
@@ -60,6 +68,12 @@ def pointwise_pairs(definition: Mapping[str, Any], plan: Plan, upstream: str, do
             ups.setdefault(w, []).append(e)
         elif c == downstream:
             downs.setdefault(w, []).append(e)
+    if kind == "one":
+        up = [e for here in ups.values() for e in here]
+        down = [e for here in downs.values() for e in here]
+        if len(up) != 1 or len(down) != 1 or plan.executors[up[0]] != plan.executors[down[0]]:
+            return {}  # more than one executor at either end (the grouping picks), or two workers
+        return {down[0]: up[0]}
     if any(w not in downs for w in ups):
         return {}  # an upstream executor with no local downstream one shuffles to all of them
     pairs = {}

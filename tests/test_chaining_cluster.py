@@ -16,9 +16,9 @@ from conftest import TOPOLOGIES, read_outputs, wait_until
 PER_SPOUT = 4000
 
 
-def _expected() -> collections.Counter[str]:
+def _expected(spouts: int = 2) -> collections.Counter[str]:
     expected: collections.Counter[str] = collections.Counter()
-    for i in range(2):
+    for i in range(spouts):
         for s in sentences(PER_SPOUT, seed=100 + i):
             expected.update(s.split())
     return expected
@@ -36,12 +36,12 @@ def _pairs(plan: Any, up: str = "sentences", down: str = "split") -> dict[str, s
     return {e: up_of[w] for e, w in plan.executors.items() if e.startswith(down + ":")}
 
 
-def _wait_exact(client: Any, directory: Path, expected: collections.Counter[str]) -> None:
+def _wait_exact(client: Any, directory: Path, expected: collections.Counter[str], spouts: int = 2) -> None:
     def finished() -> dict[str, Any] | None:
         out = read_outputs(directory)
         acked = sum(len(v["acks"]) for k, v in out.items() if k.startswith("spout-"))
         counted = sum(sum(v.values()) for k, v in out.items() if k.startswith("count-"))
-        return out if acked >= 2 * PER_SPOUT and counted >= sum(expected.values()) else None
+        return out if acked >= spouts * PER_SPOUT and counted >= sum(expected.values()) else None
 
     out = wait_until(finished, 180, interval=0.5, what="every sentence acked and counted")
     counts: collections.Counter[str] = collections.Counter()
@@ -49,7 +49,7 @@ def _wait_exact(client: Any, directory: Path, expected: collections.Counter[str]
         if k.startswith("count-"):
             counts.update(v)
     assert counts == expected  # nothing lost, nothing counted twice
-    for i in range(2):
+    for i in range(spouts):
         acks = out[f"spout-{i}"]["acks"]
         assert sorted(int(k) for k in acks) == list(range(PER_SPOUT))
         assert set(acks.values()) == {1}  # every sentence acked exactly once
@@ -133,5 +133,34 @@ def test_topology_chaining_runs_every_pointwise_channel_chained_from_the_first_p
         wait_until(lambda: _chained(client, name) == pairs, 30, what="every pointwise channel running chained")
         _wait_exact(client, tmp_path, _expected())
         assert _chained(client, name) == pairs  # and it stayed so
+    finally:
+        client.kill(name, wait_secs=0)
+
+
+def test_one_executor_at_each_end_chains_whatever_the_grouping_and_a_rescale_ends_it(client, tmp_path: Path) -> None:
+    """One spout shuffling to one split, fields-grouped to one ``lower``, in one worker: every tuple
+    goes to the one executor, so ``topology.chaining`` runs all three in one thread. Scaling
+    ``lower`` to two live ends its chain in the plan that starts the rescale (routing is never
+    changed for a chain); the counts stay exact and every sentence is acked once."""
+    name = "chainone"
+    client.submit(TOPOLOGIES / "one_to_one_wordcount.py", name=name,
+                  conf={"test.output.dir": str(tmp_path), "test.sentences": PER_SPOUT, "test.rate": 400,
+                        "topology.chaining": True, "topology.message.timeout.secs": 90})
+    try:
+        client.wait_running(name, 60)
+        pairs = {"split:0": "sentences:0", "lower:0": "split:0"}
+        assert client.plan(name).chains == pairs
+        wait_until(lambda: _chained(client, name) == pairs, 30, what="sentences -> split -> lower in one thread")
+        wait_until(lambda: any(k.startswith("count-") for k in read_outputs(tmp_path)), 30, what="counting to start")
+
+        result = client.rebalance(name, parallelism={"lower": 2})
+        done = client.wait_migrations(name, result["records"], timeout=60)
+        assert [r.mode.value for r in done] == ["rescale"]
+        assert client.plan(name).chains == {"split:0": "sentences:0"}  # two lowers: the grouping picks
+        wait_until(lambda: _chained(client, name) == {"split:0": "sentences:0"}, 30, what="lower's chain ended")
+        with pytest.raises(RebalanceError, match="cannot chain"):
+            client.chain(name, pairs)
+
+        _wait_exact(client, tmp_path, _expected(1), spouts=1)
     finally:
         client.kill(name, wait_secs=0)

@@ -491,7 +491,7 @@ def test_a_latency_move_brings_a_downstream_executor_to_its_upstream_worker() ->
     assert colocating_move(together, "split>count") is None
 
 
-def _definition(grouping: str = "local_or_shuffle", chainable: bool = True) -> dict[str, Any]:
+def _definition(grouping: str = "local_or_shuffle", chainable: bool = True, parallelism: int = 2) -> dict[str, Any]:
     from nstorm import Bolt, Spout, TopologyBuilder
 
     class Src(Spout):
@@ -502,8 +502,9 @@ def _definition(grouping: str = "local_or_shuffle", chainable: bool = True) -> d
 
     Op.chainable = chainable
     builder = TopologyBuilder("t")
-    builder.set_spout("src", Src, parallelism=2)
-    getattr(builder.set_bolt("op", Op, parallelism=2), f"{grouping}_grouping")("src")
+    builder.set_spout("src", Src, parallelism=parallelism)
+    getattr(builder.set_bolt("op", Op, parallelism=parallelism), f"{grouping}_grouping")("src", *(
+        [["x"]] if grouping == "fields" else []))
     return builder.build(workers=2).definition
 
 
@@ -527,6 +528,25 @@ def test_only_a_pointwise_channel_is_chained() -> None:
     chained = plan.replace(chains={"op:0": "src:0", "op:1": "src:1"})
     assert kept_chains(_definition(), chained) == chained.chains
     assert kept_chains(_definition(), lonely.replace(chains={"op:0": "src:0"})) == {}
+
+
+@pytest.mark.parametrize("grouping", ["shuffle", "fields", "global", "all"])
+def test_one_executor_at_each_end_in_one_worker_is_pointwise_whatever_the_grouping(grouping: str) -> None:
+    """Every tuple goes to the one executor whatever the grouping says: nothing about routing
+    changes. Two executors at either end, two workers, a rescale or an opt-out: no chain."""
+    from nstorm.chaining import kept_chains, pointwise_pairs
+
+    one = _definition(grouping, parallelism=1)
+    together = _two_workers({"src:0": "n1:6700", "op:0": "n1:6700"})
+    assert pointwise_pairs(one, together, "src", "op") == {"op:0": "src:0"}
+    assert kept_chains(one, together.replace(chains={"op:0": "src:0"})) == {"op:0": "src:0"}
+    assert pointwise_pairs(one, _two_workers({"src:0": "n1:6700", "op:0": "n2:6701"}), "src", "op") == {}
+    assert pointwise_pairs(_definition(grouping, chainable=False, parallelism=1), together, "src", "op") == {}
+    scaled = _two_workers({"src:0": "n1:6700", "op:0": "n1:6700", "op:1": "n1:6700"})
+    assert pointwise_pairs(one, scaled, "src", "op") == {}
+    assert kept_chains(one, scaled.replace(chains={"op:0": "src:0"})) == {}
+    two = _two_workers({"src:0": "n1:6700", "src:1": "n1:6700", "op:0": "n1:6700"})
+    assert pointwise_pairs(one, two, "src", "op") == {}
 
 
 def test_topology_chaining_chains_every_pointwise_pair_of_the_even_schedulers_first_plan() -> None:
@@ -563,6 +583,33 @@ def test_the_controller_offers_only_channels_it_may_chain() -> None:
     chained = plan.replace(chains={"op:0": "src:0", "op:1": "src:1"})
     assert _chain_options(_definition(), chained, ("src", "op"), {"src:1": 0.95}) == ([], ["src>op"], ["src>op"])
     assert _chain_options(_definition(), chained, ("src", "op"), {"src:1": 0.5}) == ([], [], ["src>op"])
+
+
+def test_a_chained_host_s_cpu_is_its_own_host_s_thread_s() -> None:
+    """sentences -> split -> count in one thread: count's host (split) runs in the spout's thread,
+    so the spout's CPU decides whether count may be chained and whether that chain saturates."""
+    from nimbus.latency import _chain_options
+    from nstorm import Bolt, Spout, TopologyBuilder
+
+    class Src(Spout):
+        outputs = ("x",)
+
+    class Op(Bolt):
+        outputs = ("x",)
+
+    builder = TopologyBuilder("t")
+    builder.set_spout("sentences", Src, parallelism=1)
+    builder.set_bolt("split", Op, parallelism=1).shuffle_grouping("sentences")
+    builder.set_bolt("count", Op, parallelism=1).fields_grouping("split", ["x"])
+    definition = builder.build(workers=1).definition
+    plan = _two_workers({"sentences:0": "n1:6700", "split:0": "n1:6700", "count:0": "n1:6700"})
+    half = plan.replace(chains={"split:0": "sentences:0"})
+    busy_spout = {"sentences:0": 0.7, "split:0": 0.0}  # split's own thread idles
+    assert _chain_options(definition, half, PATH, busy_spout) == ([], [], ["sentences>split"])
+    assert _chain_options(definition, half, PATH, {"sentences:0": 0.3}) == (["split>count"], [], ["sentences>split"])
+    whole = plan.replace(chains={"split:0": "sentences:0", "count:0": "split:0"})
+    assert _chain_options(definition, whole, PATH, {"sentences:0": 0.95}) == (
+        [], ["sentences>split", "split>count"], ["sentences>split", "split>count"])
 
 
 def test_otd_and_the_controller_leave_each_other_s_moves_alone_for_a_cool_down() -> None:
