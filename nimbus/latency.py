@@ -5,7 +5,8 @@ Every half second it looks at each topology that has latency constraints
 passed, it sums the ``qos`` histograms of every executor's last heartbeat (worker.qos),
 subtracts the sums it kept at the window's start, and hands the window to
 :func:`nstorm.qospolicy.decide`, with the path's channels that could be chained now and the
-chained ones whose host thread saturates a core (the executors' CPU in the heartbeats). A step
+chained ones whose host thread saturates a core in a worker without a GIL (the executors' CPU
+and the interpreter in the heartbeats). A step
 becomes an ordinary request with ``by: latency`` (new output-buffer sizes, ``tuning``; new
 ``chains``, :mod:`nstorm.chaining`; or a thread-mode move), so that Nimbus
 stays the only writer of plans. The record of every constraint (windows, windows met, the
@@ -127,12 +128,21 @@ def _thread_of(chains: Mapping[str, str], executor: str) -> str:
     return executor
 
 
-def _chain_options(definition: Mapping[str, Any], plan: Plan, path: Sequence[str],
-                   cpu: Mapping[str, float]) -> tuple[list[str], list[str], list[str]]:
+def _parallel(beats: Mapping[str, Any]) -> set[str]:
+    """Executors whose worker says its interpreter has no GIL (threads run Python in parallel)."""
+    return {eid for beat in beats.values() if getattr(beat, "gil", None) is False for eid in beat.executors}
+
+
+def _chain_options(definition: Mapping[str, Any], plan: Plan, path: Sequence[str], cpu: Mapping[str, float],
+                   parallel: frozenset[str] | set[str] = frozenset()) -> tuple[list[str], list[str], list[str]]:
     """``(chainable, hot, chained)`` channels of ``path``: those that could be chained now
     (pointwise in this plan, not chained yet, every host's thread under :data:`CHAIN_CPU`),
-    chained ones whose host's thread is above :data:`SATURATED_CPU`, and those chained all
-    through. A host that is itself chained runs in its own host's thread: that thread's CPU counts."""
+    chained ones whose host's thread is above :data:`SATURATED_CPU` in a worker whose threads run
+    Python in parallel (``parallel``: no GIL), and those chained all through. A host that is
+    itself chained runs in its own host's thread: that thread's CPU counts. Under the GIL a
+    worker's threads share one core's Python, chained or not: unchaining a saturated thread there
+    adds a hand-off and no core (a bursty load's step to 70% of the peak, docs/benchmarks.md
+    session 21: 10 windows of 40 over the bound after such an unchain, against 1 without it)."""
     chainable, hot, whole = [], [], []
     for a, b in zip(path, path[1:], strict=False):
         pairs = pointwise_pairs(definition, plan, a, b)
@@ -142,7 +152,7 @@ def _chain_options(definition: Mapping[str, Any], plan: Plan, path: Sequence[str
         chained = {d: u for d, u in plan.chains.items() if d in pairs}
         if len(chained) == len(pairs):
             whole.append(ch)
-        if any(cpu.get(_thread_of(plan.chains, u), 0.0) >= SATURATED_CPU for u in chained.values()):
+        if any(cpu.get(_thread_of(plan.chains, u), 0.0) >= SATURATED_CPU and u in parallel for u in chained.values()):
             hot.append(ch)
         elif len(chained) < len(pairs) and all(cpu.get(_thread_of(plan.chains, u), 0.0) < CHAIN_CPU
                                                for u in pairs.values()):
@@ -229,7 +239,8 @@ class LatencyController:
             c = t.constraint
             win = path_window(c.path, c.name, window)
             t.last = win if win.p99_ms is not None else t.last
-            chainable, hot, chained = _chain_options(topo["definition"], plan, c.path, cpu) if plan else ([], [], [])
+            chainable, hot, chained = (_chain_options(topo["definition"], plan, c.path, cpu, _parallel(beats))
+                                       if plan else ([], [], []))
             step = decide(c.path, c.p99_ms, win, t.state, tuning, base, c.moves or moves_ok, chainable, hot,
                           busy=_busy(plan, c.path, beats), chained=chained) if not acted else None
             if step is not None and not control:

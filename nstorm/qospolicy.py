@@ -9,7 +9,8 @@ the wire), and per component the time it took to process a batch. The rules, one
 window at most:
 
 - **a chain whose host thread saturates a core** is undone first, met or not (its guest goes back
-  to a thread of its own: throughput).
+  to a thread of its own: throughput), where that can help: :mod:`nimbus.latency` names such a
+  chain only in a worker whose threads run Python in parallel (no GIL).
 - **violated** (p99 over the bound): chain a channel of the path that may be chained (a
   pointwise channel inside one worker, :mod:`nstorm.chaining`), the one that waits longest;
   else, when tuples wait :data:`BUFFERS_DOMINATE` times longer in output buffers than in

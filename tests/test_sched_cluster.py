@@ -4,6 +4,7 @@ worker by default, the zmq I/O thread too; none with ``worker.sched.batch=false`
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,9 @@ def test_workers_run_under_sched_batch_unless_turned_off(cluster: Any, client: A
                 assert _policies(pid) == {policy}, f"worker {pid} of {name}"
             # ... and each worker says so in status (a kernel that refused the policy: false)
             assert [w["sched_batch"] for w in client.status(name)["workers"]] == [policy == os.SCHED_BATCH] * 2
+            # ... and whether its interpreter has a GIL (the latency controller unchains only without one)
+            gil = bool(getattr(sys, "_is_gil_enabled", lambda: True)())
+            assert [w["gil"] for w in client.status(name)["workers"]] == [gil] * 2
         finally:
             client.kill(name)
             client.wait_removed(name, 30)

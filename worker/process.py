@@ -59,6 +59,9 @@ from worker.windowed import WindowedBoltExecutor
 __all__ = ["Worker"]
 
 log = logging.getLogger(__name__)
+# Whether this interpreter runs one thread's Python at a time: with the GIL, a chain's threads
+# share one core's Python whether chained or not (nimbus.latency unchains only without it).
+_GIL = bool(getattr(sys, "_is_gil_enabled", lambda: True)())
 
 _STATE_KINDS = (wire.STATE, wire.STATE_PART)  # a moved executor's state, kept in a stash for its new copy
 _UNKNOWN_TASK_PATIENCE_SECS = 30.0  # frames for a task id no plan here has named yet wait this long
@@ -501,7 +504,7 @@ class Worker:
             worker_id=self.worker_id, submission=self.submission, pid=os.getpid(), time=time.time(),
             version=self.version, cpu=float(load["cpu"]), queue=int(load["queue"]), cpu_limit=self.cpu_limit,
             core=self.core_pin.core if self.core_pin else None, sched_batch=self.sched_batch,
-            executors=executors, dropped_frames=self.transport.dropped if self.transport else 0,
+            gil=_GIL, executors=executors, dropped_frames=self.transport.dropped if self.transport else 0,
             forwarded=self.forwarded, curve_refused=self.sockets.security.refused if self.sockets else 0,
             backpressure_events=self.backpressure.events if self.backpressure else 0,  # on/off switches
         ).to_json()

@@ -581,7 +581,10 @@ def test_the_controller_offers_only_channels_it_may_chain() -> None:
     assert _chain_options(_definition(), plan, ("src", "op"), {}) == (["src>op"], [], [])
     assert _chain_options(_definition(), plan, ("src", "op"), {"src:0": 0.7}) == ([], [], [])  # a busy host
     chained = plan.replace(chains={"op:0": "src:0", "op:1": "src:1"})
-    assert _chain_options(_definition(), chained, ("src", "op"), {"src:1": 0.95}) == ([], ["src>op"], ["src>op"])
+    assert _chain_options(_definition(), chained, ("src", "op"), {"src:1": 0.95}, {"src:0", "src:1"}) == (
+        [], ["src>op"], ["src>op"])
+    # Under the GIL a worker's threads share one core's Python, chained or not: never hot.
+    assert _chain_options(_definition(), chained, ("src", "op"), {"src:1": 0.95}) == ([], [], ["src>op"])
     assert _chain_options(_definition(), chained, ("src", "op"), {"src:1": 0.5}) == ([], [], ["src>op"])
 
 
@@ -608,8 +611,18 @@ def test_a_chained_host_s_cpu_is_its_own_host_s_thread_s() -> None:
     assert _chain_options(definition, half, PATH, busy_spout) == ([], [], ["sentences>split"])
     assert _chain_options(definition, half, PATH, {"sentences:0": 0.3}) == (["split>count"], [], ["sentences>split"])
     whole = plan.replace(chains={"split:0": "sentences:0", "count:0": "split:0"})
-    assert _chain_options(definition, whole, PATH, {"sentences:0": 0.95}) == (
+    assert _chain_options(definition, whole, PATH, {"sentences:0": 0.95}, set(plan.executors)) == (
         [], ["sentences>split", "split>count"], ["sentences>split", "split>count"])
+
+
+@pytest.mark.parametrize(("value", "read"), [(True, True), (False, False), (None, None), ("no", None)])
+def test_a_heartbeat_says_whether_its_worker_has_a_gil(value: Any, read: bool | None) -> None:
+    from nimbus.latency import _parallel
+    from nstorm.records import Heartbeat
+
+    beat = Heartbeat.from_json({"worker_id": "n1:1", "gil": value, "executors": {"src:0": {}}})
+    assert beat.gil is read and Heartbeat.from_json(beat.to_json()).gil is read
+    assert _parallel({"n1:1": beat}) == ({"src:0"} if read is False else set())
 
 
 def test_otd_and_the_controller_leave_each_other_s_moves_alone_for_a_cool_down() -> None:
