@@ -115,3 +115,22 @@ def test_the_hand_made_run_of_half_is_at_the_same_rate_and_reported_beside_nstor
     assert "(c) hand-made p50 / p99 ms" in [col.header for col in table.columns]
     cells = [list(col.cells) for col in table.columns if col.header == "(c) hand-made p50 / p99 ms"][0]
     assert cells == ["1.50 / 9.00", "-", "9.00"]
+
+
+def test_the_bytewax_part_judges_the_deployment_sized_like_bytewax_too() -> None:
+    """bytewax runs one process: nstorm in one worker with one executor a component is the like
+    deployment, judged beside the default one; results written before that goal render as ever."""
+    median = {"bytewax_p99_ms": 1.5, "nstorm_window_p99_ms": 4.0, "nstorm_arrival_p99_ms": 4.4,
+              "ratio_window_p99": 2.67, "ratio_arrival_p99": 2.93, "ratio_one_worker_window_p99": 0.62,
+              "ratio_one_worker_arrival_p99": 0.55, "cpu_us_per_word": {}}
+    goals = {"nstorm p99 <= bytewax p99 (window p99s)": False,
+             "sized like bytewax (one worker): nstorm p99 <= bytewax p99 (window p99s)": True}
+    result = {"rate_sentences_per_sec": 94_290.0, "median": median, "goals": goals, "rounds": []}
+    args = _parse_args(["--only", "bytewax"])
+    rows = dict(zip(*[list(c.cells) for c in render({"bytewax": result}, args)[-1].columns[1:4:2]], strict=True))
+    alike = [k for k in rows if k.startswith("nstorm sized like bytewax")]
+    assert len(alike) == 1 and rows[alike[0]] == "<= 1: met"
+    assert rows["nstorm / bytewax p99 (window; arrival)"] == "<= 1: NOT met"
+    old = {**result, "goals": dict(list(goals.items())[:1])}
+    cells = list(render({"bytewax": old}, args)[-1].columns[1].cells)
+    assert not any(c.startswith("nstorm sized like bytewax") for c in cells)
