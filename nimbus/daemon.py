@@ -47,6 +47,7 @@ from nstorm.moves import MODES, RebalanceError, validate_moves
 from nstorm.plan import Plan, PlanError, Slot, interleave_slots
 from nstorm.records import MigrationRecord, MoveMode, TopologyStatus
 from nstorm.rescale import gaining_executors, rescale_plan, validate_rescale
+from nstorm.signals import relay_signals
 from nstorm.ticker import passes
 from nstorm.zkschema import ZkPaths, connect, encode
 
@@ -581,5 +582,4 @@ class Nimbus:
             leadership.cancel()
 
     def install_signal_handlers(self) -> None:
-        signal.signal(signal.SIGTERM, self.request_stop)
-        signal.signal(signal.SIGINT, self.request_stop)
+        relay_signals({signal.SIGTERM: self.request_stop, signal.SIGINT: self.request_stop})

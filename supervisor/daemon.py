@@ -36,6 +36,7 @@ from nstorm.curvekeys import checked_keys_dir
 from nstorm.home import home_dir, logs_dir, supervisor_dir
 from nstorm.loader import unpack_archive
 from nstorm.plan import LocalPlan
+from nstorm.signals import relay_signals
 from nstorm.ticker import passes
 from nstorm.zkauth import credentials_env
 from nstorm.zkschema import ZkPaths, connect, decode, encode
@@ -383,8 +384,7 @@ class Supervisor:
         log.info("supervisor %s stopped", self.node)
 
     def install_signal_handlers(self) -> None:
-        signal.signal(signal.SIGTERM, self.request_stop)
-        signal.signal(signal.SIGINT, self.request_stop)
+        relay_signals({signal.SIGTERM: self.request_stop, signal.SIGINT: self.request_stop})
 
 
 def pick_slots(count: int, port_base: int, host: str, node: str | None = None) -> list[tuple[int, int]]:

@@ -32,6 +32,7 @@ from nstorm.errors import AuthError, NStormError, UsageError
 from nstorm.loader import load_topology
 from nstorm.plan import LocalPlan, PlanError
 from nstorm.records import Heartbeat, MoveMode, TopologyStatus
+from nstorm.signals import relay_signals
 from nstorm.state.config import state_config
 from nstorm.state.record import CheckpointRecord
 from nstorm.ticker import passes
@@ -718,9 +719,8 @@ class Worker:
         self.state = "STOPPED"
 
     def install_signal_handlers(self) -> None:
-        signal.signal(signal.SIGTERM, self.request_stop)
-        signal.signal(signal.SIGINT, self.request_stop)
-        signal.signal(signal.SIGUSR1, self.nudge)
+        relay_signals({signal.SIGTERM: self.request_stop, signal.SIGINT: self.request_stop,
+                       signal.SIGUSR1: self.nudge})
 
     def nudge(self, *_: Any) -> None:
         """A new plan is in the store (the supervisor says so): read it now, not at the next TW."""

@@ -56,11 +56,12 @@ def run(
     import threading
 
     from nstorm.home import home_dir, logs_dir
+    from nstorm.signals import relay_signals
     from nstorm.zookeeper import EmbeddedZooKeeper
 
     zk = EmbeddedZooKeeper(home_dir() / "zookeeper", port, logs_dir() / "zookeeper.log", host=host)
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    relay_signals({signal.SIGTERM: stop.set})
     zk.start()
     typer.echo(f"ZooKeeper on {zk.address} (pid {zk.pid})", err=True)
     try:

@@ -1,0 +1,61 @@
+"""Signal handlers that take no lock: the signal is relayed to a thread that runs the action.
+
+Python runs a signal handler in the main thread, between two bytecodes of whatever the main
+thread is doing. A handler that takes a lock the main thread may hold at that moment waits for
+itself for ever: ``threading.Event.set`` takes the event's lock, which the main thread holds
+for a few bytecodes of every ``Event.wait`` and ``Event.clear``. A worker nudged (SIGUSR1) just
+then stopped applying plans for good, and did not stop on SIGTERM either (its handler waited for
+the same lock). So a daemon's handlers only write the signal's number to a pipe (a system
+call, no lock), and a thread of their own reads it and runs the action, where taking a lock
+only waits for the main thread to let it go.
+
+Example::
+
+    relay_signals({signal.SIGTERM: stop.set, signal.SIGUSR1: wake.set})
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from collections.abc import Callable, Mapping
+
+__all__ = ["relay_signals"]
+
+log = logging.getLogger(__name__)
+
+
+def relay_signals(actions: Mapping[int, Callable[[], object]]) -> None:
+    """From now on, each of ``actions``' signals runs its action in the ``signals`` thread.
+
+    Call from the main thread (where Python handles signals), once per process.
+    """
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    table = dict(actions)
+
+    def handler(signum: int, _frame: object) -> None:
+        try:
+            os.write(write_end, bytes([signum]))
+        except BlockingIOError:
+            pass  # 64 KiB of signals not taken yet: the thread acts on those
+
+    def relay() -> None:
+        while True:
+            try:
+                data = os.read(read_end, 64)
+            except OSError:
+                return
+            if not data:
+                return
+            for signum in data:
+                try:
+                    table[signum]()
+                except Exception:  # noqa: BLE001 - one failed action must not end the relay
+                    log.exception("action for signal %d failed", signum)
+
+    threading.Thread(target=relay, name="signals", daemon=True).start()
+    for signum in table:
+        signal.signal(signum, handler)
