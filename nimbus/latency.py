@@ -130,7 +130,7 @@ def _thread_of(chains: Mapping[str, str], executor: str) -> str:
 
 def _parallel(beats: Mapping[str, Any]) -> set[str]:
     """Executors whose worker says its interpreter has no GIL (threads run Python in parallel)."""
-    return {eid for beat in beats.values() if getattr(beat, "gil", None) is False for eid in beat.executors}
+    return {eid for beat in beats.values() if beat.gil is False for eid in beat.executors}
 
 
 def _chain_options(definition: Mapping[str, Any], plan: Plan, path: Sequence[str], cpu: Mapping[str, float],
@@ -152,10 +152,10 @@ def _chain_options(definition: Mapping[str, Any], plan: Plan, path: Sequence[str
         chained = {d: u for d, u in plan.chains.items() if d in pairs}
         if len(chained) == len(pairs):
             whole.append(ch)
-        if any(cpu.get(_thread_of(plan.chains, u), 0.0) >= SATURATED_CPU and u in parallel for u in chained.values()):
+        load = {u: cpu.get(_thread_of(plan.chains, u), 0.0) for u in {*pairs.values(), *chained.values()}}
+        if any(load[u] >= SATURATED_CPU and u in parallel for u in chained.values()):
             hot.append(ch)
-        elif len(chained) < len(pairs) and all(cpu.get(_thread_of(plan.chains, u), 0.0) < CHAIN_CPU
-                                               for u in pairs.values()):
+        elif len(chained) < len(pairs) and all(c < CHAIN_CPU for c in load.values()):
             chainable.append(ch)
     return chainable, hot, whole
 
