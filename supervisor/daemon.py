@@ -13,6 +13,7 @@ SIGTERM/SIGINT; ``STOPPING -> STOPPED`` after its workers are stopped.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -21,7 +22,9 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -391,26 +394,55 @@ def pick_slots(count: int, port_base: int, host: str, node: str | None = None) -
     """``count`` (data, control) port pairs: ``base+i``/``base+1000+i``, or free ports if base is 0.
 
     Free ports are remembered in the node's directory: a restarted supervisor
-    gets the same slots back, so the workers it adopts are still in them.
+    gets the same slots back, so the workers it adopts are still in them. Supervisors
+    that share a home (a local cluster on one host) never get a port of another's slots:
+    a port is free when picked and taken only when a worker starts, so two nodes could
+    otherwise both get it, and their workers would then send to each other's.
     """
     if port_base:
         return [(port_base + i, port_base + 1000 + i) for i in range(count)]
-    remembered = supervisor_dir(node) / "slots.json" if node else None
-    if remembered is not None and remembered.exists():
-        try:
-            saved = json.loads(remembered.read_text())
-            if saved.get("host") == host and len(saved.get("slots", [])) == count:
-                return [(int(p), int(c)) for p, c in saved["slots"]]
-        except (OSError, ValueError, TypeError):
-            pass
+    if not node:
+        return _free_slots(count, host, set())
+    remembered = supervisor_dir(node) / "slots.json"
+    with _home_slots_lock(remembered.parent.parent):
+        others = {p for path in remembered.parent.parent.glob("*/slots.json") if path != remembered
+                  for slot in (_saved_slots(path) or ("", []))[1] for p in slot}
+        saved = _saved_slots(remembered)
+        if saved is not None and saved[0] == host and len(saved[1]) == count:
+            if not others & {p for slot in saved[1] for p in slot}:
+                return saved[1]
+            log.warning("slots of %s %s share ports with another node of this home: picking new ones", node, saved[1])
+        slots = _free_slots(count, host, others)
+        write_json_atomic(remembered, {"host": host, "slots": slots})
+        return slots
+
+
+def _saved_slots(path: Path) -> tuple[str, list[tuple[int, int]]] | None:
+    """``(host, slots)`` remembered in ``path``; None if there is none (or it is unreadable)."""
+    try:
+        saved = json.loads(path.read_text())
+        return str(saved.get("host")), [(int(p), int(c)) for p, c in saved.get("slots", [])]
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None
+
+
+def _free_slots(count: int, host: str, taken: set[int]) -> list[tuple[int, int]]:
     from nstorm.net import free_port
 
     ports: list[int] = []
     while len(ports) < 2 * count:
         p = free_port(host)
-        if p not in ports:
+        if p not in ports and p not in taken:
             ports.append(p)
-    slots = [(ports[2 * i], ports[2 * i + 1]) for i in range(count)]
-    if remembered is not None:
-        write_json_atomic(remembered, {"host": host, "slots": slots})
-    return slots
+    return [(ports[2 * i], ports[2 * i + 1]) for i in range(count)]
+
+
+@contextmanager
+def _home_slots_lock(directory: Path) -> Iterator[None]:
+    """Held while a supervisor of this home picks its slots: two starting at once see each other's."""
+    with open(directory / ".slots.lock", "a") as f:  # noqa: PTH123 - a lock file, kept
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
