@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import fcntl
 import logging
 import os
 import signal
@@ -25,7 +24,7 @@ from typing import Any
 import psutil
 
 from nstorm.errors import ZooKeeperError
-from nstorm.home import home_dir, logs_dir, run_dir, zk_address_file
+from nstorm.home import home_dir, home_lock, logs_dir, run_dir, zk_address_file
 from nstorm.zookeeper import MAIN_CLASS, EmbeddedZooKeeper, ruok, split_address
 
 __all__ = ["background_status", "embedded_address", "start_background", "stop_background"]
@@ -67,12 +66,8 @@ def _home_lock() -> Iterator[None]:
     Two ``nstorm zookeeper start`` at once would otherwise both find nothing
     running and start two servers on one data directory.
     """
-    with open(run_dir() / "zookeeper.lock", "a+b") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    with home_lock(run_dir() / "zookeeper.lock"):
+        yield
 
 
 def _is_home_zookeeper(proc: psutil.Process, config: str) -> bool:

@@ -7,12 +7,14 @@ embedded cluster's address), ``zookeeper/`` (embedded data), ``supervisor/<node>
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["home_dir", "logs_dir", "metrics_dir", "run_dir", "supervisor_dir", "zk_address_file"]
+__all__ = ["home_dir", "home_lock", "logs_dir", "metrics_dir", "run_dir", "supervisor_dir", "zk_address_file"]
 
 
 def home_dir() -> Path:
@@ -20,6 +22,17 @@ def home_dir() -> Path:
     path = Path(os.environ.get("NSTORM_HOME", ".nstorm")).resolve()
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+@contextlib.contextmanager
+def home_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``path`` (created if missing): one process of the home at a time."""
+    with open(path, "a+b") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def _sub(name: str) -> Path:

@@ -13,7 +13,6 @@ SIGTERM/SIGINT; ``STOPPING -> STOPPED`` after its workers are stopped.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import os
@@ -22,8 +21,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +34,7 @@ from kvstore import LMDBPlanStore
 from nstorm.clusterstate import ClusterState
 from nstorm.config import merge_conf
 from nstorm.curvekeys import checked_keys_dir
-from nstorm.home import home_dir, logs_dir, supervisor_dir
+from nstorm.home import home_dir, home_lock, logs_dir, supervisor_dir
 from nstorm.loader import unpack_archive
 from nstorm.plan import LocalPlan
 from nstorm.signals import relay_signals
@@ -404,12 +402,13 @@ def pick_slots(count: int, port_base: int, host: str, node: str | None = None) -
     if not node:
         return _free_slots(count, host, set())
     remembered = supervisor_dir(node) / "slots.json"
-    with _home_slots_lock(remembered.parent.parent):
-        others = {p for path in remembered.parent.parent.glob("*/slots.json") if path != remembered
-                  for slot in (_saved_slots(path) or ("", []))[1] for p in slot}
+    nodes = remembered.parent.parent
+    with home_lock(nodes / ".slots.lock"):  # two supervisors starting at once see each other's slots
+        others = {p for path in nodes.glob("*/slots.json") if path != remembered
+                  for p in _ports((_saved_slots(path) or ("", []))[1])}
         saved = _saved_slots(remembered)
         if saved is not None and saved[0] == host and len(saved[1]) == count:
-            if not others & {p for slot in saved[1] for p in slot}:
+            if not others & _ports(saved[1]):
                 return saved[1]
             log.warning("slots of %s %s share ports with another node of this home: picking new ones", node, saved[1])
         slots = _free_slots(count, host, others)
@@ -426,6 +425,10 @@ def _saved_slots(path: Path) -> tuple[str, list[tuple[int, int]]] | None:
         return None
 
 
+def _ports(slots: list[tuple[int, int]]) -> set[int]:
+    return {p for slot in slots for p in slot}
+
+
 def _free_slots(count: int, host: str, taken: set[int]) -> list[tuple[int, int]]:
     from nstorm.net import free_port
 
@@ -436,13 +439,3 @@ def _free_slots(count: int, host: str, taken: set[int]) -> list[tuple[int, int]]
             ports.append(p)
     return [(ports[2 * i], ports[2 * i + 1]) for i in range(count)]
 
-
-@contextmanager
-def _home_slots_lock(directory: Path) -> Iterator[None]:
-    """Held while a supervisor of this home picks its slots: two starting at once see each other's."""
-    with open(directory / ".slots.lock", "a") as f:  # noqa: PTH123 - a lock file, kept
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
