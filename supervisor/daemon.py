@@ -80,6 +80,7 @@ class Supervisor:
         self.cluster: ClusterState | None = None
         self.registry = WorkerRegistry(self.dir / "workers", node, zk_root)
         self.workers: dict[tuple[str, int], WorkerHandle] = {}
+        self.stopping: dict[int, tuple[WorkerHandle, threading.Thread]] = {}  # port -> a worker on its way out
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._topo_cache: dict[str, tuple[str, dict[str, Any]]] = {}
@@ -237,7 +238,7 @@ class Supervisor:
                     proc = self.workers.pop((name, port), None)
                     if proc is not None:
                         log.info("process-mode rebalance: restarting worker %s:%d of %s", self.node, port, name)
-                        self._stop_worker(proc)
+                        self._stop_in_background(proc)  # started again once it is gone (its port is busy)
         for name in self.store.topologies():
             if name not in planned:
                 self.store.remove(name)
@@ -290,11 +291,13 @@ class Supervisor:
         return handle
 
     def _reconcile(self, desired: set[tuple[str, int]]) -> None:
+        self._reap_stopped()
         for key, proc in list(self.workers.items()):
             if key not in desired:
-                self._stop_worker(proc)
+                self._stop_in_background(proc)
                 del self.workers[key]
         busy_ports = {port: key for key, port in ((k, k[1]) for k in self.workers)}
+        busy_ports.update((port, (proc.topology, port)) for port, (proc, _) in self.stopping.items())
         for key in sorted(desired):
             topology, port = key
             proc = self.workers.get(key)
@@ -319,9 +322,38 @@ class Supervisor:
             self.workers[key] = self._start_worker(topology, port, restarts)
 
     def _stop_worker(self, proc: WorkerHandle, timeout: float = 5.0) -> None:
+        """Stop ``proc`` and wait for it: where what follows needs it gone (the plans of a
+        resubmission are written next; shutdown)."""
         if proc.poll() is None:
             log.info("stopping worker %s:%d of %s (pid %d)", self.node, proc.port, proc.topology, proc.pid)
             proc.stop(timeout)
+        self._forget(proc)
+
+    def _stop_in_background(self, proc: WorkerHandle, timeout: float = 5.0) -> None:
+        """Stop ``proc`` in a thread of its own (SIGTERM, SIGKILL after ``timeout``): a worker slow
+        to stop must not hold this loop, which writes every other topology's plans and nudges their
+        workers. Its port stays taken until it is gone; the thread wakes the loop when it is."""
+        if proc.poll() is not None:
+            self._forget(proc)
+            return
+        log.info("stopping worker %s:%d of %s (pid %d)", self.node, proc.port, proc.topology, proc.pid)
+
+        def stop() -> None:
+            proc.stop(timeout)
+            self._wake.set()
+
+        thread = threading.Thread(target=stop, name=f"stop-{proc.port}", daemon=True)
+        self.stopping[proc.port] = (proc, thread)
+        thread.start()
+
+    def _reap_stopped(self) -> None:
+        """Forget the workers whose background stop has ended (their ports are free again)."""
+        for port, (proc, thread) in list(self.stopping.items()):
+            if not thread.is_alive():
+                del self.stopping[port]
+                self._forget(proc)
+
+    def _forget(self, proc: WorkerHandle) -> None:
         self.registry.forget(proc.topology, proc.port)
         self.cpu.release(proc.port)
 
@@ -371,6 +403,9 @@ class Supervisor:
         for proc in self.workers.values():
             self._stop_worker(proc)
         self.workers.clear()
+        for _port, (_proc, thread) in self.stopping.items():
+            thread.join()  # bounded: the thread SIGKILLs after its timeout
+        self._reap_stopped()
         self.cpu.close()
         if self.zk is not None:
             try:
