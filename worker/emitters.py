@@ -280,9 +280,9 @@ def compile_tracked_emit(outbox: Emitting) -> Any:
     bufs, n = target.bufs, target.n
     fields = target.kind == K_FIELD1 and n > 1
     idx = target.idx
-    nxt = cycle(target)
     open_group_run = outbox.open_group_run
     only = None if fields else single(target)
+    nxt = None if fields or only is not None else cycle(target)
     if only is not None:
         append = only.append
 
@@ -299,7 +299,7 @@ def compile_tracked_emit(outbox: Emitting) -> Any:
     def emit_tracked(values: Sequence[Any], stream: str, group: SpoutGroup) -> int:
         if stream != "default":
             return general(values, stream, group)
-        buf = bufs[hash(values[idx]) % n] if fields else nxt()
+        buf = bufs[hash(values[idx]) % n] if fields else nxt()  # type: ignore[misc]
         buf.append(values)
         if buf.owner is not group:
             open_group_run(buf, group)
