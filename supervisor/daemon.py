@@ -296,8 +296,7 @@ class Supervisor:
             if key not in desired:
                 self._stop_in_background(proc)
                 del self.workers[key]
-        busy_ports = {port: key for key, port in ((k, k[1]) for k in self.workers)}
-        busy_ports.update((port, (proc.topology, port)) for port, (proc, _) in self.stopping.items())
+        busy_ports = {port for _, port in self.workers} | self.stopping.keys()
         for key in sorted(desired):
             topology, port = key
             proc = self.workers.get(key)
@@ -321,13 +320,20 @@ class Supervisor:
                 restarts = 0
             self.workers[key] = self._start_worker(topology, port, restarts)
 
-    def _stop_worker(self, proc: WorkerHandle, timeout: float = 5.0) -> None:
+    def _stop_worker(self, proc: WorkerHandle) -> None:
         """Stop ``proc`` and wait for it: where what follows needs it gone (the plans of a
-        resubmission are written next; shutdown)."""
-        if proc.poll() is None:
-            log.info("stopping worker %s:%d of %s (pid %d)", self.node, proc.port, proc.topology, proc.pid)
-            proc.stop(timeout)
-        self._forget(proc)
+        resubmission are written next)."""
+        self._stop_in_background(proc)
+        stopping = self.stopping.get(proc.port)
+        if stopping is not None:
+            stopping[1].join()  # bounded: SIGKILL after the timeout
+        self._reap_stopped()
+
+    def _wait_stopped(self) -> None:
+        """Wait for every background stop (bounded: each SIGKILLs after its timeout), then forget them."""
+        for _proc, thread in self.stopping.values():
+            thread.join()
+        self._reap_stopped()
 
     def _stop_in_background(self, proc: WorkerHandle, timeout: float = 5.0) -> None:
         """Stop ``proc`` in a thread of its own (SIGTERM, SIGKILL after ``timeout``): a worker slow
@@ -395,17 +401,9 @@ class Supervisor:
     def shutdown(self) -> None:
         self.state = "STOPPING"
         for proc in self.workers.values():
-            if proc.poll() is None:
-                try:
-                    proc.process.terminate()
-                except psutil.Error:
-                    pass
-        for proc in self.workers.values():
-            self._stop_worker(proc)
+            self._stop_in_background(proc)  # all at once: SIGTERM to every worker, then wait
         self.workers.clear()
-        for _port, (_proc, thread) in self.stopping.items():
-            thread.join()  # bounded: the thread SIGKILLs after its timeout
-        self._reap_stopped()
+        self._wait_stopped()
         self.cpu.close()
         if self.zk is not None:
             try:

@@ -13,17 +13,13 @@ from pathlib import Path
 import pytest
 
 import nstorm.net
-from supervisor.daemon import pick_slots
+from supervisor.daemon import _ports, pick_slots
 
 
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("NSTORM_HOME", str(tmp_path / "home"))
     return tmp_path / "home"
-
-
-def _ports(slots: list[tuple[int, int]]) -> set[int]:
-    return {p for slot in slots for p in slot}
 
 
 def test_a_port_another_node_of_the_home_has_is_never_picked(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
