@@ -20,6 +20,7 @@ import argparse
 import importlib.util
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -227,8 +228,10 @@ def run(processes: int, rate: float, warmup: float, duration: float, total: int 
     if failed:
         lines = (tmp / f"proc-{failed[0]}.log").read_text(errors="replace").strip().splitlines()
         return RunResult(system=system, run=run_name,
-                         error=f"worker {failed[0]} exited with {procs[failed[0]].returncode}: {lines[-1] if lines else ''}")
+                         error=f"worker {failed[0]} exited with {procs[failed[0]].returncode}: "
+                               f"{lines[-1] if lines else ''} (logs in {tmp})")
     outs = [json.loads((tmp / f"proc-{i}.json").read_text()) for i in range(processes)]
+    shutil.rmtree(tmp, ignore_errors=True)  # kept only when a run failed: its logs say why
     return _result(system, run_name, rate, total, outs)
 
 
