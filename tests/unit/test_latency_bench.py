@@ -5,11 +5,19 @@ from __future__ import annotations
 import json
 import os
 import threading
+from typing import Any
 
 import pytest
 
 from benchmarks._workload import RunResult
-from benchmarks.latency import _parse_args, constraint_conf, render, run_handmade, thread_waits
+from benchmarks.latency import (
+    _parse_args,
+    constraint_conf,
+    every_window,
+    render,
+    run_handmade,
+    thread_waits,
+)
 from topologies.wordcount import rate_schedule, scheduled_sends
 
 
@@ -134,3 +142,39 @@ def test_the_bytewax_part_judges_the_deployment_sized_like_bytewax_too() -> None
     old = {**result, "goals": dict(list(goals.items())[:1])}
     cells = list(render({"bytewax": old}, args)[-1].columns[1].cells)
     assert not any(c.startswith("nstorm sized like bytewax") for c in cells)
+
+
+def test_the_half_goal_counts_every_window_of_every_round() -> None:
+    """Three rounds of 4/4, 4/4 and 2/4 windows: the median round met all of them, the goal's
+    share is 10 of 12 (under 95%: not met), and the goals table says so."""
+    def round_(met: int) -> dict[str, Any]:
+        run = {"constraint": {"windows": 4, "windows_met": met}, "arrival_ms": {"p99": 4.4},
+               "cpu_us_per_word": 0.5, "load_1min": [1.0, 1.0]}
+        return {"a": run, "b": run, "c": None, "cpu_ratio": 1.0, "share_met": met / 4}
+
+    rounds = [round_(4), round_(4), round_(2)]
+    assert every_window(rounds) == (10, 12, 10 / 12)
+    assert every_window([{"a": {}}]) == (0, 0, None)
+    result = {"rate_sentences_per_sec": 200_000.0, "rounds": rounds, "windows": 12, "windows_met": 10,
+              "share_met": 10 / 12, "median": {"share_met": 1.0, "cpu_ratio": 1.0, "a_window_p99_ms": None,
+                                                "a_arrival_p99_ms": 4.4, "b_arrival_p99_ms": 4.4, "c_p99_ms": None},
+              "goals": {"windows met >= 95%": False, "CPU per word (a)/(b) < 1.05": True}}
+    goals = render({"half": result}, _parse_args(["--only", "half"]))[-1]
+    measure, got = list(goals.columns[1].cells)[0], list(goals.columns[2].cells)[0]
+    assert "10 of 12 windows" in measure and got == "83%"
+
+
+def test_compare_runs_in_the_shape_it_is_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--shape pipeline`` deploys compare's runs one stage a worker, the rate all on its one spout."""
+    from rich.console import Console
+
+    from benchmarks import latency
+
+    confs: list[dict[str, Any]] = []
+    monkeypatch.setattr(latency, "run_nstorm", lambda extra, *a, **k: confs.append(extra) or {})
+    args = _parse_args(["--only", "compare", "--compare", "x.y=1", "--shape", "pipeline"])
+    latency.compare(args, 400_000.0, Console(quiet=True), "compare", {"with": args.compare, "without": {}}, 1)
+    half = [c for c in confs if c["wordcount.rate"]]
+    assert len(confs) == 4 and len(half) == 2
+    assert all(c["wordcount.spouts"] == 1 and c["topology.chaining"] for c in confs)
+    assert {c["wordcount.rate"] for c in half} == {200_000.0} and [c.get("x.y") for c in half] == [1, None]
