@@ -64,7 +64,7 @@ def temporary_home() -> Iterator[Path]:
     turned into an exit that stops what the benchmark started (:func:`sigterm_exits`).
 
     Removed afterwards, unless the run failed or ``NSTORM_BENCH_KEEP_HOME=1``: then its logs
-    stay, and stderr says where.
+    stay, and stderr says where (a home with nothing in it is removed all the same).
     """
     old = os.environ.get("NSTORM_HOME")
     home = Path(tempfile.mkdtemp(prefix="nstorm-bench-"))
@@ -81,9 +81,9 @@ def temporary_home() -> Iterator[Path]:
             os.environ.pop("NSTORM_HOME", None)
         else:
             os.environ["NSTORM_HOME"] = old
-        if keep:
+        if keep and any(home.iterdir()):
             print(f"nstorm home (daemon logs) kept in {home}", file=sys.stderr)
-        else:
+        else:  # an empty home keeps no logs: not left in the temporary folder
             shutil.rmtree(home, ignore_errors=True)
 
 

@@ -28,7 +28,8 @@ with temporary_home():
 
 def test_sigterm_runs_the_benchmarks_finally(tmp_path: Path) -> None:
     marker = tmp_path / "marker"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "NSTORM_HOME": str(tmp_path / "home")}
+    # TMPDIR: the benchmark's own home (temporary_home) is made under tmp_path, not in /tmp.
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "NSTORM_HOME": str(tmp_path / "home"), "TMPDIR": str(tmp_path)}
     proc = subprocess.Popen([sys.executable, "-c", _SCRIPT, str(marker)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, env=env, cwd=ROOT)
     try:
@@ -39,6 +40,7 @@ def test_sigterm_runs_the_benchmarks_finally(tmp_path: Path) -> None:
             time.sleep(0.05)
         assert proc.returncode == 128 + signal.SIGTERM
         assert marker.read_text() == "stopped"
+        assert not list(tmp_path.glob("nstorm-bench-*")), "an empty home is not kept"
     finally:
         if proc.poll() is None:
             proc.kill()
