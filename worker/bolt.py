@@ -36,6 +36,7 @@ STAMPED = latency.STAMPED  # roots at or above carry their spout emit time (nsto
 _ShiftMark = wire.ShiftMark
 _Traced = Traced
 _ChainMark = ChainMark
+_Seal = wire.Seal
 _WAKE = (wire.WAKE, -1, None)
 # A delivered Tuple that ``process`` did not keep is filled again for the next tuple (as CPython's
 # ``zip`` reuses its result tuple): no reference but the loop's own and ``getrefcount``'s argument.
@@ -162,6 +163,9 @@ class BoltExecutor(UserExecutor):
             return
         if type(batch) is _ChainMark:  # ``src`` asks to run this executor in its thread (worker.chaining)
             self.guest_pending = src
+            return
+        if type(batch) is _Seal:  # the old copy of moved ``src`` sends no more (worker.migration)
+            self.answer_seal(src, batch)
             return
         decoded = self.decode(batch) if type(batch) is bytes else batch
         if decoded is None:
@@ -404,8 +408,8 @@ class BoltExecutor(UserExecutor):
 
     # -- checkpoints (worker.checkpoint) ------------------------------------------------------
     def _take_aligning(self, src: int, batch: Any) -> None:
-        """While aligning: what comes after a barrier waits; markers never wait."""
-        if batch is not None and src in self.aligner.seen:
+        """While aligning: what comes after a barrier waits; markers and seals never wait."""
+        if batch is not None and src in self.aligner.seen and type(batch) is not _Seal:
             self.aligner.held.append((src, batch))
             return
         self._process_batch(src, batch)
@@ -712,11 +716,18 @@ class BoltExecutor(UserExecutor):
                 if not handover.awaiting and self.held_control:
                     self._replay_held_control()
                 continue
+            if handover.sealing:  # an old copy whose seals are out: nothing runs until they are answered
+                if handover.wait_sealed():
+                    handover.hand_over()
+                    break
+                continue
             if not self.ctl_q.empty():
                 self._handle_control()
             if handover.draining and handover.drained(input_empty=empty()):
                 handover.hand_over()
                 break
+            if handover.sealing:
+                continue
             if self.shift is not None:
                 self.shift_step()
             if self.retired:
@@ -835,6 +846,9 @@ class BoltExecutor(UserExecutor):
                 _src, batch = self.data_q.get_nowait()
             except queue.Empty:
                 return dropped
+            if type(batch) is _Seal:
+                self.answer_seal(_src, batch)
+                continue
             decoded = self.decode(batch) if batch is not None and type(batch) not in SIGNALS else None
             if decoded is not None:
                 dropped += len(decoded[0])

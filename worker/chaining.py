@@ -40,6 +40,6 @@ class ChainMark:
 CHAIN_MARK = ChainMark()
 
 # The in-band items on a data queue that carry no tuples, besides a move's marker (None): a
-# checkpoint's barrier (its id), a rescale's marker and a chain's. One tuple, so that every place
-# that skips them (``type(item) in SIGNALS``) knows them all.
-SIGNALS = (int, wire.ShiftMark, ChainMark)
+# checkpoint's barrier (its id), a rescale's marker, a chain's and a moved copy's seal. One tuple,
+# so that every place that skips them (``type(item) in SIGNALS``) knows them all.
+SIGNALS = (int, wire.ShiftMark, ChainMark, wire.Seal)

@@ -265,14 +265,18 @@ class Courier:
         """Rescale ``version``'s marker to ``dst`` at ``wid``, behind what this sender sent it."""
         self._in_band(dst, wid, (wire.ShiftMark(version),), wire.shift_mark_header(dst, self.src, version, self.epoch))
 
-    def _in_band(self, dst: int, wid: str, item: tuple[Any], header: bytes) -> None:
+    def seal(self, dst: int, wid: str, worker: str) -> None:
+        """This (moved-away) copy sends ``dst`` at ``wid`` nothing more: ``dst`` answers SEALED to ``worker``."""
+        self._in_band(dst, wid, (wire.Seal(worker),), wire.seal_header(dst, self.src, self.epoch), worker.encode())
+
+    def _in_band(self, dst: int, wid: str, item: tuple[Any], header: bytes, payload: bytes = b"") -> None:
         """A signal on the data path (behind this sender's data): ``item`` on a local queue (None:
-        a move's marker, an int: a barrier, a ShiftMark), else a frame with ``header`` and no payload."""
+        a move's marker, an int: a barrier, a ShiftMark, a Seal), else a frame with ``header``."""
         inbox = self.host.inbox(dst, wid)
         if inbox is not None:
             inbox.put_signal(self.src, item[0])
             return
-        self._send(wid, header, b"", 0)
+        self._send(wid, header, payload, 0)
 
     def chain_mark(self, dst: int, wid: str) -> bool:
         """Ask ``dst`` (in this worker) to run in this sender's thread from here on, behind what it
@@ -367,14 +371,16 @@ class Courier:
         return not self.backlog
 
     # -- control --------------------------------------------------------------------------
-    def control(self, dst: int, wid: str, kind: int, entries: Any) -> None:
-        """A control message to ``dst`` at ``wid`` (its inbox, or that worker's control port)."""
+    def control(self, dst: int, wid: str, kind: int, entries: Any, src: int | None = None) -> None:
+        """A control message to ``dst`` at ``wid`` (its inbox, or that worker's control port);
+        ``src``: the sender named in it when not this courier's task (a message passed on)."""
         self.messages += 1
+        src = self.src if src is None else src
         inbox = self.host.inbox(dst, wid)
         if inbox is not None:
-            inbox.put_control(kind, self.src, entries)
+            inbox.put_control(kind, src, entries)
             return
-        self.control_frame(wid, wire.control_message(kind, dst, self.src, entries))
+        self.control_frame(wid, wire.control_message(kind, dst, src, entries))
 
     def control_frame(self, wid: str, message: bytes) -> bool:
         """A ready-made control message to worker ``wid``; False if this plan does not know it."""

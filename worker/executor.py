@@ -294,6 +294,10 @@ class UserExecutor(Executor):
         except Exception as exc:
             self.record_error("on_commit", exc)
 
+    def answer_seal(self, src: int, seal: wire.Seal) -> None:
+        """Everything the old copy of moved ``src`` sent here is taken: tell it (worker.migration)."""
+        self.outbox.courier.control(src, seal.worker, wire.SEALED, self.task)
+
     def taint(self, reason: str) -> None:
         """Data was lost here (durable state only): no checkpoint may commit without it, the
         topology rolls back."""
@@ -564,6 +568,9 @@ class UserExecutor(Executor):
                 _src, batch = self.data_q.get(timeout=0.1)
             except queue.Empty:
                 continue
+            if type(batch) is wire.Seal:
+                self.answer_seal(_src, batch)
+                continue
             if batch is None or type(batch) in SIGNALS or outbox.routing is None:
                 continue  # a marker, a barrier, a rescale's marker or a chain's
             decoded = self.decode(batch)
@@ -576,6 +583,9 @@ class UserExecutor(Executor):
     def flush(self) -> None:
         self.refresh_routing()
         self.outbox.flush()
+
+    def downstream_tasks(self) -> list[int]:
+        return self.outbox.downstream
 
     def snapshot(self) -> dict[str, Any]:
         """``self.state`` as msgpack (an empty one, and an error, if it is not msgpack data),

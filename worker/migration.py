@@ -15,6 +15,8 @@ Each executor copy has one :class:`Handover`; its states and transitions::
     RUNNING -> DRAINING          the plan moved the executor away (begin_drain)
     DRAINING -> HANDED_OVER      markers aligned, input empty, new copy ready; or the drain
                                  deadline DK (worker.lazy.kill.ms) passed: the state is sent
+                                 (with checkpoints on, only once every downstream task of
+                                 another worker answered this copy's SEAL: Handover._seal)
     AWAITING_STATE -> RUNNING    the state came (taken); or GONE came, or the wait's deadline
                                  (worker.state.wait.ms) passed: the copy starts empty
 
@@ -180,6 +182,10 @@ class Migrating(Protocol):
         """Send everything buffered (before the state leaves)."""
         ...
 
+    def downstream_tasks(self) -> Iterable[int]:
+        """Every task this executor sends to (a checkpoint's barrier goes to each)."""
+        ...
+
 
 class Handover:
     """One executor copy's side of live migration. See the module docstring."""
@@ -200,6 +206,11 @@ class Handover:
         self.ready_seen = False  # the new copy is set up and waits for the state
         self.ready_copy: int | None = None  # ... and which copy it is
         self.parts = StateParts()  # a new copy's state, when it comes in parts
+        self.drain_secs = 0.0
+        self.unsealed: set[int] | None = None  # downstream tasks whose SEALED has not come (None: no seal sent)
+        self.sealed_at = 0.0
+        self.seal_until = 0.0
+        self.passed_on: list[tuple[int, int, Any]] = []  # control messages that came while sealing: to the new copy
 
     @property
     def awaiting(self) -> bool:
@@ -208,6 +219,11 @@ class Handover:
     @property
     def draining(self) -> bool:
         return self.state is HandoverState.DRAINING
+
+    @property
+    def sealing(self) -> bool:
+        """An old copy that sent its seals and waits for their answers (:meth:`wait_sealed`)."""
+        return self.unsealed is not None and self.state is HandoverState.DRAINING
 
     def _set_state(self, new: HandoverState, why: str) -> None:
         """The one transition: every change of state goes through here, and is logged."""
@@ -294,6 +310,7 @@ class Handover:
         would send its state to the place the old table names (its own worker, where nobody
         takes it) and end without the markers it owes the executors moved with it."""
         self.alignment.expect(upstream)
+        self.drain_secs = timeout
         self.drain_until = time.monotonic() + timeout
         self.drain_version = version
         self._set_state(HandoverState.DRAINING, "moved away")
@@ -310,6 +327,10 @@ class Handover:
             return True
         if kind == wire.GONE:
             return True  # an answer to a READY sent again after the state had come
+        if kind == wire.SEALED:
+            if self.unsealed is not None and type(entries) is int:
+                self.unsealed.discard(entries)
+            return True  # (one that came after the seals' deadline, passed on: nothing to do)
         if kind == wire.STATE or (kind == wire.STATE_PART and isinstance(entries, Mapping) and entries.get("seq") == 0):
             log.warning("executor %s: a state hand-over came after this copy had started; ignored",
                         self.executor.executor_id)
@@ -324,15 +345,67 @@ class Handover:
         if routing is None or routing.version < self.drain_version:
             return False
         if self.alignment.complete and input_empty and self.ready_seen:
-            return True
+            return not self._seal(routing)
         if time.monotonic() > self.drain_until:
             dropped = self.executor.drop_input()
             if dropped or not self.alignment.complete or not self.ready_seen:
                 log.warning("executor %s: lazy kill after DK; %d queued tuples dropped, markers missing from %s%s",
                             self.executor.executor_id, dropped, self.alignment.missing,
                             "" if self.ready_seen else ", the new copy never asked")
-            return True
+            return not self._seal(routing)
         return False
+
+    # -- seals: the new copy sends nothing before what this one sent is in (durable state) ----
+    def _seal(self, routing: RoutingTable) -> bool:
+        """With checkpoints on, send a SEAL behind this copy's data to every downstream task of
+        another worker; True if there were any (:meth:`wait_sealed` then waits for their answers).
+
+        The new copy's tuples and barriers take other pipes than this copy's last tuples: a
+        downstream task could take the new copy's barrier first, and checkpoint a state without
+        tuples that the spout's part of the same checkpoint counts as done (a restore from it
+        loses them), or the new copy's tuples before this copy's barrier (a restore counts them
+        twice). Tasks in this worker need none: this copy's tuples are on their queues already."""
+        if getattr(self.host, "checkpoints", None) is None:
+            return False
+        here = self.host.worker_id
+        targets = {dst: wid for dst in self.executor.downstream_tasks()
+                   if (wid := routing.location[dst]) and wid != here}
+        if not targets:
+            return False
+        self.executor.flush()
+        for dst, wid in targets.items():
+            self.courier.seal(dst, wid, here)
+        self.unsealed = set(targets)
+        self.sealed_at = time.monotonic()
+        self.seal_until = self.sealed_at + max(self.drain_secs, 0.1)
+        return True
+
+    def wait_sealed(self) -> bool:
+        """One step (10 ms at most) of the wait for SEALED answers; True once every one is in, or
+        at the deadline (then a checkpoint may miss this copy's last tuples: the topology rolls
+        back). Other control messages wait, and go to the new copy behind the state."""
+        courier = self.courier
+        if courier.backlog:
+            courier.drain()  # the seals wait behind data a full pipe did not take yet
+        try:
+            kind, src, entries = self.executor.inbox.control.get(timeout=0.01)
+        except queue.Empty:
+            pass
+        else:
+            if kind == wire.SEALED or kind == wire.READY:
+                self.on_control(kind, entries)
+            elif kind != wire.WAKE:
+                self.passed_on.append((kind, src, entries))
+        if not self.unsealed:
+            return True
+        if time.monotonic() <= self.seal_until:
+            return False
+        log.warning("executor %s: no answer to its seal from tasks %s in %.1fs; handing over all the same",
+                    self.executor.executor_id, sorted(self.unsealed), max(self.drain_secs, 0.1))
+        checkpoints = getattr(self.host, "checkpoints", None)
+        if checkpoints is not None:
+            checkpoints.request_rollback(f"{self.executor.executor_id}: seals unanswered at a move")
+        return True
 
     def hand_over(self) -> None:
         """Snapshot the executor and send it to its current place; the copy's loop ends."""
@@ -352,8 +425,20 @@ class Handover:
             # as the new copy waits for them (worker.state.wait.ms), not the usual second.
             self.courier.linger_ms = max(self.courier.linger_ms, int(float(self.host.conf["worker.state.wait.ms"])))
         self.host.migrations.handed_over(self.executor.task, to, self.ready_copy)
+        sealed = (f", after its seals' answers ({(time.monotonic() - self.sealed_at) * 1000:.1f} ms)"
+                  if self.unsealed is not None else "")
         self._set_state(HandoverState.HANDED_OVER, f"{len(entry['state'])} bytes of state sent to {to}"
-                        + (f" in {len(parts)} parts" if parts else ""))
+                        + (f" in {len(parts)} parts" if parts else "") + sealed)
+        if self.unsealed is not None:  # what came while sealing (acks, orders): behind the state
+            while True:
+                try:
+                    self.passed_on.append(self.executor.inbox.control.get_nowait())
+                except queue.Empty:
+                    break
+            for kind, src, entries in self.passed_on:
+                if kind not in (wire.SEALED, wire.READY, wire.WAKE):
+                    self.courier.control(self.executor.task, to, kind, entries, src)
+            self.passed_on = []
 
 
 def _merge_arrival(info: dict[str, Any], arrived: Mapping[str, Any]) -> None:

@@ -71,7 +71,7 @@ _UNKNOWN_TASK_PATIENCE_SECS = 30.0  # frames for a task id no plan here has name
 def _carries_tuples(item: Any) -> bool:
     """A stashed data item with tuples in it (not a marker, a barrier or a rescale's marker)."""
     payload = item[1]
-    return payload is not None and type(payload) is not int and type(payload) is not wire.ShiftMark
+    return payload is not None and type(payload) not in (int, wire.ShiftMark, wire.Seal)
 
 
 class Worker:
@@ -448,6 +448,9 @@ class Worker:
             elif type(payload) is wire.ShiftMark:
                 header = wire.shift_mark_header(dst, src, payload.version, self.epoch, hops + 1)
                 payload = None
+            elif type(payload) is wire.Seal:
+                header = wire.seal_header(dst, src, self.epoch, hops + 1)
+                payload = payload.worker.encode()
             else:
                 header = wire.data_header(dst, src, hops + 1, count, self.epoch)
             sent = self.courier.frame(wid, header, payload or b"")

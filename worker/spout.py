@@ -341,6 +341,11 @@ class SpoutExecutor(UserExecutor):
             if handover.awaiting:
                 handover.wait(self._control)
                 continue
+            if handover.sealing:  # an old copy whose seals are out: nothing runs until they are answered
+                if handover.wait_sealed():
+                    handover.hand_over()
+                    break
+                continue
             self.now = now = clock()
             before = self.emit_calls
             if not self.ctl_q.empty() or self.immediate_acks:
@@ -353,6 +358,8 @@ class SpoutExecutor(UserExecutor):
                     self._close_group()
                 handover.hand_over()
                 break
+            if handover.sealing:
+                continue
             shift = self.shift
             if shift is not None:
                 self.shift_step()

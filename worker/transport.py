@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 WORKER_TASK = -1  # control messages addressed to a worker, not to an executor
 _NOBLOCK = int(zmq.NOBLOCK)
 _RCVMORE = int(zmq.RCVMORE)
-_DATA_KINDS = (wire.DATA, wire.MARKER, wire.BARRIER, wire.SHIFT_MARK)
+_DATA_KINDS = (wire.DATA, wire.MARKER, wire.BARRIER, wire.SHIFT_MARK, wire.SEAL)
 
 
 class Transport:
@@ -141,6 +141,12 @@ class Transport:
             payload, count = count, 0  # a barrier's int item carries its checkpoint id
         elif kind == wire.SHIFT_MARK:
             payload, count = wire.ShiftMark(count), 0  # a rescale's marker carries its version
+        elif kind == wire.SEAL:
+            try:
+                payload, count = wire.Seal(frames[1].decode()), 0  # the worker the old copy waits in
+            except UnicodeDecodeError:
+                self._drop("seal: worker id")
+                return
         else:
             payload = None
         if inbox is not None:

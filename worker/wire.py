@@ -66,6 +66,9 @@ __all__ = [
     "GROUPS",
     "SHIFT_MARK",
     "SHIFT_READY",
+    "SEAL",
+    "SEALED",
+    "Seal",
     "ShiftMark",
     "barrier_header",
     "control_message",
@@ -75,6 +78,7 @@ __all__ = [
     "pack",
     "batch_encoder",
     "pack_batch",
+    "seal_header",
     "shift_mark_header",
     "unpack",
 ]
@@ -98,6 +102,8 @@ GROUPS = 15  # entries: {"version", "groups", "entries", "more"?}  old owner -> 
 SHIFT_READY = 16  # entries: version                     new layout's executor -> upstream: "I hold; switch"
 WAKE = 17  # local only, no entries: a chained executor's host armed its deadline (worker.chaining)
 STATE_PART = 18  # entries: {"id", "seq", "parts", "data": bytes}  old copy -> new copy: a part of a STATE too large for one
+SEAL = 19  # data-channel header kind, payload the old copy's worker id: "that copy of src sends you nothing more"
+SEALED = 20  # entries: the answering task                 downstream -> a moved executor's old copy: "SEAL taken"
 MAX_HOPS = 16  # a data frame forwarded more often than this is dropped (the acker replays it)
 MAX_TASKS = 1 << 16  # task ids fit the low 16 bits of a root (nstorm.topology.MAX_TASKS)
 
@@ -275,6 +281,26 @@ class ShiftMark:
 def shift_mark_header(dst: int, src: int, version: int, epoch: int = 0, hops: int = 0) -> bytes:
     """``[SHIFT_MARK, dst, src, hops, version, epoch]``: behind what ``src`` sent ``dst`` before."""
     return pack((SHIFT_MARK, dst, src, hops, version, epoch))
+
+
+class Seal:
+    """A moved executor's old copy's last item to a downstream task of another worker, behind
+    everything it sent there (worker.migration: with checkpoints on, its new copy may send
+    nothing, not even a barrier, until every such task has taken its seal). ``worker``: where
+    the old copy waits for the answer (SEALED)."""
+
+    __slots__ = ("worker",)
+
+    def __init__(self, worker: str) -> None:
+        self.worker = worker
+
+    def __repr__(self) -> str:
+        return f"Seal({self.worker!r})"
+
+
+def seal_header(dst: int, src: int, epoch: int = 0, hops: int = 0) -> bytes:
+    """``[SEAL, dst, src, hops, 0, epoch]``; the payload is the old copy's worker id (UTF-8)."""
+    return pack((SEAL, dst, src, hops, 0, epoch))
 
 
 def unpack_state(data: bytes) -> Any:
