@@ -21,7 +21,7 @@ from nstorm import latency
 from nstorm.component import TICK_STREAM, Batch, Bolt, Tuple, TupleMeta, delivered_tuple_class
 from nstorm.topology import FIELDS
 from worker import wire
-from worker.chaining import SIGNALS, ChainMark
+from worker.chaining import SIGNALS, ChainMark, tend_guests
 from worker.checkpoint import BarrierAligner
 from worker.executor import UserExecutor
 from worker.host import Host
@@ -37,7 +37,6 @@ _ShiftMark = wire.ShiftMark
 _Traced = Traced
 _ChainMark = ChainMark
 _Seal = wire.Seal
-_WAKE = (wire.WAKE, -1, None)
 # A delivered Tuple that ``process`` did not keep is filled again for the next tuple (as CPython's
 # ``zip`` reuses its result tuple): no reference but the loop's own and ``getrefcount``'s argument.
 # Only where those are counted as such (CPython before 3.14, which may borrow a local's reference);
@@ -295,8 +294,7 @@ class BoltExecutor(UserExecutor):
                 inbox.data.put((src, item))
                 return
             began = time.monotonic()
-            armed = outbox.deadline.at is not None
-            outbox.deadline.worked(began)
+            outbox.deadline.worked(began)  # (kept by the host's loop: tend_guests)
             outbox.ctl_deadline.worked(began)
             qos = self.qos
             try:
@@ -317,8 +315,6 @@ class BoltExecutor(UserExecutor):
                 self.record_error("batch", exc)
                 if qos is not None and qos.pending:
                     qos.resolve()
-            if not armed and outbox.deadline.at is not None:
-                self.ctl_q.put(_WAKE)  # its own thread sleeps on control: what it holds leaves by the deadline
 
     def _drain_queued(self) -> None:
         """Take what waits on the queue (the caller holds the inbox's lock)."""
@@ -746,6 +742,8 @@ class BoltExecutor(UserExecutor):
             if tick:
                 wait = min(wait, max(0.0, self.next_tick - now))
             wait = ctl_deadline.wait(now, deadline.wait(now, wait))
+            if outbox.guest_inboxes:  # executors chained to this one: their deadlines are kept here
+                wait = tend_guests(outbox.guest_inboxes, self.task, now, wait)
             try:
                 src, batch = get(timeout=wait) if wait > 0 else get_nowait()
             except queue.Empty:

@@ -23,9 +23,11 @@ local put and per loop pass.
 
 from __future__ import annotations
 
+from typing import Any
+
 from worker import wire
 
-__all__ = ["CHAIN_MARK", "SIGNALS", "ChainMark"]
+__all__ = ["CHAIN_MARK", "SIGNALS", "ChainMark", "tend_guests"]
 
 
 class ChainMark:
@@ -43,3 +45,26 @@ CHAIN_MARK = ChainMark()
 # checkpoint's barrier (its id), a rescale's marker, a chain's and a moved copy's seal. One tuple,
 # so that every place that skips them (``type(item) in SIGNALS``) knows them all.
 SIGNALS = (int, wire.ShiftMark, ChainMark, wire.Seal)
+
+
+def tend_guests(inboxes: list[Any], host: int, now: float, wait: float) -> float:
+    """The host's side of its guests' output deadlines, once per pass of the host's loop: a
+    guest's buffers that are due leave now (under the guest's lock); the result is how long the
+    host may sleep, never past a guest's deadline. So a guest's own thread is not woken each time
+    a hand-over arms its deadline (a context switch per batch it sends); it still wakes every
+    20 ms while chained, in case the host's loop is held up."""
+    for inbox in inboxes:
+        guest = inbox.guest
+        if guest is None or inbox.host != host:
+            continue
+        out = guest.outbox
+        deadline, ctl_deadline = out.deadline, out.ctl_deadline
+        if deadline.due(now) or ctl_deadline.due(now):
+            with inbox.lock:
+                if inbox.host == host:
+                    if deadline.due(now):
+                        out.flush()
+                    elif ctl_deadline.due(now):
+                        out.flush_control()
+        wait = ctl_deadline.wait(now, deadline.wait(now, wait))
+    return wait

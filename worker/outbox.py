@@ -97,6 +97,7 @@ class Outbox:
         self.emit_many = self.emit_many_general
         self.routing: RoutingTable | None = None
         self.guests: set[int] = set()  # tasks chained to this executor (asked or running in its thread)
+        self.guest_inboxes: list[Any] = []  # their inboxes: the host's loop keeps their deadlines (tend_guests)
         self.targets: dict[str, list[Target]] = {}
         self.direct_targets: dict[str, list[tuple[str, list[Buffer]]]] = {}
         self.buffers: dict[int, Buffer] = {}
@@ -151,12 +152,14 @@ class Outbox:
         for d in want - self.guests:
             if self.courier.chain_mark(d, me):
                 self.guests.add(d)
+        self.guest_inboxes = [i for d in sorted(self.guests) if (i := self.host.inbox(d)) is not None]
 
     def release_guests(self) -> None:
         """End every chain to this executor (it stops)."""
         for d in self.guests:
             self.courier.release(d)
         self.guests = set()
+        self.guest_inboxes = []
 
     def tune(self, tuning: Mapping[str, Mapping[str, float]]) -> None:
         """Size the output buffers as a latency constraint's controller asked for the channels

@@ -20,6 +20,7 @@ from typing import Any
 from nstorm import latency
 from nstorm.component import Spout
 from worker import wire
+from worker.chaining import tend_guests
 from worker.executor import UserExecutor
 from worker.host import Host
 from worker.runs import SpoutGroup
@@ -410,7 +411,10 @@ class SpoutExecutor(UserExecutor):
                     outbox.flush()
                 elif ctl_deadline.due(now):
                     outbox.flush_control()
+            guests = outbox.guest_inboxes
             if emitted and not blocked:
+                if guests:  # executors chained to this one: their deadlines are kept here
+                    tend_guests(guests, self.task, clock(), 0.0)
                 idle = 0.0
                 continue
             # Nothing to emit right now: what is buffered stays until its batch is full or
@@ -418,8 +422,11 @@ class SpoutExecutor(UserExecutor):
             # or a short back-off, never past a deadline.
             idle = min(max(idle * 2, 0.0005), 0.01)
             now = clock()
+            wait = ctl_deadline.wait(now, deadline.wait(now, idle))
+            if guests:
+                wait = tend_guests(guests, self.task, now, wait)
             try:
-                item = self.ctl_q.get(timeout=ctl_deadline.wait(now, deadline.wait(now, idle)))
+                item = self.ctl_q.get(timeout=wait)
             except queue.Empty:
                 pass
             else:
