@@ -1,0 +1,67 @@
+"""A chain's host keeps its guests' output deadlines (worker.chaining.tend_guests): a guest's
+buffers leave when due from the host's loop, and the host never sleeps past a guest's deadline,
+so the guest's own thread need not be woken each time a hand-over arms its deadline."""
+
+from __future__ import annotations
+
+from worker.batching import FlushDeadline
+from worker.chaining import tend_guests
+from worker.delivery import Inbox
+
+
+class _Outbox:
+    def __init__(self) -> None:
+        self.deadline = FlushDeadline(0.002)
+        self.ctl_deadline = FlushDeadline(0.008)
+        self.sent: list[str] = []
+
+    def flush(self) -> None:
+        self.sent.append("data")
+        self.deadline.flushed()
+        self.ctl_deadline.flushed()
+
+    def flush_control(self) -> None:
+        self.sent.append("control")
+        self.ctl_deadline.flushed()
+
+
+class _Guest:
+    def __init__(self) -> None:
+        self.outbox = _Outbox()
+
+
+def _chained(host: int) -> tuple[Inbox, _Guest]:
+    inbox = Inbox(100)
+    guest = _Guest()
+    inbox.guest, inbox.host = guest, host
+    return inbox, guest
+
+
+def test_a_due_guest_buffer_leaves_from_the_hosts_loop() -> None:
+    inbox, guest = _chained(host=3)
+    guest.outbox.deadline.worked(10.0)  # a hand-over at 10.0 armed it: due at 10.002
+    assert abs(tend_guests([inbox], 3, 10.001, 0.1) - 0.001) < 1e-9
+    assert guest.outbox.sent == []
+    assert tend_guests([inbox], 3, 10.003, 0.1) == 0.1, "flushed: nothing left to wait for"
+    assert guest.outbox.sent == ["data"]
+
+
+def test_the_host_never_sleeps_past_a_guests_deadline() -> None:
+    inbox, guest = _chained(host=3)
+    guest.outbox.deadline.worked(10.0)
+    wait = tend_guests([inbox], 3, 10.0005, 0.1)
+    assert abs(wait - 0.0015) < 1e-9
+    guest.outbox.ctl_deadline.worked(10.0)  # acks only: due at 10.008
+    guest.outbox.deadline.flushed()
+    assert abs(tend_guests([inbox], 3, 10.005, 0.1) - 0.003) < 1e-9
+    assert tend_guests([inbox], 3, 10.009, 0.1) == 0.1
+    assert guest.outbox.sent == ["control"]
+
+
+def test_a_guest_chained_elsewhere_or_released_is_left_alone() -> None:
+    inbox, guest = _chained(host=4)  # chained to another host
+    guest.outbox.deadline.worked(10.0)
+    assert tend_guests([inbox], 3, 11.0, 0.1) == 0.1
+    inbox.host, inbox.guest = -1, None  # released
+    assert tend_guests([inbox], 3, 11.0, 0.1) == 0.1
+    assert guest.outbox.sent == []
