@@ -825,8 +825,6 @@ class BoltExecutor(UserExecutor):
             self._apply_control(kind, src, entries)
 
     def _apply_control(self, kind: int, src: int, entries: Any) -> None:
-        if kind == wire.WAKE:
-            return  # a host armed this guest's deadline (take_chained)
         if kind == wire.COMMITTED:
             self.committed(int(entries))
         elif kind == wire.GROUPS:

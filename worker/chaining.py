@@ -10,8 +10,9 @@ Which pairs may be chained, and when, is Nimbus's business (:mod:`nstorm.chainin
    its queue and, under its inbox's lock, names the host in its inbox (``Inbox.host``).
 3. From then on whatever the host sends it (batches, a move's markers, barriers) is handed to
    the guest's ``take_chained`` in the host's thread, under the same lock, after anything still
-   queued: no queue put, no thread wake-up. The guest's own thread only does what needs no input
-   (control messages, its buffers' deadlines), under the lock.
+   queued: no queue put, no thread wake-up. The host's loop also keeps the guest's buffers'
+   deadlines (:func:`tend_guests`); the guest's own thread only does what needs no input
+   (control messages, and those deadlines every 20 ms in case the host is held up), under the lock.
 4. The host ends the chain (the plan dropped it, or the host stops) by clearing ``Inbox.host``
    under the lock; it sends through the queue again, and the guest's thread takes it up. A moved
    executor leaves its chain in the plan that moves it, so the move's markers are the last

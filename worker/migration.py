@@ -394,7 +394,7 @@ class Handover:
         else:
             if kind == wire.SEALED or kind == wire.READY:
                 self.on_control(kind, entries)
-            elif kind != wire.WAKE:
+            else:
                 self.passed_on.append((kind, src, entries))
         if not self.unsealed:
             return True
@@ -436,7 +436,7 @@ class Handover:
                 except queue.Empty:
                     break
             for kind, src, entries in self.passed_on:
-                if kind not in (wire.SEALED, wire.READY, wire.WAKE):
+                if kind not in (wire.SEALED, wire.READY):
                     self.courier.control(self.executor.task, to, kind, entries, src)
             self.passed_on = []
 

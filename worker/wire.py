@@ -50,7 +50,6 @@ __all__ = [
     "READY",
     "MAX_HOPS",
     "STATE",
-    "WAKE",
     "ACK",
     "AckRun",
     "ROOT_TASK_BITS",
@@ -100,7 +99,7 @@ COMMITTED = 13  # entries: cid                            worker -> its user exe
 SHIFT_MARK = 14  # data-channel header kind: src routes a rescaled component by its new layout (worker.rescale)
 GROUPS = 15  # entries: {"version", "groups", "entries", "more"?}  old owner -> new owner: key groups handed over
 SHIFT_READY = 16  # entries: version                     new layout's executor -> upstream: "I hold; switch"
-WAKE = 17  # local only, no entries: a chained executor's host armed its deadline (worker.chaining)
+# 17 (WAKE, a chained guest's host armed its deadline) is no longer sent: the host keeps it (tend_guests)
 STATE_PART = 18  # entries: {"id", "seq", "parts", "data": bytes}  old copy -> new copy: a part of a STATE too large for one
 SEAL = 19  # data-channel header kind, payload the old copy's worker id: "that copy of src sends you nothing more"
 SEALED = 20  # entries: the answering task                 downstream -> a moved executor's old copy: "SEAL taken"
