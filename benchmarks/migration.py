@@ -1,6 +1,6 @@
 """The paper's migration experiment (section 5.2) on a local 2-supervisor cluster running word count.
 
-``python -m benchmarks.migration [--duration S] [--period S] [--random M] [--ts MS] [--tw MS] [--dk MS]``
+``python -m benchmarks.migration [--duration S] [--period S] [--random M] [--ts MS] [--tw MS] [--dk MS] [--state lmdb]``
 
 Word count runs at a steady offered load (``--rate`` sentences/s per spout executor) for
 ``--duration`` seconds; every ``--period`` seconds M random executors are re-deployed. Modes,
@@ -11,6 +11,9 @@ each on a fresh cluster, same seed:
 - ``storm*``: T-Storm/TS-Storm (process mode: restart the workers whose executors changed);
 - ``nstorm``: thread mode, no lazy kill (DK=0), no ZooKeeper watch, Storm's cycles (TS 10 s, TW 1 s);
 - ``nstorm+``: thread mode with lazy kill (DK), the watch, and short cycles (TS, TW).
+
+``--state lmdb`` runs every mode with durable state (checkpoints in LMDB), where a moved
+executor's old copy seals its output before its state leaves (worker.migration).
 
 Throughput is the rate of fully acked sentences x 10 words, sampled every second. Prints a
 table in the shape of the paper's Fig. 9/10, writes ``benchmarks/results/migration.json``
@@ -57,7 +60,7 @@ def run_mode(mode: str, args: argparse.Namespace, m: int, console: Console) -> d
     topo_conf = {
         "wordcount.spouts": 2, "wordcount.splits": args.splits, "wordcount.counts": args.counts, "topology.workers": 4,
         "wordcount.rate": args.rate, "topology.message.timeout.secs": args.timeout,
-        "worker.heartbeat.interval.secs": 0.5, **daemon_conf,
+        "worker.heartbeat.interval.secs": 0.5, "topology.state.provider": args.state, **daemon_conf,
     }
     samples: list[dict[str, Any]] = []
     moves: list[dict[str, Any]] = []
@@ -133,7 +136,8 @@ def run_mode(mode: str, args: argparse.Namespace, m: int, console: Console) -> d
         "total_words": sum(per_second),
         "failed": samples[-1]["failed"] - samples[0]["failed"],
         "replayed": samples[-1]["replayed"] - samples[0]["replayed"],
-        "moves": len(migrations), "longest_stall_secs": max(stalls, default=0.0), "restarts": restarts,
+        "moves": len(migrations), "longest_stall_secs": max(stalls, default=0.0), "stalls_secs": stalls,
+        "state": args.state, "restarts": restarts,
         "requests": moves, "conf": {**topo_conf},
     }
 
@@ -181,6 +185,8 @@ def main() -> None:
     parser.add_argument("--splits", type=int, default=4, help="split executors (M may not exceed the movable ones)")
     parser.add_argument("--counts", type=int, default=4, help="count executors")
     parser.add_argument("--modes", default="baseline,storm,storm*,nstorm,nstorm+")
+    parser.add_argument("--state", choices=("memory", "lmdb"), default="memory",
+                        help="topology.state.provider: lmdb takes checkpoints, and a moved copy seals its output first")
     parser.add_argument("--sweep", action="store_true", help="also N-Storm+ with M = 1, 2, 4, 8, 16")
     args = parser.parse_args()
     console = Console(width=200)

@@ -171,8 +171,9 @@ def wait_every_sentence_acked(directory: Path, per_spout: int, spouts: int = 2, 
 
 
 def pytest_sessionfinish(session: Any, exitstatus: int) -> None:
-    """Remove the session's home when every test passed (a failure keeps its logs)."""
-    if exitstatus == 0:
+    """Remove the session's home when every test passed (a failure keeps its logs), or when it
+    holds no file (a unit test's failure: nothing to keep)."""
+    if exitstatus == 0 or not any(path.is_file() for path in _HOME.rglob("*")):
         shutil.rmtree(_HOME, ignore_errors=True)
 
 
