@@ -713,8 +713,7 @@ class BoltExecutor(UserExecutor):
                     self._replay_held_control()
                 continue
             if handover.sealing:  # an old copy whose seals are out: nothing runs until they are answered
-                if handover.wait_sealed():
-                    handover.hand_over()
+                if handover.wait_sealed():  # (it handed over)
                     break
                 continue
             if not self.ctl_q.empty():

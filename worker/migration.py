@@ -381,9 +381,16 @@ class Handover:
         return True
 
     def wait_sealed(self) -> bool:
-        """One step (10 ms at most) of the wait for SEALED answers; True once every one is in, or
-        at the deadline (then a checkpoint may miss this copy's last tuples: the topology rolls
-        back). Other control messages wait, and go to the new copy behind the state."""
+        """One step (10 ms at most) of the wait for SEALED answers; once every one is in, or at
+        the deadline (then a checkpoint may miss this copy's last tuples: the topology rolls
+        back), it hands over and returns True: the copy's loop ends. Other control messages
+        wait, and go to the new copy behind the state."""
+        if self._sealed():
+            self.hand_over()
+            return True
+        return False
+
+    def _sealed(self) -> bool:
         courier = self.courier
         if courier.backlog:
             courier.drain()  # the seals wait behind data a full pipe did not take yet
@@ -401,7 +408,7 @@ class Handover:
         if time.monotonic() <= self.seal_until:
             return False
         log.warning("executor %s: no answer to its seal from tasks %s in %.1fs; handing over all the same",
-                    self.executor.executor_id, sorted(self.unsealed), max(self.drain_secs, 0.1))
+                    self.executor.executor_id, sorted(self.unsealed), self.seal_until - self.sealed_at)
         checkpoints = getattr(self.host, "checkpoints", None)
         if checkpoints is not None:
             checkpoints.request_rollback(f"{self.executor.executor_id}: seals unanswered at a move")

@@ -343,8 +343,7 @@ class SpoutExecutor(UserExecutor):
                 handover.wait(self._control)
                 continue
             if handover.sealing:  # an old copy whose seals are out: nothing runs until they are answered
-                if handover.wait_sealed():
-                    handover.hand_over()
+                if handover.wait_sealed():  # (it handed over)
                     break
                 continue
             self.now = now = clock()

@@ -106,7 +106,6 @@ def test_the_old_copy_seals_every_downstream_task_of_another_worker_then_waits()
     ex.ctl_q.put((wire.SEALED, 2, 2))
     assert not handover.wait_sealed()  # (one message a step)
     assert handover.wait_sealed(), "every seal answered"
-    handover.hand_over()
     sent = [(wid, m[0], m[2], m[3]) for wid, m in worker.sockets.control_messages()]
     kinds = [(wid, kind) for wid, kind, _src, _e in sent]
     assert kinds.index(("n2:1", wire.STATE)) < kinds.index(("n2:1", wire.ACKED)), "the state first"
