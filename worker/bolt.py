@@ -37,6 +37,9 @@ _ShiftMark = wire.ShiftMark
 _Traced = Traced
 _ChainMark = ChainMark
 _Seal = wire.Seal
+# How often a chained executor's own thread looks at its buffers' deadlines, in case its host's
+# loop is held up (the host keeps them: worker.chaining.tend_guests).
+GUEST_CHECK_SECS = 0.02
 # A delivered Tuple that ``process`` did not keep is filled again for the next tuple (as CPython's
 # ``zip`` reuses its result tuple): no reference but the loop's own and ``getrefcount``'s argument.
 # Only where those are counted as such (CPython before 3.14, which may borrow a local's reference);
@@ -359,12 +362,13 @@ class BoltExecutor(UserExecutor):
                 outbox.flush()
             elif outbox.ctl_deadline.due(now):
                 outbox.flush_control()
-            wait = outbox.ctl_deadline.wait(now, outbox.deadline.wait(now, 0.02))
             chained = inbox.host >= 0
         if not chained:
             return
         try:
-            first = self.ctl_q.get(timeout=wait)
+            # Not until this executor's own deadlines: its host's loop keeps them (tend_guests),
+            # and waking here for each would cost a switch and the lock per deadline.
+            first = self.ctl_q.get(timeout=GUEST_CHECK_SECS)
         except queue.Empty:
             return
         with inbox.lock:
