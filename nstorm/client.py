@@ -286,6 +286,18 @@ class ClusterClient:
                    "requested_at": time.time()}
         return self._request(name, request, timeout)
 
+    def tune(self, name: str, tuning: Mapping[str, Mapping[str, float]], by: str = "user",
+             timeout: float = 30.0) -> dict[str, Any]:
+        """Size the output buffers of channels live, as a latency constraint's controller does
+        (the plan's ``tuning``): ``{"split>count": {"latency_ms": 2.5}}`` bounds the buffers of
+        ``split``'s executors (all of a component's buffers share the tightest bound of its
+        channels; ``cap`` bounds a batch's length too); ``{}`` goes back to the configured sizes.
+        A constraint's controller, if the topology has one, goes on sizing them too."""
+        self._require(name)
+        request = {"mode": "thread", "moves": [], "random": 0, "tuning": {k: dict(v) for k, v in tuning.items()},
+                   "by": by, "requested_at": time.time()}
+        return self._request(name, request, timeout)
+
     def _request(self, name: str, request: Mapping[str, Any], timeout: float) -> dict[str, Any]:
         """Put a request for Nimbus and wait for its result (RebalanceError if refused)."""
         path = self.zk.create(f"{self.paths.requests(name)}/req-", encode(request), sequence=True, makepath=True)

@@ -7,6 +7,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from topologies.sentences import sentences
 
 from conftest import TOPOLOGIES, read_outputs, run_cli, wait_until
@@ -48,6 +50,42 @@ def test_the_controller_shrinks_buffers_until_the_constraint_is_met(cluster, cli
     finally:
         client.kill("wclat", wait_secs=0)
 
+
+
+def test_tune_sizes_a_channels_buffers_live(client) -> None:
+    """``ClusterClient.tune`` sizes output buffers as the controller does, with no constraint:
+    fixed buffers that a low rate never fills hold each sentence for their 300 ms deadline; tuned
+    to 20 ms, the count gets them within a window's p99 of 150 ms; ``{}`` goes back to the
+    configured sizes; a bad size is refused and changes nothing."""
+    from nstorm import latency
+    from nstorm.moves import RebalanceError
+
+    conf = {"wordcount.rate": 100, "topology.batch.max.latency.ms": 300, "topology.batch.adaptive": False}
+    client.submit(WORDCOUNT, conf=conf, name="wctune")
+    try:
+        client.wait_running("wctune", 60)
+
+        def window_p99() -> float | None:
+            h0 = client.arrival_histogram("wctune", "count")
+            time.sleep(1.5)  # a window of the histogram (the test polls windows, each one measured)
+            secs = latency.percentile(latency.subtract(client.arrival_histogram("wctune", "count"), h0), 0.99)
+            return None if secs is None else 1000 * secs
+
+        wait_until(lambda: (p := window_p99()) is not None and p > 250, 60, interval=0,
+                   what="sentences held for the configured 300 ms")
+        result = client.tune("wctune", {"sentences>split": {"latency_ms": 20}, "split>count": {"latency_ms": 20}})
+        assert result["ok"] and client.plan("wctune").tuning["split>count"] == {"latency_ms": 20}
+        wait_until(lambda: (p := window_p99()) is not None and p < 150, 60, interval=0,
+                   what="a window's p99 under 150 ms once tuned to 20 ms")
+        with pytest.raises(RebalanceError, match="positive latency_ms"):
+            client.tune("wctune", {"split>count": {"latency_ms": -1}})
+        assert client.plan("wctune").tuning["split>count"] == {"latency_ms": 20}, "a refused size changes nothing"
+        client.tune("wctune", {})
+        assert client.plan("wctune").tuning == {}
+        wait_until(lambda: (p := window_p99()) is not None and p > 250, 60, interval=0,
+                   what="the configured 300 ms again")
+    finally:
+        client.kill("wctune", wait_secs=0)
 
 
 def test_a_constraint_is_met_after_a_load_step_up_and_down(cluster, client) -> None:
