@@ -1,7 +1,7 @@
 """What each output-buffer size a latency constraint's controller can set costs, in one deployment.
 
 ``python -m benchmarks.tunings [--rate S | --share F] [--tunings base,c1.25,c0.5,s2.5,c0.5s2.5]
-[--cycles K] [--settle S] [--duration S] [--name N]``
+[--cycles K] [--warmup S] [--settle S] [--duration S] [--name N]``
 
 Word count deployed one stage a worker (``benchmarks._peers_nstorm.PIPELINE``: the spout and the
 split chained in one worker, the count in the other; acking on, no constraint) at a fixed rate
@@ -132,8 +132,9 @@ def run(rate: float, tunings: dict[str, dict[str, dict[str, float]]], cycles: in
                 time.sleep(settle)
                 r = {"cycle": cycle, "at": time.time(), **_measure(client, duration)}
                 got[label].append(r)
+                cpu = r["cpu_us_per_word"]
                 log.print(f"{time.strftime('%H:%M:%S')} cycle {cycle + 1} {label}: "
-                          f"{r['cpu_us_per_word']:.3f} µs a word, p99 {r['arrival_ms']['p99']} ms, "
+                          f"{'-' if cpu is None else f'{cpu:.3f}'} µs a word, p99 {r['arrival_ms']['p99']} ms, "
                           f"{r['context_switches_per_sec']:,.0f} switches/s")
     return got
 
@@ -146,16 +147,27 @@ def summary(got: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
         ratios = [r["cpu_us_per_word"] / base[r["cycle"]]["cpu_us_per_word"] for r in runs
                   if r["cpu_us_per_word"] and base.get(r["cycle"], {}).get("cpu_us_per_word")]
         out[label] = {
-            "cpu_us_per_word": statistics.median(r["cpu_us_per_word"] for r in runs if r["cpu_us_per_word"]),
-            "cpu_ratio": statistics.median(ratios) if ratios else None, "cpu_ratios": ratios,
+            "cpu_us_per_word": _median(r["cpu_us_per_word"] for r in runs),
+            "cpu_ratio": _median(ratios), "cpu_ratios": ratios,
             "p99_ms": [r["arrival_ms"]["p99"] for r in runs],
-            "p50_ms": statistics.median(r["arrival_ms"]["p50"] or 0.0 for r in runs),
-            "switches_per_sec": statistics.median(r["context_switches_per_sec"] for r in runs),
+            "p50_ms": _median(r["arrival_ms"]["p50"] for r in runs),
+            "switches_per_sec": _median(r["context_switches_per_sec"] for r in runs),
         }
     return out
 
 
+def _median(values: Any) -> float | None:
+    """The median of the values that were measured (a window with no words counted has none)."""
+    got = [v for v in values if v is not None]
+    return statistics.median(got) if got else None
+
+
+def _f(x: float | None, spec: str) -> str:
+    return "-" if x is None else format(x, spec)
+
+
 def main(argv: list[str] | None = None) -> None:
+    """Run, print the table, write the results file."""
     args = _parse_args(argv)
     out, log = Console(width=None if sys.stdout.isatty() else 200), Console(stderr=True)
     info, started, load0 = machine(), time.time(), os.getloadavg()
@@ -176,10 +188,9 @@ def main(argv: list[str] | None = None) -> None:
                 "switches/s"):
         t.add_column(col)
     for label, m in med.items():
-        t.add_row(label, f"{m['cpu_us_per_word']:.3f}",
+        t.add_row(label, _f(m["cpu_us_per_word"], ".3f"),
                   f"{m['cpu_ratio']:.3f} ({', '.join(f'{x:.3f}' for x in m['cpu_ratios'])})" if m["cpu_ratio"] else "-",
-                  ", ".join("-" if x is None else f"{x:g}" for x in m["p99_ms"]), f"{m['p50_ms']:g}",
-                  f"{m['switches_per_sec']:,.0f}")
+                  ", ".join(_f(x, "g") for x in m["p99_ms"]), _f(m["p50_ms"], "g"), _f(m["switches_per_sec"], ",.0f"))
     out.print(t)
     ended, load1 = time.time(), os.getloadavg()
     path = write_json(args.name, {

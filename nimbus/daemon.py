@@ -429,9 +429,23 @@ class Nimbus:
                         self._complete_record(name, record)
 
     def _tune(self, name: str, plan: Plan, zk_version: int, request: Mapping[str, Any]) -> dict[str, Any]:
-        """A latency constraint's output-buffer sizes (``tuning``, nimbus/latency.py) into the next plan."""
+        """Output-buffer sizes (``tuning``: a latency constraint's, nimbus/latency.py, or a user's,
+        ``ClusterClient.tune``) into the next plan; a channel that is not one of the topology's
+        is refused (its prefix alone would size the buffers of a real component)."""
         tuning = request["tuning"]
-        new = plan.next(tuning=tuning)
+        if not isinstance(tuning, Mapping) or not all(isinstance(k, str) and isinstance(v, Mapping)
+                                                      for k, v in tuning.items()):
+            msg = "tuning must map channels (upstream>downstream) to sizes"
+            raise RebalanceError(msg)
+        topo = self.cluster.topology(name) if self.cluster is not None else None
+        if topo:
+            inputs = {c: {str(i.get("component")) for i in spec.get("inputs") or ()}
+                      for c, spec in (topo["definition"].get("components") or {}).items()}
+            unknown = sorted(k for k in tuning if k.partition(">")[0] not in inputs.get(k.partition(">")[2], ()))
+            if unknown:
+                msg = f"no such channel: {', '.join(unknown)} (upstream>downstream, where downstream has an input from upstream)"
+                raise RebalanceError(msg)
+        new = plan.next(tuning=dict(tuning))
         try:
             Plan.from_json(name, new.to_json())
         except PlanError as exc:

@@ -294,6 +294,9 @@ class ClusterClient:
         channels; ``cap`` bounds a batch's length too); ``{}`` goes back to the configured sizes.
         A constraint's controller, if the topology has one, goes on sizing them too."""
         self._require(name)
+        if not isinstance(tuning, Mapping) or not all(isinstance(v, Mapping) for v in tuning.values()):
+            msg = 'tuning maps channels to sizes: {"split>count": {"latency_ms": 2.5}}'
+            raise RebalanceError(msg)
         request = {"mode": "thread", "moves": [], "random": 0, "tuning": {k: dict(v) for k, v in tuning.items()},
                    "by": by, "requested_at": time.time()}
         return self._request(name, request, timeout)

@@ -25,6 +25,7 @@ its LMDB store as a :class:`LocalPlan`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -237,9 +238,9 @@ class Plan:
         tuning = data.get("tuning") or {}
         if not isinstance(tuning, Mapping) or not all(
                 isinstance(k, str) and isinstance(v, Mapping) and all(
-                    key in ("latency_ms", "cap") and isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0
-                    for key, x in v.items()) for k, v in tuning.items()):
-            raise _fail(name, "tuning must map channels to positive latency_ms and cap")
+                    key in ("latency_ms", "cap") and isinstance(x, (int, float)) and not isinstance(x, bool)
+                    and 0 < x < math.inf for key, x in v.items()) for k, v in tuning.items()):
+            raise _fail(name, "tuning must map channels to positive, finite latency_ms and cap")
         chains = data.get("chains") or {}
         if not isinstance(chains, Mapping) or not all(
                 isinstance(d, str) and isinstance(u, str) and d in known and u in known for d, u in chains.items()):

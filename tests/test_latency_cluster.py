@@ -77,8 +77,12 @@ def test_tune_sizes_a_channels_buffers_live(client) -> None:
         assert result["ok"] and client.plan("wctune").tuning["split>count"] == {"latency_ms": 20}
         wait_until(lambda: (p := window_p99()) is not None and p < 150, 60, interval=0,
                    what="a window's p99 under 150 ms once tuned to 20 ms")
-        with pytest.raises(RebalanceError, match="positive latency_ms"):
-            client.tune("wctune", {"split>count": {"latency_ms": -1}})
+        for bad, why in (({"split>count": {"latency_ms": -1}}, "positive, finite"),
+                         ({"split>count": {"cap": float("inf")}}, "positive, finite"),
+                         ({"split>typo": {"latency_ms": 5}}, "no such channel: split>typo"),
+                         ({"split>count": 5}, "maps channels to sizes")):
+            with pytest.raises(RebalanceError, match=why):
+                client.tune("wctune", bad)  # type: ignore[arg-type]
         assert client.plan("wctune").tuning["split>count"] == {"latency_ms": 20}, "a refused size changes nothing"
         client.tune("wctune", {})
         assert client.plan("wctune").tuning == {}

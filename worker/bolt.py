@@ -331,7 +331,8 @@ class BoltExecutor(UserExecutor):
 
     def _guest_pass(self) -> None:
         """One pass of the loop while chained (or about to be): everything that needs no input,
-        under the inbox's lock, then a wait for control messages or the next deadline."""
+        under the inbox's lock, then a wait for control messages of at most ``GUEST_CHECK_SECS``
+        (the host keeps this executor's deadlines)."""
         inbox = self.inbox
         outbox = self.outbox
         first = None

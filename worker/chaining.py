@@ -53,7 +53,9 @@ def tend_guests(inboxes: list[Any], host: int, now: float, wait: float) -> float
     guest's buffers that are due leave now (under the guest's lock); the result is how long the
     host may sleep, never past a guest's deadline. So a guest's own thread is not woken each time
     a hand-over arms its deadline (a context switch per batch it sends); it still wakes every
-    20 ms while chained, in case the host's loop is held up."""
+    20 ms while chained, in case the host's loop is held up. A guest that hosts guests of its own
+    (a chain of three) runs no loop of its own while chained: its guests' deadlines are kept here
+    too, each under its own lock (locks are never nested here)."""
     for inbox in inboxes:
         guest = inbox.guest
         if guest is None or inbox.host != host:
@@ -68,4 +70,7 @@ def tend_guests(inboxes: list[Any], host: int, now: float, wait: float) -> float
                     elif ctl_deadline.due(now):
                         out.flush_control()
         wait = ctl_deadline.wait(now, deadline.wait(now, wait))
+        nested = out.guest_inboxes
+        if nested:
+            wait = tend_guests(nested, guest.task, now, wait)
     return wait

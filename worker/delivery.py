@@ -299,8 +299,13 @@ class Courier:
             if inbox.offer == self.src:
                 inbox.offer = -1
             if inbox.host == self.src:
+                guest = inbox.guest
                 inbox.host = -1
                 inbox.guest = None
+                if guest is not None:
+                    # Its own thread may sleep up to 20 ms before it takes its deadlines back
+                    # (worker.bolt.GUEST_CHECK_SECS): what it holds leaves now instead.
+                    guest.outbox.flush()
 
     def retire(self) -> None:
         """This sender belongs to a rolled-back epoch: whatever it still sends goes out over the

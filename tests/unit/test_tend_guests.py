@@ -22,6 +22,7 @@ class _Outbox:
         self.deadline = FlushDeadline(0.002)
         self.ctl_deadline = FlushDeadline(0.008)
         self.sent: list[str] = []
+        self.guest_inboxes: list[Inbox] = []  # its own guests (a chain of three)
 
     def flush(self) -> None:
         self.sent.append("data")
@@ -34,13 +35,14 @@ class _Outbox:
 
 
 class _Guest:
-    def __init__(self) -> None:
+    def __init__(self, task: int = 7) -> None:
+        self.task = task
         self.outbox = _Outbox()
 
 
-def _chained(host: int) -> tuple[Inbox, _Guest]:
+def _chained(host: int, task: int = 7) -> tuple[Inbox, _Guest]:
     inbox = Inbox(100)
-    guest = _Guest()
+    guest = _Guest(task)
     inbox.guest, inbox.host = guest, host
     return inbox, guest
 
@@ -73,6 +75,18 @@ def test_a_guest_chained_elsewhere_or_released_is_left_alone() -> None:
     inbox.host, inbox.guest = -1, None  # released
     assert tend_guests([inbox], 3, 11.0, 0.1) == 0.1
     assert guest.outbox.sent == []
+
+
+def test_a_guests_own_guest_is_kept_too() -> None:
+    """A chain of three (spout -> split -> lower): the middle one runs no loop while chained, so
+    the first host keeps the last one's deadlines as well."""
+    middle_inbox, middle = _chained(host=3, task=7)
+    last_inbox, last = _chained(host=7, task=8)
+    middle.outbox.guest_inboxes = [last_inbox]
+    last.outbox.deadline.worked(10.0)  # due at 10.002
+    assert abs(tend_guests([middle_inbox], 3, 10.0005, 0.1) - 0.0015) < 1e-9
+    assert tend_guests([middle_inbox], 3, 10.003, 0.1) == 0.1
+    assert last.outbox.sent == ["data"] and middle.outbox.sent == []
 
 
 class _Recording:
@@ -120,3 +134,17 @@ def test_a_chained_guests_thread_does_not_wake_for_its_own_deadlines() -> None:
     ex.inbox.host, ex.inbox.guest = -1, None  # released: its own loop takes over, no wait here
     ex._guest_pass()
     assert recording.timeouts == [GUEST_CHECK_SECS]
+
+
+def test_a_released_guests_buffers_leave_at_once() -> None:
+    """The host ends the chain: what the guest holds leaves then, not when its thread next looks
+    (up to GUEST_CHECK_SECS later)."""
+    from worker.delivery import Courier
+
+    host = FakeHost(plan_of({"numbers:0": "n1:1", "sink:0": "n1:1", "__acker:0": "n1:1"}), acking=False)
+    inbox = host.inbox(1)
+    guest = _Guest(task=1)
+    inbox.guest, inbox.host = guest, 0
+    Courier(host, 0).release(1)  # type: ignore[arg-type]
+    assert inbox.host == -1 and inbox.guest is None
+    assert guest.outbox.sent == ["data"]

@@ -31,3 +31,11 @@ def test_the_summary_compares_each_cycle_with_its_own_base() -> None:
     med = summary(got)
     assert med["c1.25"]["cpu_ratios"] == pytest.approx([1.1, 1.05])
     assert med["c1.25"]["p99_ms"] == [4.0, 5.0] and med["base"]["cpu_ratio"] == pytest.approx(1.0)
+
+
+def test_a_window_without_words_is_left_out_not_a_crash() -> None:
+    got = {"base": [{"cycle": 0, "cpu_us_per_word": None, "arrival_ms": {"p50": None, "p99": None},
+                     "context_switches_per_sec": 10.0}]}
+    med = summary(got)
+    assert med["base"]["cpu_us_per_word"] is None and med["base"]["cpu_ratio"] is None
+    assert med["base"]["p50_ms"] is None and med["base"]["p99_ms"] == [None]
