@@ -43,6 +43,7 @@ from nimbus.watchdog import StallWatchdog
 from nstorm.chaining import every_pointwise_pair, kept_chains
 from nstorm.clusterstate import ClusterState
 from nstorm.config import flag, merge_conf
+from nstorm.constraints import input_components
 from nstorm.moves import MODES, RebalanceError, validate_moves
 from nstorm.plan import Plan, PlanError, Slot, interleave_slots
 from nstorm.records import MigrationRecord, MoveMode, TopologyStatus
@@ -439,8 +440,7 @@ class Nimbus:
             raise RebalanceError(msg)
         topo = self.cluster.topology(name) if self.cluster is not None else None
         if topo:
-            inputs = {c: {str(i.get("component")) for i in spec.get("inputs") or ()}
-                      for c, spec in (topo["definition"].get("components") or {}).items()}
+            inputs = input_components(topo["definition"])
             unknown = sorted(k for k in tuning if k.partition(">")[0] not in inputs.get(k.partition(">")[2], ()))
             if unknown:
                 msg = f"no such channel: {', '.join(unknown)} (upstream>downstream, where downstream has an input from upstream)"

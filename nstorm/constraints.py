@@ -92,8 +92,8 @@ def _positive(value: Any) -> bool:
             and value > 0)
 
 
-def _edges(definition: Mapping[str, Any]) -> dict[str, set[str]]:
-    """Component -> the components it has an input from."""
+def input_components(definition: Mapping[str, Any]) -> dict[str, set[str]]:
+    """Component -> the components it has an input from (a topology definition's channels)."""
     components = definition.get("components") or {}
     return {name: {str(i.get("component")) for i in comp.get("inputs") or ()}
             for name, comp in components.items()}
@@ -180,7 +180,7 @@ def parse_constraints(
     if isinstance(raw, str | bytes | Mapping) or not isinstance(raw, Sequence):
         msg = f"{source}: expected a list of constraints like [{{\"path\": [...], \"p99_ms\": 10}}], got {raw!r}"
         raise TopologyError(msg)
-    edges = _edges(definition)
+    edges = input_components(definition)
     result: list[LatencyConstraint] = []
     seen: set[tuple[str, ...]] = set()
     for i, entry in enumerate(raw):
