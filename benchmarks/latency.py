@@ -88,8 +88,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from benchmarks._common import beat_rate, machine, write_json
+from benchmarks._common import machine, write_json
 from benchmarks._peers_nstorm import PIPELINE
+from benchmarks._window import CountWindow
 from benchmarks._workload import STREAMS, WORDS_PER_SENTENCE
 
 __all__ = ["main"]
@@ -216,31 +217,6 @@ def _chain_splits(client: Any) -> dict[str, str]:
     raise RuntimeError(msg)
 
 
-def thread_waits(pids: Any) -> dict[int, tuple[int, int]]:
-    """``(context switches, ns waited for a core)`` so far of every thread of each process, by pid.
-
-    The first counts voluntary and involuntary switches: a thread's wake-up and the GIL's
-    hand-offs cost a switch each.
-
-    The second is the scheduler's run delay (``/proc/<pid>/task/<tid>/schedstat``): how long the
-    threads were ready to run and not running, what a woken thread waits before it can even ask
-    for the GIL. Threads that ended meanwhile are left out; ``(0, 0)`` where ``/proc`` has none.
-    """
-    out = {}
-    for pid in pids:
-        switches = waited = 0
-        for task in Path(f"/proc/{pid}/task").glob("*"):
-            try:
-                for line in (task / "status").read_text().splitlines():
-                    if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
-                        switches += int(line.split()[1])
-                waited += int((task / "schedstat").read_text().split()[1])
-            except (OSError, ValueError, IndexError):
-                continue  # a thread that ended meanwhile
-        out[int(pid)] = (switches, waited)
-    return out
-
-
 def run_nstorm(extra: dict[str, Any], warmup: float, duration: float, poll: float = 1.0,
                chain: bool = False) -> dict[str, Any]:
     """Word count with ``extra`` conf on a fresh local cluster: the window ``duration`` s after
@@ -248,7 +224,6 @@ def run_nstorm(extra: dict[str, Any], warmup: float, duration: float, poll: floa
     the constraint's windows in the window (polled every ``poll`` s) and its last record. With
     ``chain``, each split runs in its spout's thread from before the warm-up."""
     from benchmarks import _peers_nstorm as ns
-    from nstorm import latency
 
     conf = {**ns.base_conf(2), **extra}
     load = [os.getloadavg()[0]]
@@ -257,10 +232,8 @@ def run_nstorm(extra: dict[str, Any], warmup: float, duration: float, poll: floa
         client.wait_running(NAME, 90)
         chains = _chain_splits(client) if chain else {}
         time.sleep(warmup)
-        first = client.status(NAME)
-        hist0, beats0, cpu0 = client.arrival_histogram(NAME, "count"), client.heartbeats(NAME), ns._worker_cpu(first)
-        waits0 = thread_waits(cpu0)
-        t0, window_at = time.monotonic(), time.time()
+        window = CountWindow(client, NAME)
+        first, t0 = window.first, window.t0
         timeline: list[dict[str, Any]] = []
         seen = (first["constraints"][0]["windows"] if first["constraints"] else 0)
         while (left := duration - (time.monotonic() - t0)) > 0:
@@ -271,34 +244,10 @@ def run_nstorm(extra: dict[str, Any], warmup: float, duration: float, poll: floa
                 timeline.append({"t": round(time.monotonic() - t0, 2), "windows": seen,
                                  "windows_met": cs[0]["windows_met"], "p99_ms": cs[0]["measured_p99_ms"],
                                  "samples": cs[0].get("samples")})
-        elapsed = time.monotonic() - t0
-        last = client.status(NAME)
-        hist, cpu = latency.subtract(client.arrival_histogram(NAME, "count"), hist0), ns._worker_cpu(last)
-        words_per_sec = beat_rate(beats0, client.heartbeats(NAME), "count", "executed")
-        waits = thread_waits(cpu)
+        measured, last = window.close(client)
     load.append(os.getloadavg()[0])
-    cpu_secs = sum(cpu.get(pid, 0.0) - cpu0.get(pid, 0.0) for pid in cpu)
-    switches = sum(v[0] - waits0.get(p, (0, 0))[0] for p, v in waits.items())
-    waited = sum(v[1] - waits0.get(p, (0, 0))[1] for p, v in waits.items())
-    words = words_per_sec * elapsed  # counted over the heartbeats' own times (benchmarks._common.beat_rate)
-
-    def ms(q: float) -> float | None:
-        secs = latency.percentile(hist, q)
-        return None if secs is None else round(1000 * secs, 3)
-
-    out: dict[str, Any] = {
-        "conf": conf, "window_at": window_at, "elapsed_secs": round(elapsed, 2), "load_1min": load, "words": words,
-        "words_per_sec": words_per_sec, "sentences_per_sec": words_per_sec / WORDS_PER_SENTENCE,
-        "failed": last["spouts"]["failed"] - first["spouts"]["failed"],
-        "worker_cpu_secs": cpu_secs, "worker_cores": cpu_secs / elapsed, "worker_pids": sorted(cpu),
-        "cpu_us_per_word": 1e6 * cpu_secs / words if words else None,
-        "context_switches_per_sec": switches / elapsed,
-        # Time the workers' threads were ready and waited for a core, per second and per switch.
-        "core_wait_ms_per_sec": waited / 1e6 / elapsed,
-        "core_wait_us_per_switch": waited / 1e3 / switches if switches else None,
-        "arrival_ms": {"p50": ms(0.5), "p99": ms(0.99), "samples": sum(hist.values())},
-        "chains": chains, "cores": {w["id"]: w.get("core") for w in last["workers"]},
-    }
+    out: dict[str, Any] = {"conf": conf, "window_at": window.at, "load_1min": load, **measured,
+                           "chains": chains, "cores": {w["id"]: w.get("core") for w in last["workers"]}}
     if first["constraints"]:
         c0, c1 = first["constraints"][0], last["constraints"][0]
         windows, met = c1["windows"] - c0["windows"], c1["windows_met"] - c0["windows_met"]

@@ -33,7 +33,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from benchmarks._common import beat_rate, machine, write_json
+from benchmarks._common import machine, write_json
 
 NAME = "wordcount"
 CHAINED, REMOTE = "sentences>split", "split>count"
@@ -87,31 +87,11 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def _measure(client: Any, duration: float) -> dict[str, Any]:
     """One window at the current tuning: CPU a word, arrival p50/p99, context switches a second."""
-    from benchmarks import _peers_nstorm as ns
-    from benchmarks.latency import thread_waits
-    from nstorm import latency
+    from benchmarks._window import CountWindow
 
-    first = client.status(NAME)
-    hist0, beats0, cpu0 = client.arrival_histogram(NAME, "count"), client.heartbeats(NAME), ns._worker_cpu(first)
-    waits0, t0 = thread_waits(cpu0), time.monotonic()
+    window = CountWindow(client, NAME)
     time.sleep(duration)
-    elapsed = time.monotonic() - t0
-    last = client.status(NAME)
-    hist, cpu = latency.subtract(client.arrival_histogram(NAME, "count"), hist0), ns._worker_cpu(last)
-    words_per_sec = beat_rate(beats0, client.heartbeats(NAME), "count", "executed")
-    waits = thread_waits(cpu)
-    cpu_secs = sum(cpu[p] - cpu0.get(p, 0.0) for p in cpu)
-    switches = sum(v[0] - waits0.get(p, (0, 0))[0] for p, v in waits.items())
-
-    def ms(q: float) -> float | None:
-        secs = latency.percentile(hist, q)
-        return None if secs is None else round(1000 * secs, 3)
-
-    words = words_per_sec * elapsed
-    return {"elapsed_secs": round(elapsed, 2), "words_per_sec": words_per_sec,
-            "cpu_us_per_word": 1e6 * cpu_secs / words if words else None,
-            "context_switches_per_sec": switches / elapsed, "arrival_ms": {"p50": ms(0.5), "p99": ms(0.99)},
-            "failed": last["spouts"]["failed"] - first["spouts"]["failed"]}
+    return window.close(client)[0]
 
 
 def run(rate: float, tunings: dict[str, dict[str, dict[str, float]]], cycles: int, warmup: float, settle: float,

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from benchmarks._window import thread_waits
 from benchmarks._workload import RunResult
 from benchmarks.latency import (
     _parse_args,
@@ -16,7 +17,6 @@ from benchmarks.latency import (
     every_window,
     render,
     run_handmade,
-    thread_waits,
 )
 from topologies.wordcount import rate_schedule, scheduled_sends
 
