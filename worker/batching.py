@@ -31,6 +31,19 @@ already low. What bounds the wait:
 - a spout that may not emit (``topology.max.spout.pending`` reached, backpressure, the
   topology deactivated) sends everything at once: holding tuples back would stall it.
 
+A bolt's output is *bursty*: each input batch it takes emits a burst, about one limit's worth
+where one upstream feeds it (the upstream's batches leave every fill time too). A limit reached
+in the middle of a burst would send the burst's head and keep its tail for the next burst, a
+whole fill time later. So a bolt *aligns* its batches with its units of work
+(:class:`AlignedFlush`, ``topology.batch.align``, on by default): its limits are
+:data:`ALIGNED_BURST` times the rate's (a burst is not cut), and after each unit (the input it
+took in a row, or a chained host's hand-over) its data buffers leave if waiting for the next
+unit, about as far away as the units were apart, would keep what they hold past the fill time.
+One input, batches every fill time: a message per input batch, as many as without, and the
+tuples wait the batch's processing, not a fill time. Several inputs: the buffers leave at the
+last unit end before the fill time, as many messages as without. Spouts have no units (their
+emits are steady) and keep the plain limits.
+
 ``topology.batch.size = 1`` is per-tuple sending: every emit is one message and the
 executor sends its acker entries after every tuple too (the baseline the batching
 benchmark compares against). ``topology.batch.adaptive = false`` keeps every limit at
@@ -45,10 +58,13 @@ import math
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-__all__ = ["CONTROL_SHARE", "RATE_TAU_SECS", "BatchPolicy", "FlushDeadline", "RateState"]
+__all__ = ["ALIGNED_BURST", "CONTROL_SHARE", "RATE_TAU_SECS", "AlignedFlush", "BatchPolicy", "FlushDeadline", "RateState"]
 
 RATE_TAU_SECS = 0.2  # time constant of the rate estimate: reacts within a few tenths of a second
 CONTROL_SHARE = 0.25  # acker entries wait at most this share of the latency bound
+ALIGNED_BURST = 2.0  # an aligning bolt's limits, in fill times of its rate: room for a burst
+GAP_SMOOTHING = 0.25  # weight of the newest interval in the average gap between units of work
+GAP_CAP_SECS = 0.02  # an idle spell counts as this long a gap (the average recovers in a few units)
 
 
 class RateState(Protocol):
@@ -92,6 +108,7 @@ class BatchPolicy:
         self.fill = self.max_latency / 2 if fill is None else float(fill)
         self.control_latency = self.max_latency * CONTROL_SHARE
         self.configured = (self.max_latency, self.cap)  # what tune(None, None) goes back to
+        self.burst = 1.0  # limits in fill times of the rate (ALIGNED_BURST where batches are aligned)
 
     def tune(self, max_latency: float | None, cap: int | None) -> None:
         """Sizes a latency constraint's controller set for this executor's output buffers (None:
@@ -130,7 +147,7 @@ class BatchPolicy:
         else:  # exponential decay over RATE_TAU_SECS: rate*(1 - dt/tau) + n/tau
             rate = dst.rate * (1.0 - dt / RATE_TAU_SECS) + n / RATE_TAU_SECS
         dst.rate = rate
-        limit = math.ceil(rate * self.fill)
+        limit = math.ceil(rate * self.fill * self.burst)
         dst.limit = self.unit * (1 if limit < 1 else self.cap if limit > self.cap else limit)
 
 
@@ -177,3 +194,48 @@ class FlushDeadline:
     def flushed(self) -> None:
         """Everything buffered has been sent."""
         self.at = None
+
+
+class AlignedFlush:
+    """When a bolt's data buffers leave at the end of a unit of work (see the module docstring).
+
+    The executor calls :meth:`began` as each unit begins and :meth:`due` as it ends: the buffers
+    leave now if the next unit, expected an average gap away, would end past the fill time of
+    what they hold (counted, as the deadline is, from the unit that first buffered it).
+
+    Example::
+
+        >>> d, a = FlushDeadline(0.005), AlignedFlush()
+        >>> for t in (1.000, 1.0025, 1.005):            # one upstream: a unit every 2.5 ms
+        ...     a.began(t)
+        >>> d.worked(1.005)
+        >>> a.due(d, 0.0025, 1.0057)                    # its burst leaves as the unit ends
+        True
+        >>> d, a = FlushDeadline(0.005), AlignedFlush()
+        >>> for t in (1.000, 1.0006, 1.0012, 1.0018):   # several: a unit every 0.6 ms
+        ...     a.began(t)
+        >>> d.worked(1.000)
+        >>> a.due(d, 0.0025, 1.0014), a.due(d, 0.0025, 1.0020)   # the last unit before 2.5 ms
+        (False, True)
+    """
+
+    __slots__ = ("gap", "last")
+
+    def __init__(self) -> None:
+        self.gap = 0.0  # average seconds between the starts of two units (0: none seen yet)
+        self.last: float | None = None
+
+    def began(self, now: float) -> None:
+        """A unit of work begins at ``now``."""
+        last = self.last
+        self.last = now
+        if last is not None:
+            gap = now - last
+            if gap > GAP_CAP_SECS:
+                gap = GAP_CAP_SECS
+            self.gap = gap if self.gap == 0.0 else self.gap + (gap - self.gap) * GAP_SMOOTHING
+
+    def due(self, deadline: FlushDeadline, fill: float, now: float) -> bool:
+        """True if what is buffered should leave at the end of the unit ending at ``now``."""
+        at = deadline.at
+        return at is not None and now + self.gap >= at - deadline.max_latency + fill

@@ -19,8 +19,10 @@ from typing import Any
 
 from nstorm import latency
 from nstorm.component import TICK_STREAM, Batch, Bolt, Tuple, TupleMeta, delivered_tuple_class
+from nstorm.config import flag
 from nstorm.topology import FIELDS
 from worker import wire
+from worker.batching import ALIGNED_BURST, AlignedFlush
 from worker.chaining import SIGNALS, ChainMark, tend_guests
 from worker.checkpoint import BarrierAligner
 from worker.executor import UserExecutor
@@ -83,6 +85,12 @@ class BoltExecutor(UserExecutor):
         self.held_control: list[tuple[int, int, Any]] = []  # control that came before the state (_hold_control)
         self.guest_pending = -1  # the host whose CHAIN_MARK was taken, until the loop accepts it (worker.chaining)
         self.chained_version = 0  # the plan version this executor had when it became a guest
+        # Output batches aligned with the input that fills them (worker.batching: a unit of work is
+        # the input taken in a row, or a host's hand-over); None with fixed-size batches.
+        policy = self.outbox.policy
+        self.align = AlignedFlush() if policy.adaptive and flag(host.conf, "topology.batch.align", True) else None
+        if self.align is not None:
+            policy.burst = ALIGNED_BURST
 
     def setup(self) -> None:
         bolt: Bolt = self.instance
@@ -299,6 +307,9 @@ class BoltExecutor(UserExecutor):
             began = time.monotonic()
             outbox.deadline.worked(began)  # (kept by the host's loop: tend_guests)
             outbox.ctl_deadline.worked(began)
+            align = self.align
+            if align is not None:
+                align.began(began)
             qos = self.qos
             try:
                 self._drain_queued()
@@ -311,7 +322,10 @@ class BoltExecutor(UserExecutor):
                 self.busy_secs += now - began
                 if outbox.deadline.due(now):
                     outbox.flush()
-                elif outbox.ctl_deadline.due(now):
+                    return
+                if align is not None and align.due(outbox.deadline, outbox.policy.fill, now):
+                    outbox.flush_data()  # this hand-over's burst leaves with it
+                if outbox.ctl_deadline.due(now):
                     outbox.flush_control()
             except Exception as exc:  # this executor's error, never its host's
                 outbox.current = None
@@ -707,6 +721,8 @@ class BoltExecutor(UserExecutor):
         began = 0.0
         qos = self.qos if self.qos is not None and self.qos.starts else None  # this bolt starts a constrained path
         inbox = self.inbox
+        align = self.align
+        policy = outbox.policy
         while self._running:
             if self.guest_pending >= 0 or inbox.host >= 0:  # chained: the host's thread takes the input
                 self._guest_pass()
@@ -757,14 +773,19 @@ class BoltExecutor(UserExecutor):
                 armed = deadline.at is not None
                 deadline.worked(began)
                 ctl_deadline.worked(began)  # acks
+                if align is not None:
+                    align.began(began)
                 if qos is not None and qos.sample_due(began):
                     qos.start()
                 try:
                     self.take(src, batch)  # (a barrier may switch ``take`` for what follows)
                     if qos is not None and qos.pending:
                         qos.resolve()
-                    # Keep taking input while more waits, up to the deadline (or a chain's mark).
+                    # Keep taking input while more waits, up to the deadline (or a chain's mark);
+                    # aligned, up to the fill time, where what is buffered leaves.
                     at = deadline.at  # None if what was taken sent everything (a checkpoint's barrier)
+                    if at is not None and align is not None:
+                        at -= deadline.max_latency - policy.fill
                     while at is not None and self.guest_pending < 0 and clock() < at:
                         try:
                             src, batch = get_nowait()
@@ -780,6 +801,8 @@ class BoltExecutor(UserExecutor):
                     qos.resolve()
                 if not armed and not outbox.holding():
                     deadline.flushed()  # everything left at once (low rates): no wake-up to send nothing
+                elif align is not None and align.due(deadline, policy.fill, clock()):
+                    outbox.flush_data()  # the unit's burst leaves with it
                 if self.inbox.batch_avg < 2.0 and empty():
                     # Tuples come one at a time, further apart than acks would wait: holding the
                     # acks back would cost a wake-up and save no message.

@@ -513,6 +513,13 @@ class Outbox:
                 self.flush_buffer(buf)
         self.flush_control()
 
+    def flush_data(self) -> None:
+        """Send every non-empty data buffer (the acks keep their own deadline)."""
+        self.deadline.flushed()
+        for buf in self.buffers.values():
+            if buf:
+                self.flush_buffer(buf)
+
     def flush_control(self) -> None:
         """Send the acks and other control entries (not the data buffers)."""
         self.ctl_deadline.flushed()
