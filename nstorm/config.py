@@ -36,7 +36,7 @@ DEFAULTS: dict[str, Any] = {
     "topology.batch.size": 4096,  # tuples per message at most; 1 = per-tuple sending (no batching)
     "topology.batch.max.latency.ms": 5,  # a buffered tuple leaves within this bound
     "topology.batch.adaptive": True,  # size each destination's batches from its rate (else always batch.size)
-    "topology.batch.align": True,  # a bolt's batches leave at the end of the input that filled them (worker.batching)
+    "topology.batch.align": True,  # a bolt with one upstream task sends a batch per input batch (worker.batching)
     "topology.backpressure.high.batches": 16,  # a queue this deep (x batch.size tuples) pauses every spout
     "topology.backpressure.low.batches": 4,  # ... until every such queue is back below this
     "topology.hash.seed": 0,  # PYTHONHASHSEED of workers: fields grouping agrees across processes

@@ -74,7 +74,7 @@ def test_a_chained_bolts_burst_leaves_with_its_hand_over() -> None:
     _hand_over(ex, 1)  # the first words find the count's buffer (limit 1: they leave at once)
     host.take(COUNT)
     _roomy(ex, 10_000)
-    ex.align.gap = ex.outbox.policy.fill  # hand-overs a fill time apart (one upstream)
+    ex.align.gap, ex.align.last = ex.outbox.policy.fill, None  # hand-overs a fill time apart (one upstream)
     _hand_over(ex, 150)
     assert _words(host) == [1500], "the hand-over's words left as it ended, in one batch"
 
@@ -86,7 +86,7 @@ def test_closer_units_wait_for_the_last_one_before_the_fill_time() -> None:
     host.take(COUNT)
     _roomy(ex, 10_000)
     fill = ex.outbox.policy.fill
-    ex.align.gap = fill / 1000  # hand-overs far closer together than the fill time
+    ex.align.gap, ex.align.last = fill / 1000, None  # hand-overs far closer together than the fill time
     _hand_over(ex, 10)
     _hand_over(ex, 10)
     assert _words(host) == [], "the next hand-over comes well within the fill time: the words wait"
@@ -104,6 +104,19 @@ def test_without_alignment_the_words_wait_for_the_limit_or_the_deadline() -> Non
     _roomy(ex, 10_000)
     _hand_over(ex, 150)
     assert _words(host) == []
+
+
+def test_a_bolt_fed_by_several_upstream_tasks_keeps_plain_limits() -> None:
+    """Its bursts are smaller and their gaps uneven (at word count's peak, two spouts a split,
+    aligned batches sent fewer words a second): only a bolt with one upstream task aligns."""
+    builder = TopologyBuilder("t")
+    builder.set_spout("sentences", _Sentences, parallelism=2)
+    builder.set_bolt("split", _Split).shuffle_grouping("sentences")
+    places = {"sentences:0": "n1:1", "sentences:1": "n1:1", "split:0": "n1:1", "__acker:0": "n1:1"}
+    host = FakeHost(plan_of(places), acking=False)
+    ex = BoltExecutor(host, "split:0", 2, _Split, builder.build(workers=1).definition)  # type: ignore[arg-type]
+    ex.setup()
+    assert ex.align is None and ex.outbox.policy.burst == 1.0
 
 
 @pytest.mark.parametrize("conf", [{"topology.batch.adaptive": False}, {"topology.batch.size": 1}])
