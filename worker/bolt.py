@@ -810,8 +810,12 @@ class BoltExecutor(UserExecutor):
                     qos.resolve()
                 if not armed and not outbox.holding():
                     deadline.flushed()  # everything left at once (low rates): no wake-up to send nothing
-                elif align is not None and align.due(deadline, policy.fill, clock()):
+                elif align is not None and align.due(deadline, policy.fill, now := clock()):
                     outbox.flush_data()  # the unit's burst leaves with it
+                    if ctl_deadline.due(now):
+                        # The acks would have left with the data at the deadline, which this flush
+                        # disarmed: a busy bolt (input always waiting) would hold them for good.
+                        outbox.flush_control()
                 if self.inbox.batch_avg < 2.0 and empty():
                     # Tuples come one at a time, further apart than acks would wait: holding the
                     # acks back would cost a wake-up and save no message.

@@ -38,6 +38,12 @@ class _Count(Bolt):
         pass
 
 
+@pytest.fixture(autouse=True)
+def _frozen_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hand-overs take no time (a slow machine would otherwise reach a deadline mid-test)."""
+    monkeypatch.setattr("worker.bolt.time.monotonic", lambda: 1000.0)
+
+
 def _split(**conf: Any) -> tuple[FakeHost, BoltExecutor]:
     """A split chained to its spout's task, its words for a count in the same worker."""
     builder = TopologyBuilder("t")
