@@ -57,7 +57,7 @@ __all__ = ["BUSY_CORES", "CHEAP_SHARE", "FLOOR_MS", "SLACK_SHARE", "SLACK_WINDOW
 
 FLOOR_MS = 0.5  # the smallest output-buffer bound the controller sets
 WORSE = 1.1  # a buffer step after which p99 grew by more than this factor is undone
-HELPED = 0.95  # a shrink after which p99 did not fall under this factor is undone (a bucket is 10%)
+HELPED = 0.96  # a shrink after which p99 did not fall under this factor is undone (one bucket: 4.7%)
 BUSY_CORES = 0.7  # ... unless the path runs in one worker using less of a core than this (its process)
 HELD_WINDOWS = 8  # windows an undone step's channel is left alone
 # Buffers shrink only while tuples wait this many times longer in them than in queues: smaller

@@ -8,7 +8,7 @@ UI keeps no state of its own. Labels: ``topology``, ``component``, ``executor``,
   execute latency over the workers' stats window (gauges), queue depth;
 - per component: the latency histogram (``kind``: ``complete`` for spouts, ``emit_to_process`` for
   bolts), from the workers' cumulative log buckets folded into fixed bounds (an observation is
-  counted under the first bound at or above its bucket's upper edge, so within 10%; ``_sum`` is
+  counted under the first bound at or above its bucket's upper edge, so within a bucket, 4.7%; ``_sum`` is
   estimated the same way);
 - per worker: CPU (share of a core), queued tuples, dropped frames, forwarded frames, heartbeat age;
 - per topology: migrations by mode and by whom, OTD rounds by case, checkpoint restores, pending
