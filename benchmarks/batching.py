@@ -15,7 +15,7 @@ runs ``topologies/wordcount.py`` one configuration after the other:
 Words/s are the count bolts' executed counters over the window; sentences/s the spouts'
 acks. Latencies come from histograms the executors keep of the sentences the spouts stamp
 (about one a millisecond, :mod:`nstorm.latency`), subtracted across the window, so p50/p99
-cover exactly the window (resolution one bucket, about 10%): end to end (spout emit -> a
+cover exactly the window (resolution one bucket, about 4.7%): end to end (spout emit -> a
 count bolt processes the words) and complete (spout emit -> tree fully acked). Prints a
 table and writes ``benchmarks/results/batching.json``.
 

@@ -67,7 +67,7 @@ acking on) on a fresh local cluster of real processes per run (ZooKeeper, Nimbus
    **pinning**).
 
 nstorm's percentiles come from log-bucket histograms (:mod:`nstorm.latency`): each is a bucket's
-upper bound, 10% apart, so two runs often show the very same value. Every run notes the
+upper bound, 4.7% apart (10% before session 27), so two runs often show the very same value. Every run notes the
 machine's 1-min load average before and after (the machine is shared).
 Prints a table and writes ``benchmarks/results/<--name>.json`` (default ``latency``).
 """
