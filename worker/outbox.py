@@ -507,10 +507,7 @@ class Outbox:
 
     def flush(self) -> None:
         """Send every non-empty buffer, then the acks and other control entries."""
-        self.deadline.flushed()
-        for buf in self.buffers.values():
-            if buf:
-                self.flush_buffer(buf)
+        self.flush_data()
         self.flush_control()
 
     def flush_data(self) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from nstorm import Bolt, Spout, TopologyBuilder
+from topologies.wordcount import PlainSplit
 from worker.batching import ALIGNED_BURST, AlignedFlush, BatchPolicy
 from worker.bolt import BoltExecutor
 
@@ -21,14 +22,6 @@ SPOUT, SPLIT, COUNT = 0, 1, 2
 
 class _Sentences(Spout):
     outputs = ("sentence",)
-
-
-class _Split(Bolt):
-    outputs = ("word",)
-
-    def process(self, tup: Any) -> None:
-        for word in tup.values[0].split():
-            self.emit((word,))
 
 
 class _Count(Bolt):
@@ -48,10 +41,10 @@ def _split(**conf: Any) -> tuple[FakeHost, BoltExecutor]:
     """A split chained to its spout's task, its words for a count in the same worker."""
     builder = TopologyBuilder("t")
     builder.set_spout("sentences", _Sentences)
-    builder.set_bolt("split", _Split).local_or_shuffle_grouping("sentences")
+    builder.set_bolt("split", PlainSplit).local_or_shuffle_grouping("sentences")
     builder.set_bolt("count", _Count).shuffle_grouping("split")
     host = FakeHost(plan_of(PLACES), acking=False, **conf)
-    ex = BoltExecutor(host, "split:0", SPLIT, _Split, builder.build(workers=1).definition)  # type: ignore[arg-type]
+    ex = BoltExecutor(host, "split:0", SPLIT, PlainSplit, builder.build(workers=1).definition)  # type: ignore[arg-type]
     ex.setup()
     ex.inbox.guest, ex.inbox.host = ex, SPOUT
     ex.chained_version = ex.routing.version
@@ -117,10 +110,10 @@ def test_a_bolt_fed_by_several_upstream_tasks_keeps_plain_limits() -> None:
     aligned batches sent fewer words a second): only a bolt with one upstream task aligns."""
     builder = TopologyBuilder("t")
     builder.set_spout("sentences", _Sentences, parallelism=2)
-    builder.set_bolt("split", _Split).shuffle_grouping("sentences")
+    builder.set_bolt("split", PlainSplit).shuffle_grouping("sentences")
     places = {"sentences:0": "n1:1", "sentences:1": "n1:1", "split:0": "n1:1", "__acker:0": "n1:1"}
     host = FakeHost(plan_of(places), acking=False)
-    ex = BoltExecutor(host, "split:0", 2, _Split, builder.build(workers=1).definition)  # type: ignore[arg-type]
+    ex = BoltExecutor(host, "split:0", 2, PlainSplit, builder.build(workers=1).definition)  # type: ignore[arg-type]
     ex.setup()
     assert ex.align is None and ex.outbox.policy.burst == 1.0
 
