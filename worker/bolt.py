@@ -111,6 +111,9 @@ class BoltExecutor(UserExecutor):
                 unplaced, self.unplaced = self.unplaced, []
                 for src, batch in unplaced:  # in order: the senders they came from are known now, or still not
                     self.take(src, batch)
+                now = time.monotonic()  # what they emitted leaves by the deadlines, input or none
+                self.outbox.deadline.worked(now)
+                self.outbox.ctl_deadline.worked(now)
 
     def _align_batches(self) -> None:
         """Align output batches with the input where one upstream task feeds this bolt: its
@@ -833,9 +836,12 @@ class BoltExecutor(UserExecutor):
             # out of input is no reason to send a small one (Nephele's output buffers, not Nagle).
             # Acks leave sooner, but only while input is not waiting: a busy executor sends them
             # with its data (a few messages per deadline), an idle one within a quarter of it.
+            # With no data deadline armed (a sink, or all its data sent) nothing would carry
+            # them: they leave at their own deadline, or a sink that always has input waiting
+            # would hold its acks until its spouts stopped at their pending cap.
             if deadline.due(now):
                 outbox.flush()
-            elif ctl_deadline.due(now) and empty():
+            elif ctl_deadline.due(now) and (deadline.at is None or empty()):
                 outbox.flush_control()
         with inbox.lock:  # a host may still hand over what it sends until it sees this one gone
             inbox.offer = inbox.host = -1

@@ -414,6 +414,30 @@ def test_the_watchdog_reads_heartbeats_every_few_seconds_and_logs_a_stall_once_a
     assert [r.getMessage().startswith("topology t stalled") for r in caplog.records] == [True, True, True]
 
 
+def test_a_sink_whose_input_always_waits_still_sends_its_acks(running) -> None:
+    """A sink has no data to carry its acks at the data deadline: they leave at their own
+    deadline even while input waits (else they would wait until its spouts stopped at their
+    pending cap and its queue ran dry)."""
+    places = {"numbers:0": "n1:1", "sink:0": "n1:1", "__acker:0": "n1:1"}
+    worker = _host(plan_of(places))
+    ex = BoltExecutor(worker, "sink:0", 1, Sink, _definition())  # type: ignore[arg-type]
+    data = ex.data_q
+    for i in range(20_000):  # far more than the sink takes before its acks are due
+        root = (i + 1) << wire.ROOT_TASK_BITS  # a tree of the spout task 0, kept by acker 0
+        data.put((0, ([(i,)] * 10, [10, [root, 7]], None)))
+    running(ex)
+    acks: list[Any] = []
+
+    def acked() -> bool:
+        acks.extend(worker.take(2, control=True))
+        return bool(acks) or data.empty()
+
+    wait_until(acked, 30, interval=0.001, what="the sink's first acks or its last input")
+    left = data.qsize()
+    assert acks, "the sink sent no ack before its queue ran dry"
+    assert left > 0 and acks[0][0] == wire.ACK
+
+
 def test_a_copy_that_handed_over_takes_no_more_frames_they_are_stashed_for_its_new_place(tmp_path) -> None:
     """A moved-away copy stays in the worker's ``draining`` until the main loop reaps it; frames
     given to it after its hand-over would sit in a queue nobody reads. The worker stashes them

@@ -297,6 +297,35 @@ def test_two_sums_become_three_and_every_total_stays_exact(monkeypatch: pytest.M
         assert more.count(True) > 10 and more.count(False) > 10  # groups of several keys went in pieces
 
 
+class Echo(Bolt):
+    outputs = ("n",)
+
+    def process(self, tup: Any) -> None:
+        self.emit((tup["n"],))
+
+
+def test_input_from_an_executor_the_plan_did_not_name_yet_leaves_by_the_deadline() -> None:
+    """A batch from an upstream executor a rescale added, come before this executor's plan names
+    it, is taken once the plan does: what it emits leaves by the deadline, input or none."""
+    builder = TopologyBuilder("t")
+    builder.set_spout("numbers", Numbers, parallelism=2)
+    builder.set_bolt("echo", Echo).shuffle_grouping("numbers")
+    builder.set_bolt("sum", Sum).shuffle_grouping("echo")
+    definition = builder.build(workers=1).definition
+    places = {"numbers:0": "n1:1", "echo:0": "n1:1", "sum:0": "n1:1"}
+    host = FakeHost(plan_of(places), acking=False)
+    echo = BoltExecutor(host, "echo:0", 1, Echo, definition)  # type: ignore[arg-type]
+    echo.setup()
+    for buf in echo.outbox.buffers.values():
+        buf.limit = 1000  # a rate that fills a batch in a fill time: a tuple waits for the deadline
+    echo.take(3, _batch([7]))  # numbers:1 (task 3), not in this executor's plan yet
+    assert echo.unplaced and not echo.outbox.holding()
+    host.routing = RoutingTable.from_plan(plan_of({**places, "numbers:1": "n1:1"}, version=2))
+    echo.refresh_routing()
+    assert not echo.unplaced and echo.outbox.holding()
+    assert echo.outbox.deadline.at is not None, "armed: the emitted tuple does not wait for more input"
+
+
 def test_an_upstream_still_holding_a_step_the_plan_has_ended_switches_to_the_new_layout() -> None:
     """The step completed (its old owners' drain deadline is shorter than the upstream's patience)
     before every READY reached this upstream: the next plan, without the step, switches it."""
