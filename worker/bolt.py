@@ -109,11 +109,15 @@ class BoltExecutor(UserExecutor):
             self._align_batches()
             if self.unplaced:
                 unplaced, self.unplaced = self.unplaced, []
+                began = time.monotonic()
                 for src, batch in unplaced:  # in order: the senders they came from are known now, or still not
-                    self.take(src, batch)
-                now = time.monotonic()  # what they emitted leaves by the deadlines, input or none
-                self.outbox.deadline.worked(now)
-                self.outbox.ctl_deadline.worked(now)
+                    try:
+                        self.take(src, batch)
+                    except Exception as exc:  # as in the loop: this batch is dropped, not the executor
+                        self.outbox.current = None
+                        self.record_error("batch", exc)
+                self.outbox.deadline.worked(began)  # what they emitted leaves by the deadlines, input or none
+                self.outbox.ctl_deadline.worked(began)
 
     def _align_batches(self) -> None:
         """Align output batches with the input where one upstream task feeds this bolt: its

@@ -306,7 +306,8 @@ class Echo(Bolt):
 
 def test_input_from_an_executor_the_plan_did_not_name_yet_leaves_by_the_deadline() -> None:
     """A batch from an upstream executor a rescale added, come before this executor's plan names
-    it, is taken once the plan does: what it emits leaves by the deadline, input or none."""
+    it, is taken once the plan does: what it emits leaves by the deadline, input or none, and a
+    batch that is not what it claims is dropped there as in the loop."""
     builder = TopologyBuilder("t")
     builder.set_spout("numbers", Numbers, parallelism=2)
     builder.set_bolt("echo", Echo).shuffle_grouping("numbers")
@@ -318,10 +319,12 @@ def test_input_from_an_executor_the_plan_did_not_name_yet_leaves_by_the_deadline
     echo.setup()
     for buf in echo.outbox.buffers.values():
         buf.limit = 1000  # a rate that fills a batch in a fill time: a tuple waits for the deadline
-    echo.take(3, _batch([7]))  # numbers:1 (task 3), not in this executor's plan yet
-    assert echo.unplaced and not echo.outbox.holding()
+    echo.take(3, (5, None, None))  # from numbers:1 (task 3), not in this executor's plan yet: garbage
+    echo.take(3, _batch([7]))
+    assert len(echo.unplaced) == 2 and not echo.outbox.holding()
     host.routing = RoutingTable.from_plan(plan_of({**places, "numbers:1": "n1:1"}, version=2))
     echo.refresh_routing()
+    assert echo.errors == 1, "the garbage is dropped, not the executor or the batch after it"
     assert not echo.unplaced and echo.outbox.holding()
     assert echo.outbox.deadline.at is not None, "armed: the emitted tuple does not wait for more input"
 
