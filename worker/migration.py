@@ -436,16 +436,18 @@ class Handover:
                   if self.unsealed is not None else "")
         self._set_state(HandoverState.HANDED_OVER, f"{len(entry['state'])} bytes of state sent to {to}"
                         + (f" in {len(parts)} parts" if parts else "") + sealed)
-        if self.unsealed is not None:  # what came while sealing (acks, orders): behind the state
-            while True:
-                try:
-                    self.passed_on.append(self.executor.inbox.control.get_nowait())
-                except queue.Empty:
-                    break
-            for kind, src, entries in self.passed_on:
-                if kind not in (wire.SEALED, wire.READY):
-                    self.courier.control(self.executor.task, to, kind, entries, src)
-            self.passed_on = []
+        # What came while sealing, or since the loop's last look at its control queue (acks, a
+        # spout's completions, orders), goes behind the state: the worker hands this copy no more
+        # from now on (it stashes them for the new place), and nobody would read them here.
+        while True:
+            try:
+                self.passed_on.append(self.executor.inbox.control.get_nowait())
+            except queue.Empty:
+                break
+        for kind, src, entries in self.passed_on:
+            if kind not in (wire.SEALED, wire.READY):
+                self.courier.control(self.executor.task, to, kind, entries, src)
+        self.passed_on = []
 
 
 def _merge_arrival(info: dict[str, Any], arrived: Mapping[str, Any]) -> None:

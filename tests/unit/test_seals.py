@@ -139,3 +139,20 @@ def test_a_seal_unanswered_by_its_deadline_hands_over_and_rolls_back() -> None:
     ex.handover.seal_until = 0.0  # the deadline passed
     assert ex.handover.wait_sealed()
     assert worker.checkpoints.reasons and "seals unanswered" in worker.checkpoints.reasons[0]
+
+
+def test_without_checkpoints_control_queued_at_the_hand_over_goes_behind_the_state() -> None:
+    """What was put on the old copy's control queue after its loop's last look at it (a spout's
+    completions, acks, a commit) goes to the new copy behind the state, as while sealing; it used
+    to stay on a queue nobody read."""
+    worker, ex = _draining_mid(checkpoints=False)
+    assert ex.handover.drained(input_empty=True)
+    ex.ctl_q.put((wire.COMMITTED, 4, 9))
+    ex.ctl_q.put((wire.READY, 1, {"worker": "n2:1", "copy": 1}))  # the new copy's own: not sent back to it
+    ex.handover.hand_over()
+    sent = [(wid, m[0], m[2], m[3]) for wid, m in worker.sockets.control_messages()]
+    kinds = [(wid, kind) for wid, kind, _src, _e in sent]
+    assert kinds.index(("n2:1", wire.STATE)) < kinds.index(("n2:1", wire.COMMITTED)), "the state first"
+    assert ("n2:1", wire.COMMITTED, 4, 9) in sent, "passed on with its sender"
+    assert ("n2:1", wire.READY) not in kinds
+    assert ex.ctl_q.empty()
