@@ -62,6 +62,8 @@ log = logging.getLogger(__name__)
 
 READY_RESEND_SECS = 0.5  # a copy waiting for its state asks the old place again this often
 HANDOVER_MEMORY_SECS = 120.0  # how long a worker remembers where it handed a state over
+# The hand-over's own messages, which mean nothing to the new copy: not passed on to it.
+_NOT_PASSED_ON = frozenset((wire.SEALED, wire.READY, wire.GONE, wire.STATE, wire.STATE_PART))
 
 
 class HandoverState(enum.Enum):
@@ -210,7 +212,7 @@ class Handover:
         self.unsealed: set[int] | None = None  # downstream tasks whose SEALED has not come (None: no seal sent)
         self.sealed_at = 0.0
         self.seal_until = 0.0
-        self.passed_on: list[tuple[int, int, Any]] = []  # control messages that came while sealing: to the new copy
+        self.passed_on: list[tuple[int, int, Any]] = []  # control that came while sealing or was left at the hand-over: to the new copy
 
     @property
     def awaiting(self) -> bool:
@@ -445,7 +447,7 @@ class Handover:
             except queue.Empty:
                 break
         for kind, src, entries in self.passed_on:
-            if kind not in (wire.SEALED, wire.READY):
+            if kind not in _NOT_PASSED_ON:
                 self.courier.control(self.executor.task, to, kind, entries, src)
         self.passed_on = []
 
