@@ -113,11 +113,16 @@ class BoltExecutor(UserExecutor):
                 for src, batch in unplaced:  # in order: the senders they came from are known now, or still not
                     try:
                         self.take(src, batch)
-                    except Exception as exc:  # as in the loop: this batch is dropped, not the executor
-                        self.outbox.current = None
-                        self.record_error("batch", exc)
+                    except Exception as exc:  # as in the loop
+                        self._drop_batch(exc)
                 self.outbox.deadline.worked(began)  # what they emitted leaves by the deadlines, input or none
                 self.outbox.ctl_deadline.worked(began)
+
+    def _drop_batch(self, exc: Exception) -> None:
+        """A batch that decoded but is not what it claims: it is dropped and recorded, the
+        executor (and its host's thread, chained) goes on."""
+        self.outbox.current = None
+        self.record_error("batch", exc)
 
     def _align_batches(self) -> None:
         """Align output batches with the input where one upstream task feeds this bolt: its
@@ -344,8 +349,7 @@ class BoltExecutor(UserExecutor):
                 if outbox.ctl_deadline.due(now):
                     outbox.flush_control()
             except Exception as exc:  # this executor's error, never its host's
-                outbox.current = None
-                self.record_error("batch", exc)
+                self._drop_batch(exc)
                 if qos is not None and qos.pending:
                     qos.resolve()
 
@@ -810,9 +814,8 @@ class BoltExecutor(UserExecutor):
                         self.take(src, batch)
                         if qos is not None and qos.pending:
                             qos.resolve()
-                except Exception as exc:  # a batch that decoded but is not what it claims: drop it
-                    outbox.current = None
-                    self.record_error("batch", exc)
+                except Exception as exc:
+                    self._drop_batch(exc)
                 if qos is not None and qos.pending:
                     qos.resolve()
                 if not armed and not outbox.holding():
