@@ -90,9 +90,10 @@ class Inbox:
     :ivar in_size: tuples in the batch put last (written by the senders).
     :ivar batch_avg: tuples per batch taken lately (written by the owner): with ``in_size``
         what backpressure counts queued tuples by.
+    :ivar closed: the executor handed over (a move): its queues take nothing more.
     """
 
-    __slots__ = ("data", "control", "in_size", "batch_avg", "offer", "host", "guest", "lock")
+    __slots__ = ("data", "control", "in_size", "batch_avg", "offer", "host", "guest", "lock", "closed", "put_lock")
 
     def __init__(self, batch_size: int, control: Any = None) -> None:
         self.data: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -106,6 +107,11 @@ class Inbox:
         self.host = -1
         self.guest: Any = None
         self.lock = threading.Lock()
+        # A sender looks an inbox up and puts into it later: a moved copy's hand-over may close it
+        # in between. ``put_lock`` makes "not closed, so put" and "close, then take what is queued"
+        # exclusive, so a message is either taken by the hand-over or refused (and stashed).
+        self.closed = False
+        self.put_lock = threading.Lock()
 
     def put_data(self, src: int, batch: Any, n: int) -> None:
         """A batch of ``n`` tuples (raw bytes from the network, or columns from a local outbox)."""
@@ -133,12 +139,35 @@ class Inbox:
                 return
         self.data.put((src, item))
 
-    def put_control(self, kind: int, src: int, entries: Any) -> None:
-        self.control.put((kind, src, entries))
+    def put_control(self, kind: int, src: int, entries: Any) -> bool:
+        """False if the executor has handed over (:meth:`close`): the caller sends it to the new place."""
+        with self.put_lock:
+            if self.closed:
+                return False
+            self.control.put((kind, src, entries))
+        return True
 
-    def put(self, channel: str, item: Any) -> None:
-        """An item kept aside (stashed) while this executor was not here yet."""
-        (self.data if channel == DATA else self.control).put(item)
+    def put(self, channel: str, item: Any) -> bool:
+        """An item kept aside (stashed) while this executor was not here yet; False as for
+        :meth:`put_control` (the item stays stashed)."""
+        with self.put_lock:
+            if self.closed:
+                return False
+            (self.data if channel == DATA else self.control).put(item)
+        return True
+
+    def close(self) -> list[Any]:
+        """Refuse every control message from now on, and return those queued (a moved copy's
+        hand-over passes them on behind its state). Data needs no such care: every upstream
+        sent its marker before the copy drained, and sends to the new place since."""
+        with self.put_lock:
+            self.closed = True
+        taken = []
+        while True:
+            try:
+                taken.append(self.control.get_nowait())
+            except queue.Empty:
+                return taken
 
     def depth(self, cap: float) -> float:
         """Queued tuples in full batches of ``cap`` tuples.
@@ -382,9 +411,10 @@ class Courier:
         self.messages += 1
         src = self.src if src is None else src
         inbox = self.host.inbox(dst, wid)
-        if inbox is not None:
-            inbox.put_control(kind, src, entries)
+        if inbox is not None and inbox.put_control(kind, src, entries):
             return
+        # Another worker's, or a local executor that handed over since the look-up: this worker's
+        # receiver then stashes it and sends it on to the new place.
         self.control_frame(wid, wire.control_message(kind, dst, src, entries))
 
     def control_frame(self, wid: str, message: bytes) -> bool:

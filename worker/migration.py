@@ -441,11 +441,7 @@ class Handover:
         # What came while sealing, or since the loop's last look at its control queue (acks, a
         # spout's completions, orders), goes behind the state: the worker hands this copy no more
         # from now on (it stashes them for the new place), and nobody would read them here.
-        while True:
-            try:
-                self.passed_on.append(self.executor.inbox.control.get_nowait())
-            except queue.Empty:
-                break
+        self.passed_on.extend(self.executor.inbox.close())
         for kind, src, entries in self.passed_on:
             if kind not in _NOT_PASSED_ON:
                 self.courier.control(self.executor.task, to, kind, entries, src)

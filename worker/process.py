@@ -171,8 +171,7 @@ class Worker:
             if epoch is not None and epoch != self.epoch:
                 return False
             inbox = self.inbox(dst)
-            if inbox is not None:  # arrived while we looked
-                inbox.put(channel, item)
+            if inbox is not None and inbox.put(channel, item):  # arrived while we looked
                 return True
             self.stashed.setdefault(dst, []).append((time.monotonic(), (channel, item, extra)))
         self._wake.set()
@@ -404,9 +403,16 @@ class Worker:
                 inbox = self.inbox(dst)
                 items = self.stashed[dst]
                 if inbox is not None:
+                    # (An executor that hands over meanwhile refuses the rest: it stays stashed.)
+                    taken = 0
                     for _, (channel, item, _extra) in items:
-                        inbox.put(channel, item)
-                    del self.stashed[dst]
+                        if not inbox.put(channel, item):
+                            break
+                        taken += 1
+                    if taken == len(items):
+                        del self.stashed[dst]
+                    else:
+                        del items[:taken]
                 elif dst >= known and items and now - items[0][0] <= _UNKNOWN_TASK_PATIENCE_SECS:
                     continue  # a task a rescale adds: the plan that makes it is on its way here
                 elif dst >= known:

@@ -189,9 +189,8 @@ class Transport:
                 self._drop("backpressure entry")
             return
         inbox: Any = self.host.inbox(dst)
-        if inbox is not None:
-            inbox.put_control(kind, src, entries)
-            return
+        if inbox is not None and inbox.put_control(kind, src, entries):
+            return  # (refused: its executor handed over since the look-up; stashed for the new place)
         if 0 <= dst < wire.MAX_TASKS:  # a task a rescale adds may be named by no plan here yet
             # A state or ack for an executor whose new copy is on its way (or that left).
             self.host.stash(dst, CONTROL, (kind, src, entries), frame)

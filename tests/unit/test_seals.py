@@ -156,3 +156,65 @@ def test_without_checkpoints_control_queued_at_the_hand_over_goes_behind_the_sta
     assert ("n2:1", wire.COMMITTED, 4, 9) in sent, "passed on with its sender"
     assert ("n2:1", wire.READY) not in kinds
     assert ex.ctl_q.empty()
+
+
+def test_a_control_message_put_into_the_old_copy_after_its_hand_over_is_refused() -> None:
+    """A sender looks the inbox up, then puts into it: a copy that handed over in between refuses
+    the message (the sender sends it on) instead of keeping it on a queue nobody reads."""
+    worker, ex = _draining_mid(checkpoints=False)
+    assert ex.handover.drained(input_empty=True)
+    worker.local_tasks = {0, 1, 3, 4}  # as the old plan has it: mid:0 still looks local
+    looked_up = worker.inbox(1)
+    assert looked_up is ex.inbox
+    ex.inbox.put_control(wire.ACKED, 4, [11])  # before the hand-over: passed on behind the state
+    ex.handover.hand_over()
+    assert looked_up.put_control(wire.ACKED, 4, [12]) is False
+    assert looked_up.put("ctl", (wire.ACKED, 4, [13])) is False
+    assert ex.ctl_q.empty()
+    sent = [(wid, m[0], m[3]) for wid, m in worker.sockets.control_messages()]
+    assert ("n2:1", wire.ACKED, (11,)) in sent
+    assert all(entries not in ((12,), (13,)) for _w, _k, entries in sent)
+
+
+def test_a_local_sender_refused_by_a_handed_over_copy_sends_the_message_to_its_own_worker() -> None:
+    """A local executor's courier that finds the old copy (its routing not yet the new plan's)
+    and is refused sends the message through this worker's control port: its receiver stashes it
+    and the worker forwards it to the new place."""
+    from worker.delivery import Courier
+
+    worker, ex = _draining_mid(checkpoints=False)
+    assert ex.handover.drained(input_empty=True)
+    ex.handover.hand_over()
+    worker.local_tasks = {0, 1, 3, 4}  # as the old plan has it: mid:0 still looks local
+    courier = Courier(worker, 3)  # type: ignore[arg-type]
+    courier.routing = RoutingTable.from_plan(plan_of(BEFORE))
+    courier.control(1, "n1:1", wire.ACK, [[5, 6]])
+    sent = [(wid, m[0], m[1], m[3]) for wid, m in worker.sockets.control_messages()]
+    assert ("n1:1", wire.ACK, 1, ((5, 6),)) in sent
+    assert ex.ctl_q.empty()
+
+
+def test_the_receiver_stashes_a_control_message_a_handed_over_copy_refused() -> None:
+    """The control receiver looked the old copy up just before its hand-over: the refused message
+    is stashed (and forwarded by the worker), not lost."""
+    from nstorm.net import free_port
+    from worker.delivery import Sockets
+    from worker.transport import Transport
+
+    worker, ex = _draining_mid(checkpoints=False)
+    assert ex.handover.drained(input_empty=True)
+    ex.handover.hand_over()
+    worker.local_tasks = {0, 1, 3, 4}
+    sockets = Sockets()
+    transport = Transport(worker, sockets, "127.0.0.1", free_port("127.0.0.1"), free_port("127.0.0.1"),
+                          lambda *_: None)  # type: ignore[arg-type]
+    try:
+        frame = wire.control_message(wire.ACK, 1, 3, [[5, 6]])
+        transport._on_control([frame])
+        assert [(dst, channel, item) for dst, channel, item, _f in worker.stashed] == [
+            (1, "ctl", (wire.ACK, 3, ((5, 6),)))]
+        assert ex.ctl_q.empty()
+    finally:
+        transport.data_pull.close(linger=0)
+        transport.ctl_pull.close(linger=0)
+        sockets.context.destroy(linger=0)
