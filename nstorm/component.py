@@ -314,9 +314,11 @@ class Component:
 
     def on_commit(self, checkpoint_id: int) -> None:
         """Called in the executor thread once ``checkpoint_id`` is committed (every executor wrote
-        it; Flink's ``notifyCheckpointComplete``): commit a sink's transaction here, once per
-        checkpoint. A rollback may undo effects seen after it; emits to the outside world stay
-        at least once, so a sink that writes here should write idempotently (keyed by the id)."""
+        it; Flink's ``notifyCheckpointComplete``): commit a sink's transaction here. As in Flink, a
+        call may be skipped (the executor moved live or was restored meanwhile): a later one
+        stands for it, so commit everything buffered up to ``checkpoint_id``, not only its own.
+        A rollback may undo effects seen after it; emits to the outside world stay at least
+        once, so a sink that writes here should write idempotently (keyed by the id)."""
 
     def log(self, message: str, *args: Any) -> None:
         """Write a line to the worker's log, tagged with the executor id."""

@@ -909,6 +909,7 @@ class BoltExecutor(UserExecutor):
         with inbox.lock:  # however the loop ended: no host runs this executor any more
             inbox.offer = inbox.host = -1
             inbox.guest = None
+        self.close_if_leaving()
         try:
             self.instance.cleanup()
         except Exception as exc:

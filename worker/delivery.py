@@ -157,9 +157,10 @@ class Inbox:
         return True
 
     def close(self) -> list[Any]:
-        """Refuse every control message from now on, and return those queued (a moved copy's
-        hand-over passes them on behind its state). Data needs no such care: every upstream
-        sent its marker before the copy drained, and sends to the new place since."""
+        """Refuse every control message (and stashed item) from now on, and return the control
+        messages queued: a moved copy's hand-over passes them on behind its state. Data from
+        the senders is not refused: a copy drains once every upstream task sent its marker (then
+        sends to the new place) or at its drain deadline, when what is queued is dropped."""
         with self.put_lock:
             self.closed = True
         taken = []

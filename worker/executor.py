@@ -623,6 +623,18 @@ class UserExecutor(Executor):
     def handed_over(self) -> bool:
         return self.handover.state is HandoverState.HANDED_OVER
 
+    def close_if_leaving(self) -> None:
+        """At the loop's end of a copy that leaves its task without handing over (a rescale retired
+        it, or its draining loop raised): its inbox refuses what comes from now on, so senders
+        stash it for the task's current place (forwarded, or dropped with a log line), and what it
+        left unread is counted in the log rather than dropped in silence."""
+        if not self.retired and self.handover.state is not HandoverState.DRAINING:
+            return
+        left = self.inbox.close()
+        if left:
+            log.warning("executor %s: %d control messages left unread at its end (%s)", self.executor_id,
+                        len(left), "kinds " + ", ".join(str(k) for k in sorted({kind for kind, _src, _e in left})))
+
     def restore(self, entry: Mapping[str, Any]) -> None:
         """Take a handed-over snapshot: the state first, then what else moved (a spout's held
         acks call ``ack``/``fail``, which update that state), then the counters."""

@@ -470,6 +470,7 @@ class SpoutExecutor(UserExecutor):
 
     def teardown(self) -> None:
         spout: Spout = self.instance
+        self.close_if_leaving()
         if self.active:
             self._call(spout.deactivate)
         self._call(spout.close)

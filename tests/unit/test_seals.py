@@ -197,24 +197,74 @@ def test_a_local_sender_refused_by_a_handed_over_copy_sends_the_message_to_its_o
 def test_the_receiver_stashes_a_control_message_a_handed_over_copy_refused() -> None:
     """The control receiver looked the old copy up just before its hand-over: the refused message
     is stashed (and forwarded by the worker), not lost."""
-    from nstorm.net import free_port
-    from worker.delivery import Sockets
     from worker.transport import Transport
 
     worker, ex = _draining_mid(checkpoints=False)
     assert ex.handover.drained(input_empty=True)
     ex.handover.hand_over()
     worker.local_tasks = {0, 1, 3, 4}
-    sockets = Sockets()
-    transport = Transport(worker, sockets, "127.0.0.1", free_port("127.0.0.1"), free_port("127.0.0.1"),
-                          lambda *_: None)  # type: ignore[arg-type]
-    try:
-        frame = wire.control_message(wire.ACK, 1, 3, [[5, 6]])
-        transport._on_control([frame])
-        assert [(dst, channel, item) for dst, channel, item, _f in worker.stashed] == [
-            (1, "ctl", (wire.ACK, 3, ((5, 6),)))]
-        assert ex.ctl_q.empty()
-    finally:
-        transport.data_pull.close(linger=0)
-        transport.ctl_pull.close(linger=0)
-        sockets.context.destroy(linger=0)
+    transport = object.__new__(Transport)  # its receiving path, without bound sockets
+    transport.host, transport.dropped, transport.stale = worker, 0, 0
+    transport._on_control([wire.control_message(wire.ACK, 1, 3, [[5, 6]])])
+    assert [(dst, channel, item) for dst, channel, item, _f in worker.stashed] == [
+        (1, "ctl", (wire.ACK, 3, ((5, 6),)))]
+    assert ex.ctl_q.empty() and transport.dropped == 0
+
+
+def test_the_worker_keeps_stashed_what_an_inbox_closed_meanwhile_refuses(tmp_path: Any) -> None:
+    """``Worker.stash`` and ``_settle`` look an inbox up under the worker's lock, which a hand-over
+    does not take: what a closed inbox refuses stays stashed (forwarded once the worker sees the
+    copy gone), the rest of a stashed run included."""
+    from types import SimpleNamespace
+
+    from nstorm.config import merge_conf
+    from worker.delivery import CONTROL, Inbox
+    from worker.process import Worker
+
+    worker = Worker("n1", 1, "t", tmp_path / "store", None, "/nstorm")
+    worker.conf = merge_conf({})
+    inbox = Inbox(16)
+    worker.executors[1] = SimpleNamespace(inbox=inbox)  # type: ignore[assignment]  # still listed here
+    assert worker.stash(1, CONTROL, (wire.ACKED, 0, [1]), b"f1")
+    assert inbox.control.get_nowait() == (wire.ACKED, 0, [1]) and not worker.stashed
+    inbox.close()  # its hand-over, between the worker's look-up and its put
+    assert worker.stash(1, CONTROL, (wire.ACKED, 0, [2]), b"f2")
+    worker._settle()
+    assert [item for _at, (_c, item, _f) in worker.stashed[1]] == [(wire.ACKED, 0, [2])]
+
+    class ClosesAfterOne(Inbox):
+        __slots__ = ()
+
+        def put(self, channel: str, item: Any) -> bool:
+            taken = super().put(channel, item)
+            self.closed = True
+            return taken
+
+    second = ClosesAfterOne(16)
+    worker.executors[2] = SimpleNamespace(inbox=second)  # type: ignore[assignment]
+    worker.stashed[2] = [(0.0, (CONTROL, (wire.ACKED, 0, [n]), b"f")) for n in (3, 4, 5)]
+    worker._settle()
+    assert second.control.get_nowait() == (wire.ACKED, 0, [3])
+    assert [item for _at, (_c, item, _f) in worker.stashed[2]] == [(wire.ACKED, 0, [4]), (wire.ACKED, 0, [5])]
+
+
+def test_a_copy_that_leaves_without_handing_over_closes_its_inbox_and_logs_what_it_left(caplog: Any) -> None:
+    """A draining copy whose loop ended another way (it raised, or a rescale retired it) refuses
+    what comes after (senders stash it for the task's place) and names what it left unread; a
+    copy that stops with its worker keeps its inbox as it is."""
+    _worker, ex = _draining_mid(checkpoints=False)
+    ex.inbox.put_control(wire.COMMITTED, -1, 3)
+    ex.teardown()
+    assert ex.inbox.closed
+    assert ex.inbox.put_control(wire.COMMITTED, -1, 4) is False
+    assert "1 control messages left unread" in caplog.text
+
+    worker = FakeHost(plan_of(BEFORE), worker_id="n1:1")
+    running = BoltExecutor(worker, "mid:0", 1, Mid, _definition())  # type: ignore[arg-type]
+    running.teardown()
+    assert not running.inbox.closed
+
+    retired = BoltExecutor(worker, "mid:0", 1, Mid, _definition())  # type: ignore[arg-type]
+    retired.retired = True
+    retired.teardown()
+    assert retired.inbox.closed
