@@ -20,7 +20,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,8 +29,8 @@ from kazoo.client import KazooClient
 from nstorm import latency
 from nstorm.chaining import pointwise_pairs
 from nstorm.clusterstate import ClusterState
-from nstorm.config import merge_conf
-from nstorm.constraints import LatencyConstraint, constraints_of
+from nstorm.config import flag, merge_conf
+from nstorm.constraints import CONTROL_KEY, LatencyConstraint, constraints_of
 from nstorm.moves import recently_moved
 from nstorm.plan import Plan
 from nstorm.qospolicy import (
@@ -38,6 +38,7 @@ from nstorm.qospolicy import (
     ConstraintState,
     Decision,
     PathWindow,
+    count_window,
     decide,
     path_window,
     status_entry,
@@ -64,6 +65,21 @@ class _Tracked:
     last: PathWindow | None = None
     primed: bool = False  # its window's start sums are taken
     actions: list[dict[str, Any]] = field(default_factory=list)
+    pending: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # request node -> its action
+
+
+def _resume(t: _Tracked, entry: Mapping[str, Any] | None) -> None:
+    """Take the counts and actions of a constraint's record that an earlier leader wrote, if it is
+    the same constraint (its bound and window): counting goes on across a Nimbus fail-over. The
+    controller's judgement (a step to undo, holds, backoff) starts afresh."""
+    if not entry or entry.get("p99_ms") != t.constraint.p99_ms or entry.get("window_secs") != t.constraint.window_secs:
+        return
+    windows, met = entry.get("windows"), entry.get("windows_met")
+    if type(windows) is int and type(met) is int and 0 <= met <= windows:
+        t.state.windows, t.state.windows_met = windows, met
+    actions = entry.get("actions")
+    if isinstance(actions, list):
+        t.actions = [dict(a) for a in actions[-MAX_ACTIONS:] if isinstance(a, dict)]
 
 
 def colocating_move(plan: Plan, channel: str, held: set[str] | frozenset[str] = frozenset()) -> tuple[str, str] | None:
@@ -170,6 +186,9 @@ class LatencyController:
         self.conf = conf
         self.tracked: dict[str, dict[str, _Tracked]] = {}  # topology -> constraint name -> its state
         self.submissions: dict[str, Any] = {}
+        # topology -> when its last step was asked for: a window that began before it mixes both
+        # settings, so it is counted but no constraint of that topology acts on it.
+        self.stepped_at: dict[str, float] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="latency", daemon=True)
 
@@ -189,6 +208,7 @@ class LatencyController:
                 continue
             for name in set(self.tracked) - set(names):
                 del self.tracked[name]
+                self.stepped_at.pop(name, None)
             for name in names:
                 try:
                     self.tick(name, time.monotonic())
@@ -211,44 +231,57 @@ class LatencyController:
         if self.submissions.get(name) != topo.get("submission"):
             self.submissions[name] = topo.get("submission")
             self.tracked[name] = {}
+            self.stepped_at.pop(name, None)
+            kept = self._kept_record(name, topo.get("submission"))
+        else:
+            kept = {}
         tracked = self.tracked.setdefault(name, {})
         due = []
         for c in constraints:
             t = tracked.get(c.name)
             if t is None or t.constraint != c:
                 t = tracked[c.name] = _Tracked(c, since=now)
+                _resume(t, kept.get(c.name))
             if not t.primed or now - t.since >= c.window_secs:
                 due.append(t)
+        answered = self._collect_answers(name, tracked.values())
         if not due:
+            if answered:
+                self._write(name, constraints)
             return
         beats = self.cluster.heartbeats(name)
         sums = _sums(beats)
         plan, _ = self.cluster.plan(name)
         moves_ok = conf.get("topology.scheduler") == "otd"
-        control = conf.get("topology.latency.control", True) not in (False, "false", 0, "0")
+        control = flag(conf, CONTROL_KEY, True)
         base = float(conf.get("topology.batch.max.latency.ms") or 5)
         tuning = dict(plan.tuning) if plan is not None else {}
-        acted = False
         cpu = _executor_cpu(beats)
         for t in due:
             window = {k: latency.subtract(v, t.start.get(k, {})) for k, v in sums.items()}
+            began = t.since
             t.start, t.since = sums, now
             if not t.primed:
                 t.primed = True  # the window starts now
                 continue
             c = t.constraint
             win = path_window(c.path, c.name, window)
-            t.last = win if win.p99_ms is not None else t.last
+            t.last = win  # the last window, with or without samples (status says which)
+            if began < self.stepped_at.get(name, float("-inf")):
+                # Another constraint's step came during this window (one step per topology at a
+                # time: the next window shows its effect): counted, not acted on.
+                count_window(t.state, win, c.p99_ms)
+                continue
             chainable, hot, chained = (_chain_options(topo["definition"], plan, c.path, cpu, _parallel(beats))
                                        if plan else ([], [], []))
             step = decide(c.path, c.p99_ms, win, t.state, tuning, base, c.moves or moves_ok, chainable, hot,
-                          busy=_busy(plan, c.path, beats), chained=chained) if not acted else None
+                          busy=_busy(plan, c.path, beats), chained=chained)
             if step is not None and not control:
                 continue  # measured and reported, never acted on (topology.latency.control=false)
             if step is None or plan is None:
                 continue
             if self._act(name, plan, step, t, topo["definition"]):
-                acted = True  # one step per topology and window: the next window shows its effect
+                self.stepped_at[name] = now
                 if step.tuning is not None:
                     tuning = step.tuning
         self._write(name, constraints)
@@ -279,13 +312,62 @@ class LatencyController:
             else:
                 request["moves"] = [list(move)]
                 detail = f"{detail}: {move[0]} -> {move[1]}"
-        t.actions.append({"at": time.time(), "kind": kind, "detail": detail})
+        action = {"at": time.time(), "kind": kind, "detail": detail}
+        t.actions.append(action)
         del t.actions[:-MAX_ACTIONS]
         log.info("latency %s [%s]: %s %s", name, t.constraint.name, kind, detail)
         if kind == "warn":
             return False
-        self.zk.create(f"{self.paths.requests(name)}/req-", encode(request), sequence=True, makepath=True)
+        path = self.zk.create(f"{self.paths.requests(name)}/req-", encode(request), sequence=True, makepath=True)
+        t.pending.append((path, action))  # Nimbus answers in the node: a refusal is noted on the action
         return True
+
+    def _collect_answers(self, name: str, tracked: Iterable[_Tracked]) -> bool:
+        """Read Nimbus's answers to this controller's requests; a refused one is noted on its action
+        (``refused``: why) and its step forgotten (no window judges a step that was not taken).
+        True if an action changed. Answered nodes are deleted (Nimbus deletes the uncollected)."""
+        changed = False
+        for t in tracked:
+            waiting = []
+            for path, action in t.pending:
+                try:
+                    request, _stat = self.cluster.read(path)
+                except Exception:  # noqa: BLE001 - ZooKeeper trouble: ask again next tick
+                    waiting.append((path, action))
+                    continue
+                if request is None:
+                    continue  # gone (deleted after 300 s, or by hand)
+                result = request.get("result") if isinstance(request, dict) else None
+                if not isinstance(result, dict):
+                    waiting.append((path, action))
+                    continue
+                if not result.get("ok", True):
+                    action["refused"] = str(result.get("error") or "refused")
+                    t.state.undo, t.state.skip = None, 0
+                    changed = True
+                    log.warning("latency %s [%s]: Nimbus refused the %s step: %s", name, t.constraint.name,
+                                action["kind"], action["refused"])
+                try:
+                    self.zk.delete(path)
+                except Exception:  # noqa: BLE001 - gone already, or ZooKeeper trouble: Nimbus cleans up
+                    pass
+            t.pending = waiting
+        return changed
+
+    def _kept_record(self, name: str, submission: Any) -> dict[str, Mapping[str, Any]]:
+        """The constraints' entries of ``latency/<name>`` as an earlier leader wrote them for this
+        submission (constraint name -> entry): a new leader goes on counting from them."""
+        try:
+            record, _stat = self.cluster.read(self.paths.latency(name))
+        except Exception:  # noqa: BLE001 - no record, or not readable: start from nothing
+            return {}
+        if not isinstance(record, dict) or record.get("submission") != submission or submission is None:
+            return {}
+        kept: dict[str, Mapping[str, Any]] = {}
+        for entry in record.get("constraints") or ():
+            if isinstance(entry, dict) and isinstance(entry.get("path"), list):
+                kept[">".join(str(p) for p in entry["path"])] = entry
+        return kept
 
     def _write(self, name: str, constraints: Sequence[LatencyConstraint]) -> None:
         tracked = self.tracked.get(name, {})

@@ -35,7 +35,9 @@ from nstorm.errors import ConfigError, TopologyError
 
 __all__ = [
     "CONF_KEY",
+    "CONTROL_KEY",
     "DEFINITION_KEY",
+    "MIN_WINDOW_SECS",
     "SAMPLE_KEY",
     "LatencyConstraint",
     "check_submit",
@@ -53,6 +55,11 @@ SAMPLE_KEY = "topology.latency.sample.ms"
 """How often (ms) an executor that starts a constrained path samples a tuple."""
 
 _KEYS = ("path", "p99_ms", "window_secs", "moves")
+CONTROL_KEY = "topology.latency.control"
+"""The conf key: false measures and reports constraints, never acts on them."""
+MIN_WINDOW_SECS = 1.0
+"""The shortest window: the workers report their samples with their heartbeats, once a second."""
+_FLAGS = ("true", "false", "1", "0", "yes", "no", "on", "off")
 _SEPARATOR = ">"  # never in a component name (letters, digits, '_', '-'; see nstorm/topology.py)
 
 
@@ -88,8 +95,12 @@ class LatencyConstraint:
 
 
 def _positive(value: Any) -> bool:
-    return (isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-            and value > 0)
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value) and value > 0
+    except OverflowError:  # an int too large for a float (JSON has no limit): not a usable bound
+        return False
 
 
 def input_components(definition: Mapping[str, Any]) -> dict[str, set[str]]:
@@ -99,7 +110,8 @@ def input_components(definition: Mapping[str, Any]) -> dict[str, set[str]]:
             for name, comp in components.items()}
 
 
-def _parse_path(raw: Any, where: str, edges: Mapping[str, set[str]]) -> tuple[str, ...]:
+def _parse_path(raw: Any, where: str, edges: Mapping[str, set[str]],
+                windowed: frozenset[str] = frozenset()) -> tuple[str, ...]:
     if isinstance(raw, str) or not isinstance(raw, Sequence):
         msg = f"{where}: path must be a list of component names, got {raw!r}"
         raise TopologyError(msg)
@@ -119,10 +131,18 @@ def _parse_path(raw: Any, where: str, edges: Mapping[str, set[str]]) -> tuple[st
         if a not in edges[b]:
             msg = f"{where}: {_SEPARATOR.join(path)!r} is not a path of the topology: {b!r} has no input from {a!r}"
             raise TopologyError(msg)
+    for name in path[:-1]:
+        if name in windowed:
+            # What a windowed bolt emits is a window's result, not the tuple it took: no single
+            # tuple's latency goes through it (it may end a path: its processing is measured).
+            msg = (f"{where}: {_SEPARATOR.join(path)!r} goes through windowed bolt {name!r}; a windowed bolt "
+                   "can only end a path")
+            raise TopologyError(msg)
     return path
 
 
-def _parse_one(entry: Any, where: str, edges: Mapping[str, set[str]]) -> LatencyConstraint:
+def _parse_one(entry: Any, where: str, edges: Mapping[str, set[str]],
+               windowed: frozenset[str] = frozenset()) -> LatencyConstraint:
     if not isinstance(entry, Mapping):
         msg = f"{where}: expected an object like {{\"path\": [...], \"p99_ms\": 10}}, got {entry!r}"
         raise TopologyError(msg)
@@ -134,15 +154,16 @@ def _parse_one(entry: Any, where: str, edges: Mapping[str, set[str]]) -> Latency
         if key not in entry:
             msg = f"{where}: {key!r} is missing"
             raise TopologyError(msg)
-    path = _parse_path(entry["path"], where, edges)
+    path = _parse_path(entry["path"], where, edges, windowed)
     where = f"{where} {_SEPARATOR.join(path)!r}"
     p99_ms = entry["p99_ms"]
     if not _positive(p99_ms):
         msg = f"{where}: p99_ms must be a positive, finite number of milliseconds, got {p99_ms!r}"
         raise TopologyError(msg)
     window_secs = entry.get("window_secs", 5.0)
-    if not _positive(window_secs):
-        msg = f"{where}: window_secs must be a positive, finite number of seconds, got {window_secs!r}"
+    if not _positive(window_secs) or window_secs < MIN_WINDOW_SECS:
+        msg = (f"{where}: window_secs must be a finite number of seconds, at least {MIN_WINDOW_SECS:g} (the "
+               f"workers report their samples once a second), got {window_secs!r}")
         raise TopologyError(msg)
     moves = entry.get("moves", False)
     if not isinstance(moves, bool):
@@ -164,8 +185,9 @@ def parse_constraints(
     :arg source: where ``raw`` came from, for the messages.
     :returns: the constraints, in order.
     :raises TopologyError: one line naming the constraint and the first problem: malformed JSON,
-        a wrong type, an unknown key, a non-positive or non-finite bound or window, an unknown
-        component, fewer than two components, a path the DAG does not have, the same path twice.
+        a wrong type, an unknown key, a non-positive or non-finite bound, a window under
+        :data:`MIN_WINDOW_SECS`, an unknown component, fewer than two components, a path the DAG
+        does not have or that goes through a windowed bolt, the same path twice.
     """
     if raw is None:
         return []
@@ -181,10 +203,11 @@ def parse_constraints(
         msg = f"{source}: expected a list of constraints like [{{\"path\": [...], \"p99_ms\": 10}}], got {raw!r}"
         raise TopologyError(msg)
     edges = input_components(definition)
+    windowed = frozenset(n for n, c in (definition.get("components") or {}).items() if c.get("window"))
     result: list[LatencyConstraint] = []
     seen: set[tuple[str, ...]] = set()
     for i, entry in enumerate(raw):
-        constraint = _parse_one(entry, f"{source}[{i}]", edges)
+        constraint = _parse_one(entry, f"{source}[{i}]", edges, windowed)
         if constraint.path in seen:  # two bounds on one path: which one holds is anyone's guess
             msg = f"{source}[{i}]: path {constraint.name!r} is constrained twice"
             raise TopologyError(msg)
@@ -218,5 +241,9 @@ def check_submit(definition: Mapping[str, Any], conf: Mapping[str, Any]) -> list
     sample = conf.get(SAMPLE_KEY, 5)
     if not _positive(sample):
         msg = f"{SAMPLE_KEY} must be a positive, finite number of milliseconds, got {sample!r}"
+        raise ConfigError(msg)
+    control = conf.get(CONTROL_KEY, True)
+    if not isinstance(control, bool) and not (isinstance(control, str) and control.strip().lower() in _FLAGS):
+        msg = f"{CONTROL_KEY} must be true or false, got {control!r}"
         raise ConfigError(msg)
     return constraints

@@ -26,7 +26,8 @@ window at most:
   wake-up each) would make that worse: a buffer this controller shrank grows back. If
   neither helps, ask to *move* one executor so that the path's channel that waits longest
   stays inside one worker, if the constraint may move executors; else warn, naming the channel
-  that dominates, and back off (1, 2, 4, 8 windows between tries).
+  that dominates, and back off (1, 2, 4, 8 windows between tries; back to 1 after
+  :data:`BACKOFF_RESET_WINDOWS` met windows in a row).
 - **slack** (p99 under :data:`SLACK_SHARE` of the bound for :data:`SLACK_WINDOWS` windows in a
   row): grow the tightest buffer back by half again (throughput), until it is the
   configured one and its entry is dropped.
@@ -52,8 +53,8 @@ from typing import Any
 
 from nstorm import latency
 
-__all__ = ["BUSY_CORES", "CHEAP_SHARE", "FLOOR_MS", "SLACK_SHARE", "SLACK_WINDOWS", "Decision", "PathWindow", "ConstraintState", "decide",
-           "mean_secs", "path_window", "status_entry"]
+__all__ = ["BACKOFF_RESET_WINDOWS", "BUSY_CORES", "CHEAP_SHARE", "FLOOR_MS", "SLACK_SHARE", "SLACK_WINDOWS", "Decision",
+           "PathWindow", "ConstraintState", "count_window", "decide", "mean_secs", "path_window", "status_entry"]
 
 FLOOR_MS = 0.5  # the smallest output-buffer bound the controller sets
 WORSE = 1.1  # a buffer step after which p99 grew by more than this factor is undone
@@ -70,6 +71,9 @@ CHEAP_SHARE = 0.25
 SLACK_SHARE = 0.5  # a window whose p99 is under this share of the bound has slack
 SLACK_WINDOWS = 2  # windows of slack in a row before a buffer grows back
 MAX_BACKOFF = 8  # windows between two tries at most, once nothing helps
+# Met windows in a row before the backoff starts again at one window: a p99 hovering at the bound
+# (met, broken, met...) must not bring a try every other window for good.
+BACKOFF_RESET_WINDOWS = 3
 
 
 def mean_secs(hist: Mapping[int, int]) -> float:
@@ -121,6 +125,7 @@ class ConstraintState:
     slack: int = 0  # windows of slack in a row
     skip: int = 0  # windows not to act in (after an action, or backing off)
     backoff: int = 1
+    met_run: int = 0  # judged windows met in a row
     warning: str | None = None
     # The last buffer step, until the next judged window says whether it helped: the tuning before
     # it, its channel and the p99 that asked for it; a step after which p99 got worse is undone.
@@ -180,6 +185,20 @@ def _grown(tuning: Mapping[str, Mapping[str, float]], channel: str, bound_ms: fl
     return new, grown
 
 
+def count_window(state: ConstraintState, win: PathWindow, bound_ms: float) -> bool | None:
+    """Count one window in ``state`` (judged, met, met in a row); whether it met the bound, None
+    (not counted) if no sample came through it. :func:`decide` counts its windows with it; a
+    window the controller judges but may not act on (another constraint of the topology took a
+    step during it) is counted with it alone."""
+    if win.p99_ms is None:
+        return None
+    met = win.p99_ms <= bound_ms
+    state.windows += 1
+    state.windows_met += met
+    state.met_run = state.met_run + 1 if met else 0
+    return met
+
+
 def decide(path: Sequence[str], bound_ms: float, win: PathWindow, state: ConstraintState,
            tuning: Mapping[str, Mapping[str, float]], base_latency_ms: float, moves: bool,
            chainable: Sequence[str] = (), hot: Sequence[str] = (), busy: bool = True,
@@ -196,11 +215,9 @@ def decide(path: Sequence[str], bound_ms: float, win: PathWindow, state: Constra
         windows = _hold(state, hot[0])
         return Decision("unchain", f"{hot[0]}: its host thread saturates a core; not chained again for {windows} "
                                    "windows", channel=hot[0])
-    if win.p99_ms is None:
+    met = count_window(state, win, bound_ms)
+    if met is None:
         return None  # no sample came through: nothing to judge
-    state.windows += 1
-    met = win.p99_ms <= bound_ms
-    state.windows_met += met
     if state.skip > 0:
         state.skip -= 1
         return None
@@ -247,7 +264,8 @@ def decide(path: Sequence[str], bound_ms: float, win: PathWindow, state: Constra
     current = {ch: float((tuning.get(ch) or {}).get("latency_ms", base_latency_ms)) for ch in channels}
     if met:
         state.warning = None
-        state.backoff = 1
+        if state.met_run >= BACKOFF_RESET_WINDOWS:
+            state.backoff = 1
         state.slack = state.slack + 1 if win.p99_ms < SLACK_SHARE * bound_ms else 0
         tuned = [ch for ch in channels if current[ch] < base_latency_ms]
         if state.slack < SLACK_WINDOWS or not tuned:

@@ -14,9 +14,9 @@ UI keeps no state of its own. Labels: ``topology``, ``component``, ``executor``,
 - per topology: migrations by mode and by whom, OTD rounds by case, checkpoint restores, pending
   spout tuples, chained executors;
 - per latency constraint (label ``path``: ``a>b>c``): its bound and its last window's measured
-  p99 (seconds; no sample before the first judged window), whether that window met the bound
-  (1/0, none before it), and the windows judged and met (counters of the leading Nimbus's
-  controller: they start again at 0 when another Nimbus takes over);
+  p99 (seconds; none while the last window had no sample), whether that window met the bound
+  (1/0, none without a sample), and the windows judged and met (counters of the leading
+  Nimbus's controller, which a Nimbus that takes over goes on from);
 - user metrics (``context.register_counter`` / ``register_gauge``): ``nstorm_user_<name>_total``
   and ``nstorm_user_<name>``.
 """
@@ -172,9 +172,9 @@ def _constraints(f: _Families, view: TopologyView) -> None:
         if c.get("met") is not None:
             f.gauge("nstorm_latency_constraint_met", "1 if the last judged window met the bound, else 0",
                     labels).add_metric(key, 1 if c["met"] else 0)
-        f.counter("nstorm_latency_constraint_windows", "Windows judged (since this Nimbus leads)",
+        f.counter("nstorm_latency_constraint_windows", "Windows judged (counted on across Nimbus fail-overs)",
                   labels).add_metric(key, int(c.get("windows") or 0))
-        f.counter("nstorm_latency_constraint_windows_met", "Judged windows that met the bound (since this Nimbus leads)",
+        f.counter("nstorm_latency_constraint_windows_met", "Judged windows that met the bound (counted on across Nimbus fail-overs)",
                   labels).add_metric(key, int(c.get("windows_met") or 0))
 
 

@@ -146,10 +146,13 @@ def test_module_docstring_example() -> None:
         ('[{"path": ["sentences", "split"], "p99_ms": Infinity}]', "p99_ms must be a positive, finite number"),
         (_one(p99_ms="10"), "p99_ms must be a positive, finite number"),
         (_one(p99_ms=True), "p99_ms must be a positive, finite number"),
-        (_one(window_secs=0), "window_secs must be a positive, finite number"),
-        (_one(window_secs=-5), "window_secs must be a positive, finite number"),
-        (_one(window_secs=float("inf")), "window_secs must be a positive, finite number"),
-        (_one(window_secs=None), "window_secs must be a positive, finite number"),
+        ('[{"path": ["sentences", "split"], "p99_ms": 1%s}]' % ("0" * 400), "p99_ms must be a positive, finite number"),
+        (_one(window_secs=0), "window_secs must be a finite number of seconds, at least 1"),
+        (_one(window_secs=-5), "window_secs must be a finite number of seconds, at least 1"),
+        (_one(window_secs=0.5), "window_secs must be a finite number of seconds, at least 1"),
+        (_one(window_secs=10**400), "window_secs must be a finite number of seconds, at least 1"),
+        (_one(window_secs=float("inf")), "window_secs must be a finite number of seconds, at least 1"),
+        (_one(window_secs=None), "window_secs must be a finite number of seconds, at least 1"),
         (_one(moves="yes"), "moves must be true or false"),
         (_one(moves=1), "moves must be true or false"),
         ([{"path": ["sentences", "nope"], "p99_ms": 1}], "unknown component 'nope'"),
@@ -194,7 +197,7 @@ def test_builder_rejects_a_non_path_at_build() -> None:
     ("args", "needle"),
     [
         ((["sentences", "split"], 0), "p99_ms must be a positive"),
-        ((["sentences", "split"], 10, -1.0), "window_secs must be a positive"),
+        ((["sentences", "split"], 10, -1.0), "window_secs must be a finite number of seconds"),
         ((["sentences", "ghost"], 10), "unknown component 'ghost'"),
         ((["sentences"], 10), "needs at least 2 components"),
         (("sentences>split", 10), "path must be a list"),
@@ -219,9 +222,42 @@ def test_conf_errors_at_submit_check() -> None:
     with pytest.raises(TopologyError, match="unknown component 'ghost'"):
         check_submit(definition, merge_conf(
             {"topology.latency.constraints": '[{"path": ["sentences", "ghost"], "p99_ms": 3}]'}))
-    for bad in (0, -1, "fast", None, float("nan")):
+    for bad in (0, -1, "fast", None, float("nan"), 10**400):
         with pytest.raises(ConfigError, match="topology.latency.sample.ms must be a positive"):
             check_submit(definition, merge_conf({"topology.latency.sample.ms": bad}))
+    for bad_flag in ("maybe", 2, None, "", [True]):
+        with pytest.raises(ConfigError, match="topology.latency.control must be true or false"):
+            check_submit(definition, merge_conf({"topology.latency.control": bad_flag}))
+    for good in (False, "off", "FALSE", "no", "true"):
+        check_submit(definition, merge_conf({"topology.latency.control": good}))
+
+
+def test_a_windowed_bolt_can_end_a_path_but_not_be_gone_through() -> None:
+    """What a windowed bolt emits is a window's result: no tuple's latency goes through it."""
+    from nstorm import Window, WindowedBolt
+
+    class Totals(WindowedBolt):
+        outputs = ("total",)
+        window = Window.tumbling(10.0)
+
+        def init_window(self) -> int:
+            return 0
+
+        def add_to_window(self, acc: int, tup: Tuple) -> int:
+            return acc + 1
+
+        def fire_window(self, acc: int, window: Any) -> None:
+            self.emit((acc,))
+
+    b = TopologyBuilder("w")
+    b.set_spout("sentences", Sentences)
+    b.set_bolt("totals", Totals).shuffle_grouping("sentences")
+    b.set_bolt("report", Split).shuffle_grouping("totals")
+    definition = dict(b.build().definition)
+    assert [c.name for c in parse_constraints([{"path": ["sentences", "totals"], "p99_ms": 5}], definition)] == [
+        "sentences>totals"]
+    with pytest.raises(TopologyError, match="goes through windowed bolt 'totals'; a windowed bolt can only end a path"):
+        parse_constraints([{"path": ["sentences", "totals", "report"], "p99_ms": 5}], definition)
 
 
 def test_client_submit_checks_before_touching_zookeeper() -> None:
