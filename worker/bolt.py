@@ -354,14 +354,18 @@ class BoltExecutor(UserExecutor):
                     qos.resolve()
 
     def _drain_queued(self) -> None:
-        """Take what waits on the queue (the caller holds the inbox's lock)."""
+        """Take what waits on the queue (the caller holds the inbox's lock); a bad batch is dropped
+        as in the loop, and the rest (and then the host's item) taken all the same."""
         get = self.data_q.get_nowait
         while True:
             try:
                 src, batch = get()
             except queue.Empty:
                 return
-            self.take(src, batch)
+            try:
+                self.take(src, batch)
+            except Exception as exc:  # this executor's error, never its host's
+                self._drop_batch(exc)
 
     def _guest_pass(self) -> None:
         """One pass of the loop while chained (or about to be): everything that needs no input,
@@ -384,12 +388,20 @@ class BoltExecutor(UserExecutor):
                 self.shift_step()
             if self.routing is not None and self.routing.rescales:
                 self.rescale_tick()
-            if not outbox.courier.backlog or outbox.courier.drain():
-                self._drain_queued()  # from elsewhere than the host (a plan on its way), or left when it let go
+            if not self.data_q.empty() and (not outbox.courier.backlog or outbox.courier.drain()):
+                # From elsewhere than the host (a plan on its way), or queued behind its chain mark
+                # or when it let go: what they emit leaves by the deadlines this arms (the host's
+                # loop keeps them, tend_guests), not only once the host hands over something more.
+                began = time.monotonic()
+                outbox.deadline.worked(began)
+                outbox.ctl_deadline.worked(began)
+                self._drain_queued()
             routing = self.routing
             if inbox.host >= 0 and (self.handover.draining or (
                     routing is not None and routing.version > self.chained_version
                     and routing.chains.get(self.task) != inbox.host)):
+                if inbox.offer == inbox.host:
+                    inbox.offer = -1  # declined: the host's next plan that chains it offers again (Outbox._rechain)
                 inbox.host = -1  # moved, or a newer plan has no such chain: it ends here, whatever the host does
                 inbox.guest = None
             now = time.monotonic()
@@ -467,6 +479,12 @@ class BoltExecutor(UserExecutor):
             self.outbox.send_barrier(cid)
         held = self.aligner.release()
         self.take = self._process_batch
+        if held:
+            # The barrier sent every buffer and disarmed the deadlines: what the held batches emit
+            # leaves by new ones, not only once more input comes (none may, at a stream's end).
+            began = time.monotonic()
+            self.outbox.deadline.worked(began)
+            self.outbox.ctl_deadline.worked(began)
         for item in held:
             self.take(*item)
 

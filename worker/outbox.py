@@ -146,6 +146,10 @@ class Outbox:
         """Ask the executors the plan chains to this one to run in its thread, release the others."""
         me = self.host.worker_id
         want = {d for d, u in routing.chains.items() if u == self.task and routing.location[d] == me}
+        for d in list(self.guests):
+            inbox = self.host.inbox(d)
+            if inbox is not None and inbox.offer != self.task and inbox.host != self.task:
+                self.guests.discard(d)  # it let go itself (it moved, or saw a plan without the chain)
         for d in self.guests - want:
             self.courier.release(d)
             self.guests.discard(d)

@@ -829,3 +829,22 @@ def test_activating_a_topology_again_gives_it_as_many_tries_again(tmp_path: Path
     desired[0] = TopologyStatus.ACTIVE
     coordinator.step("t")
     assert json.loads(zk.get(paths.checkpoints("t"))[0])["rollbacks_in_a_row"] == 0
+
+
+def test_what_the_batches_held_in_an_alignment_emit_leaves_by_a_deadline(tmp_path: Path) -> None:
+    """The barrier sends every buffer and disarms the deadlines; the held batches then emit into
+    buffers that nothing would send until more input came (none may: a stream's end), their
+    trees timing out and replayed. Their deadlines are armed again."""
+    host = FakeHost(plan_of(PLACES), acking=False, **{"topology.batch.adaptive": False})
+    host.checkpoints = Checkpoints(tmp_path)
+    ex = BoltExecutor(host, "sum:0", 2, Sum, _definition())  # type: ignore[arg-type]
+    ex.setup()
+    try:
+        ex.take(0, _batch(1, 2))
+        ex.take(0, 1)
+        ex.take(0, _batch(100, 101))  # held
+        ex.take(1, 1)  # aligned: the barrier on, then the held batch into a fresh buffer
+        assert ex.outbox.holding()
+        assert ex.outbox.deadline.at is not None and ex.outbox.ctl_deadline.at is not None
+    finally:
+        host.checkpoints.store.close()

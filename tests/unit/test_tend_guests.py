@@ -148,3 +148,81 @@ def test_a_released_guests_buffers_leave_at_once() -> None:
     Courier(host, 0).release(1)  # type: ignore[arg-type]
     assert inbox.host == -1 and inbox.guest is None
     assert guest.outbox.sent == ["data"]
+
+
+class _Mid(Bolt):
+    outputs = ("n",)
+
+    def process(self, tup: Any) -> None:
+        self.emit((tup["n"],))
+
+
+def _mid() -> BoltExecutor:
+    """numbers:0 -> mid:0 (local_or_shuffle, chainable) -> sink:0, all in one worker; batches of 100."""
+    builder = TopologyBuilder("t")
+    builder.set_spout("numbers", _Numbers)
+    builder.set_bolt("mid", _Mid).local_or_shuffle_grouping("numbers")
+    builder.set_bolt("sink", _Sink).shuffle_grouping("mid")
+    places = {"numbers:0": "n1:1", "mid:0": "n1:1", "sink:0": "n1:1", "__acker:0": "n1:1"}
+    host = FakeHost(plan_of(places), acking=False, **{"topology.batch.adaptive": False})
+    ex = BoltExecutor(host, "mid:0", 1, _Mid, builder.build(workers=1).definition)  # type: ignore[arg-type]
+    host.adopt(1, ex.inbox)
+    ex.setup()
+    ex.ctl_q = _Recording()  # no control: a guest pass does not wait for it
+    return ex
+
+
+def test_batches_a_guest_takes_in_its_own_pass_leave_by_a_deadline() -> None:
+    """Batches queued behind the host's chain mark (or sent back while the guest's peer took
+    nothing) are taken in the guest's own pass: their output used to wait in its buffers with no
+    deadline armed until the host handed over something more (a quiet source: never)."""
+    ex = _mid()
+    ex.inbox.offer = 0  # the spout's task offered to run it
+    ex.guest_pending = 0  # its chain mark taken
+    ex.data_q.put((0, ([(1,), (2,)], None, None)))  # queued behind the mark
+    ex._guest_pass()
+    assert ex.inbox.host == 0, "chained"
+    assert ex.outbox.holding()
+    assert ex.outbox.deadline.at is not None, "what it emitted leaves at the deadline the host keeps"
+
+
+def test_a_bad_queued_batch_is_dropped_and_the_hosts_item_still_taken() -> None:
+    """A queued batch that decoded but is not what it claims is dropped as in the loop: the host's
+    own item after it is taken (it was lost: a move's marker, or a checkpoint's barrier), and a
+    guest's own pass goes on (its loop ended)."""
+    ex = _mid()
+    ex.inbox.guest, ex.inbox.host = ex, 0
+    ex.chained_version = ex.routing.version
+    ex.data_q.put((0, "not a batch"))
+    ex.take_chained(0, ([(5,)], None, None))
+    assert ex.executed == 1 and ex.errors == 1
+    ex.data_q.put((0, "not a batch either"))
+    ex.data_q.put((0, ([(6,)], None, None)))
+    ex._guest_pass()  # raised out of the executor's loop before
+    assert ex.executed == 2 and ex.errors == 2
+
+
+def test_a_guest_that_let_go_itself_is_offered_again_by_a_plan_that_chains_it() -> None:
+    """A guest ends its chain itself when its own (newer) plan has none; a host that then jumps to
+    a plan that chains the pair again offered nothing (it still counted it a guest): the plan said
+    chained, the executors were not."""
+    from worker.chaining import CHAIN_MARK
+    from worker.outbox import Outbox
+    from worker.routing import RoutingTable
+
+    ex = _mid()
+    host = ex.host
+    plan = plan_of({"numbers:0": "n1:1", "mid:0": "n1:1", "sink:0": "n1:1", "__acker:0": "n1:1"})
+    chained = RoutingTable.from_plan(plan.replace(version=2, chains={"mid:0": "numbers:0"}))
+    spout = Outbox(host, 0, "numbers", ex.definition)
+    spout.rebuild(chained)
+    assert spout.guests == {1} and ex.inbox.offer == 0
+    assert ex.data_q.get_nowait() == (0, CHAIN_MARK)
+    ex.guest_pending = 0
+    ex._guest_pass()
+    assert ex.inbox.host == 0
+    host.routing = RoutingTable.from_plan(plan.replace(version=3))  # the guest's newer plan: no chain
+    ex._guest_pass()
+    assert ex.inbox.host == -1 and ex.inbox.offer == -1, "it let go"
+    spout.rebuild(RoutingTable.from_plan(plan.replace(version=4, chains={"mid:0": "numbers:0"})))
+    assert ex.inbox.offer == 0 and ex.data_q.get_nowait() == (0, CHAIN_MARK), "offered again"
