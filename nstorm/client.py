@@ -8,6 +8,7 @@ plan with the workers' heartbeats into the schema of ``nstorm status --json``.
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import time
 import uuid
@@ -179,8 +180,8 @@ class ClusterClient:
     def kill(self, name: str, wait_secs: float = 0.0) -> None:
         """Deactivate ``name`` now and have Nimbus remove it after ``wait_secs``."""
         self._require(name)
-        if wait_secs < 0:
-            msg = f"--wait must be >= 0, got {wait_secs}"
+        if not math.isfinite(wait_secs) or wait_secs < 0:  # NaN: a kill_at never reached, the topology never removed
+            msg = f"--wait must be a finite number of seconds >= 0, got {wait_secs}"
             raise UsageError(msg)
         self.zk.set(
             self.paths.status(name),
@@ -268,6 +269,9 @@ class ClusterClient:
             self._check_rescale(name, topo, parallelism, workers)
         elif not random_count:
             self._check_moves(name, moves)
+        if wait_secs is not None and (not math.isfinite(wait_secs) or wait_secs < 0):
+            msg = f"--wait must be a finite number of seconds >= 0, got {wait_secs}"  # NaN: deactivated for good
+            raise UsageError(msg)
         if wait_secs is None:
             conf = {**topo["definition"].get("conf", {}), **topo.get("conf", {})}
             wait_secs = float(conf.get("topology.message.timeout.secs", 30)) if mode == "stop" else 0.0

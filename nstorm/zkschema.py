@@ -32,7 +32,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError, NoNodeError
 from kazoo.retry import KazooRetry
 
-from nstorm.errors import AuthError, ClusterError, ZooKeeperError
+from nstorm.errors import AuthError, ClusterError, ConfigError, ZooKeeperError
 from nstorm.records import TopologyStatus
 from nstorm.zkauth import AUTH_ENV, AUTH_KEY, ZkCredentials, lock_down
 
@@ -219,7 +219,11 @@ def connect(
     # Reconnect at least every second: kazoo's default back-off grows to an hour, so after a
     # ZooKeeper restart of a few seconds clients came back after their sessions had expired.
     retry = KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=1.0)
-    zk = KazooClient(hosts=address, timeout=session_timeout, connection_retry=retry, **extra)
+    try:
+        zk = KazooClient(hosts=address, timeout=session_timeout, connection_retry=retry, **extra)
+    except ValueError as exc:  # a port that is not a number, an empty host list
+        msg = f"bad ZooKeeper address {address!r} (HOST:PORT[,HOST:PORT...]): {exc}"
+        raise ConfigError(msg) from None
     try:
         zk.start(timeout=timeout)
     except Exception as exc:

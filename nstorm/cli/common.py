@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import sys
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
@@ -45,6 +46,14 @@ def exit_with_error(message: str, code: int = 1) -> None:
     """One red line on stderr, then exit with ``code`` (2 for bad input)."""
     err_console.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
+
+
+def quiet_kazoo() -> None:
+    """kazoo logs every failed connection attempt as a warning; a CLI command that configured no
+    log would print a dozen such lines before its own one-line error (daemons keep them: they
+    configure their logs)."""
+    if not logging.getLogger().handlers:
+        logging.getLogger("kazoo").setLevel(logging.CRITICAL)
 
 
 def cli_errors(fn: F) -> F:

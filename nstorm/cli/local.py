@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 import signal
 import time
@@ -110,8 +111,8 @@ def register(app: typer.Typer) -> None:
         file: Annotated[Path, typer.Argument(help="topology file defining `topology` or `make_topology(conf)`")],
         duration: Annotated[float, typer.Option(help="seconds to run (0: until Ctrl-C)")] = 0.0,
         conf: ConfOption = None,
-        supervisors: Annotated[int, typer.Option(min=1, help="supervisors (nodes) to start")] = 1,
-        slots: Annotated[int | None, typer.Option(help="worker slots per supervisor (default: enough)")] = None,
+        supervisors: Annotated[int, typer.Option(min=1, max=64, help="supervisors (nodes) to start")] = 1,
+        slots: Annotated[int | None, typer.Option(min=1, max=1024, help="worker slots per supervisor (default: enough)")] = None,
         migrate_every: Annotated[
             float, typer.Option(help="move a random executor live (thread mode) every S seconds; 0: never")
         ] = 10.0,
@@ -123,6 +124,7 @@ def register(app: typer.Typer) -> None:
         from nstorm.client import ClusterClient
         from nstorm.config import merge_conf, parse_conf_options, security_conf
         from nstorm.constraints import check_submit as check_constraints
+        from nstorm.errors import ConfigError, UsageError
         from nstorm.loader import load_topology
         from nstorm.localcluster import LocalCluster
         from nstorm.zkauth import AUTH_KEY
@@ -130,7 +132,14 @@ def register(app: typer.Typer) -> None:
         overrides = parse_conf_options(conf or [])
         topology = load_topology(file, overrides)  # bad input: exit 2 before anything starts
         check_constraints(topology.definition, merge_conf(topology.conf, overrides))  # latency constraints too
-        workers = int(overrides.get("topology.workers", topology.workers))
+        workers = overrides.get("topology.workers", topology.workers)
+        if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= 1024:
+            msg = f"-c topology.workers={workers!r}: expected an integer from 1 to 1024"
+            raise ConfigError(msg)
+        for option, value in (("--duration", duration), ("--migrate-every", migrate_every)):
+            if not math.isfinite(value) or value < 0:
+                msg = f"{option} must be a finite number of seconds >= 0, got {value}"
+                raise UsageError(msg)
         slots = slots or max(1, -(-workers // supervisors))
         # ZooKeeper ACLs and CurveZMQ are the daemons' settings (checked here: exit 2 on bad keys)
         cluster = LocalCluster(supervisors=supervisors, slots=slots, conf=security_conf(overrides), ui_port=ui_port)

@@ -11,7 +11,14 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from nstorm.cli.common import ConfOption, ZkOption, ZkRootOption, cli_errors, print_json
+from nstorm.cli.common import (
+    ConfOption,
+    ZkOption,
+    ZkRootOption,
+    cli_errors,
+    print_json,
+    quiet_kazoo,
+)
 from nstorm.window.status import describe_windows
 
 JsonOption = Annotated[bool, typer.Option("--json", help="print JSON")]
@@ -20,6 +27,7 @@ JsonOption = Annotated[bool, typer.Option("--json", help="print JSON")]
 def _client(zk: str | None, zk_root: str, auth: str | None = None) -> Any:
     from nstorm.client import ClusterClient
 
+    quiet_kazoo()
     return ClusterClient(zk, zk_root, auth=auth)  # auth None: $NSTORM_ZK_AUTH
 
 

@@ -7,7 +7,14 @@ from typing import Annotated, Any
 
 import typer
 
-from nstorm.cli.common import ZkOption, ZkRootOption, cli_errors, err_console, print_json
+from nstorm.cli.common import (
+    ZkOption,
+    ZkRootOption,
+    cli_errors,
+    err_console,
+    print_json,
+    quiet_kazoo,
+)
 
 
 def heatmap(traffic: dict[str, Any], placement: dict[str, str], path: Path, title: str) -> Path:
@@ -66,6 +73,7 @@ def register(app: typer.Typer) -> None:
         if window <= 0:
             msg = f"--window must be > 0, got {window}"
             raise UsageError(msg)
+        quiet_kazoo()
         with ClusterClient(zk, zk_root) as client:
             client.status(name)  # unknown topology: exit 2 before Spark starts
             plan = client.plan(name)
