@@ -20,7 +20,7 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from nstorm import latency
 from nstorm.clusterstate import ClusterState
-from nstorm.config import merge_conf
+from nstorm.config import check_topology_conf, merge_conf
 from nstorm.constraints import check_submit as check_constraints
 from nstorm.constraints import constraints_of
 from nstorm.errors import ClusterError, ConfigError, NotFoundError, UsageError
@@ -123,6 +123,7 @@ class ClusterClient:
         state = state_config(merge_conf(definition.get("conf"), conf))  # ConfigError: exit 2, one line
         check_windows(definition, merge_conf(definition.get("conf"), conf))
         check_constraints(definition, merge_conf(definition.get("conf"), conf))  # TopologyError: exit 2
+        check_topology_conf(merge_conf(definition.get("conf"), conf))  # the other known settings' kinds
         if state.durable:
             for cname, comp in definition["components"].items():
                 if comp["kind"] != "spout" and int(comp["parallelism"]) > state.max_parallelism:

@@ -8,12 +8,13 @@ topology's own ``build(conf=...)`` settings, then :data:`DEFAULTS`.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from nstorm.errors import ConfigError
 
-__all__ = ["DEFAULTS", "ENV_CPU_LIMIT", "SECURITY_KEYS", "check_security_conf", "flag", "merge_conf", "parse_conf_options", "security_conf"]
+__all__ = ["DEFAULTS", "ENV_CPU_LIMIT", "SECURITY_KEYS", "check_security_conf", "check_topology_conf", "flag", "merge_conf", "parse_conf_options", "security_conf"]
 
 DEFAULTS: dict[str, Any] = {
     # ZooKeeper
@@ -169,3 +170,72 @@ def merge_conf(*layers: Mapping[str, Any] | None) -> dict[str, Any]:
         if layer:
             merged.update(layer)
     return merged
+
+
+# Numeric settings of a topology that must be above 0 (the others may be 0: off, unbounded, the default).
+_POSITIVE = frozenset((
+    "topology.acking.group.size", "topology.message.timeout.secs", "topology.batch.size",
+    "topology.batch.max.latency.ms", "topology.backpressure.high.batches", "topology.max.parallelism",
+    "topology.state.checkpoint.interval.ms", "topology.state.checkpoint.timeout.secs", "topology.window.max.tuples",
+    "topology.latency.sample.ms", "worker.sync.interval.ms", "worker.heartbeat.interval.secs",
+    "worker.gil.switch.interval.ms", "worker.stats.window.secs",
+))
+# ... and those that count something: whole numbers.
+_INTEGERS = frozenset((
+    "topology.acking.group.size", "topology.max.spout.pending", "topology.batch.size",
+    "topology.backpressure.high.batches", "topology.backpressure.low.batches", "topology.hash.seed",
+    "topology.max.parallelism", "topology.window.max.tuples", "topology.state.max.rollbacks", "worker.gc.threshold",
+    "otd.history.size",
+))
+_NULLABLE = frozenset(("topology.max.spout.pending",))  # None: unbounded
+_CHECKED_PREFIXES = ("topology.", "worker.", "otd.")
+_FLAG_WORDS = ("true", "false", "1", "0", "yes", "no", "on", "off")
+
+
+def check_topology_conf(conf: Mapping[str, Any]) -> None:
+    """Fail at submit, not in the workers, on a known topology setting of the wrong kind: a
+    number that is not one (or not finite, or negative, or 0 where 0 means nothing), a fraction
+    where a count is meant, a flag that is not true or false. Keys it does not know (the
+    topology's own) and settings whose default is None pass; numbers may come as strings of
+    digits (what ``int()``/``float()`` in the workers take).
+
+    :raises ConfigError: one line naming the key, the value and what is expected.
+    """
+    for key, value in conf.items():
+        if not key.startswith(_CHECKED_PREFIXES) or key not in DEFAULTS:
+            continue
+        default = DEFAULTS[key]
+        if default is None or (value is None and key in _NULLABLE):
+            continue
+        if isinstance(default, bool):
+            ok = isinstance(value, bool) or value in (0, 1) or (
+                isinstance(value, str) and value.strip().lower() in _FLAG_WORDS)
+            if not ok:
+                msg = f"{key}={value!r}: expected true or false"
+                raise ConfigError(msg)
+        elif isinstance(default, int | float):
+            _check_number(key, value)
+        elif isinstance(default, str) and not isinstance(value, str):
+            msg = f"{key}={value!r}: expected a string"
+            raise ConfigError(msg)
+
+
+def _check_number(key: str, value: Any) -> None:
+    number: float | None = None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        number = value
+    elif isinstance(value, str):
+        try:
+            number = float(value) if key not in _INTEGERS else int(value.strip())
+        except ValueError:
+            number = None
+    kind = "a whole number" if key in _INTEGERS else "a number"
+    low = "> 0" if key in _POSITIVE else ">= 0"
+    try:
+        finite = number is not None and math.isfinite(number)
+    except OverflowError:  # an int too large for a float
+        finite = False
+    if (not finite or (key in _INTEGERS and isinstance(number, float) and not number.is_integer())
+            or number < 0 or (key in _POSITIVE and number == 0)):  # type: ignore[operator]
+        msg = f"{key}={value!r}: expected {kind} {low}"
+        raise ConfigError(msg)

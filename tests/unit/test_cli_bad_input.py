@@ -54,3 +54,31 @@ def test_a_kill_or_a_stop_mode_wait_that_is_not_finite_is_refused(wait: float, m
         client.kill("t", wait)
     with pytest.raises(UsageError, match="--wait must be a finite number of seconds >= 0"):
         client.rebalance("t", mode="stop", random_count=1, wait_secs=wait)
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("topology.batch.size", "abc"), ("topology.batch.size", 0), ("topology.batch.size", 2.5),
+    ("topology.max.spout.pending", "abc"), ("topology.message.timeout.secs", -1),
+    ("topology.message.timeout.secs", "abc"), ("topology.window.max.tuples", "abc"),
+    ("topology.hash.seed", "abc"), ("topology.chaining", "maybe"), ("topology.batch.max.latency.ms", math.nan),
+    ("worker.heartbeat.interval.secs", 0), ("worker.lazy.kill.ms", 10**400), ("topology.scheduler", 3),
+])
+def test_a_known_setting_of_the_wrong_kind_is_refused_at_submit(key: str, value: Any) -> None:
+    """The workers used to fail at ``int()``/``float()`` of it, over and over, after the submit."""
+    from nstorm.config import check_topology_conf, merge_conf
+
+    with pytest.raises(ConfigError, match=f"^{key}="):
+        check_topology_conf(merge_conf({key: value}))
+    client = object.__new__(ClusterClient)  # no connection: checked before anything is stored
+    with pytest.raises(ConfigError, match=f"^{key}="):
+        client.submit(WORDCOUNT, conf={key: value})
+
+
+def test_settings_of_the_right_kind_pass() -> None:
+    from nstorm.config import DEFAULTS, check_topology_conf, merge_conf
+
+    check_topology_conf(DEFAULTS)
+    check_topology_conf(merge_conf({
+        "topology.max.spout.pending": None, "topology.max.spout.pending.x": "anything", "wordcount.spouts": "x",
+        "topology.batch.size": "100", "worker.lazy.kill.ms": 0, "topology.batch.adaptive": "false",
+        "worker.sched.batch": 0, "topology.batch.max.latency.ms": 0.5, "worker.metrics.interval.secs": 0}))
