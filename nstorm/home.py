@@ -18,10 +18,23 @@ __all__ = ["home_dir", "home_lock", "logs_dir", "metrics_dir", "run_dir", "super
 
 
 def home_dir() -> Path:
-    """The nstorm home directory, created if missing."""
+    """The nstorm home directory, created if missing.
+
+    :raises ConfigError: if it cannot be (a file there, no permission): one line, exit 2.
+    """
     path = Path(os.environ.get("NSTORM_HOME", ".nstorm")).resolve()
-    path.mkdir(parents=True, exist_ok=True)
+    _make(path)
     return path
+
+
+def _make(path: Path) -> None:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        from nstorm.errors import ConfigError
+
+        msg = f"NSTORM_HOME: cannot use {path} as a directory ({exc.strerror or exc})"
+        raise ConfigError(msg) from None
 
 
 @contextlib.contextmanager
@@ -37,7 +50,7 @@ def home_lock(path: Path) -> Iterator[None]:
 
 def _sub(name: str) -> Path:
     path = home_dir() / name
-    path.mkdir(parents=True, exist_ok=True)
+    _make(path)
     return path
 
 

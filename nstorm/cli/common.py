@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import re
 import sys
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
@@ -46,6 +47,18 @@ def exit_with_error(message: str, code: int = 1) -> None:
     """One red line on stderr, then exit with ``code`` (2 for bad input)."""
     err_console.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
+
+
+def check_daemon_id(option: str, value: str, empty_ok: bool = False) -> None:
+    """A daemon's id names its log file and its ZooKeeper node: letters, digits, '.', '_', '-'.
+
+    :raises UsageError: one line naming the option.
+    """
+    from nstorm.errors import UsageError
+
+    if (value or not empty_ok) and not re.fullmatch(r"[A-Za-z0-9._-]+", value or "") or value in (".", ".."):
+        msg = f"{option} {value!r}: use letters, digits, '.', '_' and '-'"
+        raise UsageError(msg)
 
 
 def quiet_kazoo() -> None:

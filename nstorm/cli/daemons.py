@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from nstorm.cli.common import ConfOption, ZkOption, ZkRootOption, cli_errors
+from nstorm.cli.common import ConfOption, ZkOption, ZkRootOption, check_daemon_id, cli_errors
 
 
 def register(app: typer.Typer) -> None:
@@ -26,6 +26,7 @@ def register(app: typer.Typer) -> None:
         from nstorm.logs import setup_daemon_logging
         from nstorm.zkschema import resolve_zk_address
 
+        check_daemon_id("--id", nimbus_id, empty_ok=True)
         overrides = parse_conf_options(conf or [])
         check_security_conf(overrides)
         address = resolve_zk_address(zk)
@@ -54,6 +55,7 @@ def register(app: typer.Typer) -> None:
         from nstorm.zkschema import resolve_zk_address
         from supervisor.daemon import Supervisor, pick_slots
 
+        check_daemon_id("--node-id", node_id)
         overrides = parse_conf_options(conf or [])
         check_security_conf(overrides)  # exit 2 before anything starts
         address = resolve_zk_address(zk)
@@ -79,11 +81,16 @@ def register(app: typer.Typer) -> None:
         (log: $NSTORM_HOME/logs/ui.log). Stateless: several may run. -c nstorm.ui.auth=user:password
         (or NSTORM_UI_AUTH) turns on HTTP basic auth."""
         from nstorm.config import check_security_conf, merge_conf, parse_conf_options
+        from nstorm.errors import ConfigError
 
         overrides = parse_conf_options(conf or [])
         settings = merge_conf(overrides)
         host = host or str(settings["nstorm.ui.host"])
-        port = int(settings["nstorm.ui.port"]) if port is None else port
+        if port is None:
+            port = settings["nstorm.ui.port"]
+            if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+                msg = f"-c nstorm.ui.port={port!r}: expected a port number from 0 to 65535"
+                raise ConfigError(msg)
         if ping:
             from ui.server import ping as probe
 

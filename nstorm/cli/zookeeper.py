@@ -77,8 +77,13 @@ def run(
 @cli_errors
 def ping(zk: Annotated[str, typer.Option("--zk", help="HOST:PORT")] = "127.0.0.1:2181") -> None:
     """Exit 0 if the ZooKeeper at --zk answers (a health check)."""
-    from nstorm.zookeeper import ruok
+    from nstorm.errors import UsageError, ZooKeeperError
+    from nstorm.zookeeper import ruok, split_address
 
+    try:
+        split_address(zk)
+    except ZooKeeperError as exc:  # bad input, not a ZooKeeper that does not answer
+        raise UsageError(str(exc)) from None
     if not ruok(zk):
         typer.echo(f"ZooKeeper at {zk} does not answer", err=True)
         raise typer.Exit(1)

@@ -82,3 +82,21 @@ def test_settings_of_the_right_kind_pass() -> None:
         "topology.max.spout.pending": None, "topology.max.spout.pending.x": "anything", "wordcount.spouts": "x",
         "topology.batch.size": "100", "worker.lazy.kill.ms": 0, "topology.batch.adaptive": "false",
         "worker.sched.batch": 0, "topology.batch.max.latency.ms": 0.5, "worker.metrics.interval.secs": 0}))
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["nimbus", "--id", "a/b", "--zk", "127.0.0.1:1"], "--id 'a/b'"),
+    (["supervisor", "--node-id", "../x", "--zk", "127.0.0.1:1"], "--node-id '../x'"),
+    (["ui", "-c", "nstorm.ui.port=abc", "--ping"], "nstorm.ui.port='abc'"),
+    (["ui", "-c", "nstorm.ui.port=70000", "--ping"], "nstorm.ui.port=70000"),
+    (["zookeeper", "ping", "--zk", "nonsense"], "bad ZooKeeper address 'nonsense'"),
+])
+def test_daemon_commands_check_their_ids_ports_and_addresses_first(args: list[str], needle: str) -> None:
+    _one_line_exit_2(args, needle)
+
+
+def test_an_nstorm_home_that_cannot_be_a_directory_is_one_line(tmp_path: Path, monkeypatch: Any) -> None:
+    home = tmp_path / "a-file"
+    home.write_text("")
+    monkeypatch.setenv("NSTORM_HOME", str(home))
+    _one_line_exit_2(["zookeeper", "status"], "NSTORM_HOME: cannot use")
