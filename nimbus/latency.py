@@ -52,6 +52,7 @@ log = logging.getLogger(__name__)
 MAX_ACTIONS = 50  # actions kept per constraint in the record
 CHAIN_CPU = 0.6  # a channel is chained only while each host thread uses less of a core than this
 SATURATED_CPU = 0.9  # a chain whose host thread uses this much of a core is undone
+STALE_SECS = 3.0  # a path with no sample this long (and two windows) has no verdict
 
 
 @dataclass
@@ -66,6 +67,7 @@ class _Tracked:
     primed: bool = False  # its window's start sums are taken
     actions: list[dict[str, Any]] = field(default_factory=list)
     pending: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # request node -> its action
+    sampled_at: float = 0.0  # when a window last had samples
 
 
 def _resume(t: _Tracked, entry: Mapping[str, Any] | None) -> None:
@@ -240,7 +242,7 @@ class LatencyController:
         for c in constraints:
             t = tracked.get(c.name)
             if t is None or t.constraint != c:
-                t = tracked[c.name] = _Tracked(c, since=now)
+                t = tracked[c.name] = _Tracked(c, since=now, sampled_at=now)
                 _resume(t, kept.get(c.name))
             if not t.primed or now - t.since >= c.window_secs:
                 due.append(t)
@@ -266,7 +268,12 @@ class LatencyController:
                 continue
             c = t.constraint
             win = path_window(c.path, c.name, window)
-            t.last = win  # the last window, with or without samples (status says which)
+            if win.p99_ms is not None:
+                t.last, t.sampled_at = win, now
+            elif now - t.sampled_at >= max(2 * c.window_secs, STALE_SECS):
+                # Silent for two windows (and a few heartbeats): no verdict rather than an old one.
+                # One empty window is a heartbeat that came just after it (they come once a second).
+                t.last = win
             if began < self.stepped_at.get(name, float("-inf")):
                 # Another constraint's step came during this window (one step per topology at a
                 # time: the next window shows its effect): counted, not acted on.
@@ -364,7 +371,8 @@ class LatencyController:
         if not isinstance(record, dict) or record.get("submission") != submission or submission is None:
             return {}
         kept: dict[str, Mapping[str, Any]] = {}
-        for entry in record.get("constraints") or ():
+        entries = record.get("constraints")
+        for entry in entries if isinstance(entries, list) else ():
             if isinstance(entry, dict) and isinstance(entry.get("path"), list):
                 kept[">".join(str(p) for p in entry["path"])] = entry
         return kept

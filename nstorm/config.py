@@ -173,13 +173,13 @@ def merge_conf(*layers: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 # Numeric settings of a topology that must be above 0 (the others may be 0: off, unbounded, the default).
+# (0 is a setting of its own for some: topology.window.max.tuples no bound, batch.max.latency.ms
+# per-tuple sending, others fall back to their default; those are not here.)
 _POSITIVE = frozenset((
-    "topology.acking.group.size", "topology.message.timeout.secs", "topology.batch.size",
-    "topology.batch.max.latency.ms", "topology.backpressure.high.batches", "topology.max.parallelism",
-    "topology.state.checkpoint.interval.ms", "topology.state.checkpoint.timeout.secs", "topology.window.max.tuples",
-    "topology.latency.sample.ms", "worker.sync.interval.ms", "worker.heartbeat.interval.secs",
-    "worker.gil.switch.interval.ms", "worker.stats.window.secs",
+    "topology.message.timeout.secs", "topology.batch.size", "topology.backpressure.high.batches",
+    "worker.sync.interval.ms", "worker.heartbeat.interval.secs", "worker.gil.switch.interval.ms",
 ))
+_MAXIMUM = {"topology.hash.seed": 2**32 - 1, "worker.gc.threshold": 2**31 - 1}  # PYTHONHASHSEED; a C int
 # ... and those that count something: whole numbers.
 _INTEGERS = frozenset((
     "topology.acking.group.size", "topology.max.spout.pending", "topology.batch.size",
@@ -189,7 +189,7 @@ _INTEGERS = frozenset((
 ))
 _NULLABLE = frozenset(("topology.max.spout.pending",))  # None: unbounded
 _CHECKED_PREFIXES = ("topology.", "worker.", "otd.")
-_FLAG_WORDS = ("true", "false", "1", "0", "yes", "no", "on", "off")
+_FLAG_WORDS = ("true", "false", "1", "0")  # what every reader of a flag takes as such
 
 
 def check_topology_conf(conf: Mapping[str, Any]) -> None:
@@ -235,7 +235,9 @@ def _check_number(key: str, value: Any) -> None:
         finite = number is not None and math.isfinite(number)
     except OverflowError:  # an int too large for a float
         finite = False
+    top = _MAXIMUM.get(key)
     if (not finite or (key in _INTEGERS and isinstance(number, float) and not number.is_integer())
-            or number < 0 or (key in _POSITIVE and number == 0)):  # type: ignore[operator]
-        msg = f"{key}={value!r}: expected {kind} {low}"
+            or number < 0 or (key in _POSITIVE and number == 0)  # type: ignore[operator]
+            or (top is not None and number > top)):  # type: ignore[operator]
+        msg = f"{key}={value!r}: expected {kind} {low}" + (f" and <= {top}" if top is not None else "")
         raise ConfigError(msg)

@@ -59,7 +59,7 @@ CONTROL_KEY = "topology.latency.control"
 """The conf key: false measures and reports constraints, never acts on them."""
 MIN_WINDOW_SECS = 1.0
 """The shortest window: the workers report their samples with their heartbeats, once a second."""
-_FLAGS = ("true", "false", "1", "0", "yes", "no", "on", "off")
+_FLAGS = ("true", "false", "1", "0")
 _SEPARATOR = ">"  # never in a component name (letters, digits, '_', '-'; see nstorm/topology.py)
 
 
@@ -243,7 +243,8 @@ def check_submit(definition: Mapping[str, Any], conf: Mapping[str, Any]) -> list
         msg = f"{SAMPLE_KEY} must be a positive, finite number of milliseconds, got {sample!r}"
         raise ConfigError(msg)
     control = conf.get(CONTROL_KEY, True)
-    if not isinstance(control, bool) and not (isinstance(control, str) and control.strip().lower() in _FLAGS):
+    if not isinstance(control, bool) and control not in (0, 1) and not (
+            isinstance(control, str) and control.strip().lower() in _FLAGS):
         msg = f"{CONTROL_KEY} must be true or false, got {control!r}"
         raise ConfigError(msg)
     return constraints

@@ -14,8 +14,8 @@ UI keeps no state of its own. Labels: ``topology``, ``component``, ``executor``,
 - per topology: migrations by mode and by whom, OTD rounds by case, checkpoint restores, pending
   spout tuples, chained executors;
 - per latency constraint (label ``path``: ``a>b>c``): its bound and its last window's measured
-  p99 (seconds; none while the last window had no sample), whether that window met the bound
-  (1/0, none without a sample), and the windows judged and met (counters of the leading
+  p99 (seconds; none once the path has had no sample for two windows and 3 s), whether that
+  window met the bound (1/0, none then), and the windows judged and met (counters of the leading
   Nimbus's controller, which a Nimbus that takes over goes on from);
 - user metrics (``context.register_counter`` / ``register_gauge``): ``nstorm_user_<name>_total``
   and ``nstorm_user_<name>``.

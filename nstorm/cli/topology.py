@@ -129,7 +129,7 @@ def register(app: typer.Typer) -> None:
         for c in info.get("constraints") or ():
             measured = c.get("measured_p99_ms")
             typer.echo(f"  latency {'>'.join(c['path'])}: p99 {'-' if measured is None else f'{measured:.1f}'} ms "
-                       f"(bound {c['p99_ms']:g} ms, {'met' if c.get('met') else 'not met' if measured is not None else 'no sample in the last window' if c['windows'] else 'no sample yet'}; "
+                       f"(bound {c['p99_ms']:g} ms, {'met' if c.get('met') else 'not met' if measured is not None else 'no sample lately' if 'samples' in c else 'no sample yet'}; "
                        f"{c['windows_met']}/{c['windows']} windows met; {len(c['actions'])} actions)"
                        + (f"; warning: {c['warning']}" if c.get("warning") else ""))
         cp = info.get("checkpoints") or {}

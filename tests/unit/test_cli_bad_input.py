@@ -62,6 +62,7 @@ def test_a_kill_or_a_stop_mode_wait_that_is_not_finite_is_refused(wait: float, m
     ("topology.message.timeout.secs", "abc"), ("topology.window.max.tuples", "abc"),
     ("topology.hash.seed", "abc"), ("topology.chaining", "maybe"), ("topology.batch.max.latency.ms", math.nan),
     ("worker.heartbeat.interval.secs", 0), ("worker.lazy.kill.ms", 10**400), ("topology.scheduler", 3),
+    ("topology.hash.seed", 2**32), ("worker.gc.threshold", 2**40), ("otd.autoscale", "on"),
 ])
 def test_a_known_setting_of_the_wrong_kind_is_refused_at_submit(key: str, value: Any) -> None:
     """The workers used to fail at ``int()``/``float()`` of it, over and over, after the submit."""
@@ -81,7 +82,8 @@ def test_settings_of_the_right_kind_pass() -> None:
     check_topology_conf(merge_conf({
         "topology.max.spout.pending": None, "topology.max.spout.pending.x": "anything", "wordcount.spouts": "x",
         "topology.batch.size": "100", "worker.lazy.kill.ms": 0, "topology.batch.adaptive": "false",
-        "worker.sched.batch": 0, "topology.batch.max.latency.ms": 0.5, "worker.metrics.interval.secs": 0}))
+        "worker.sched.batch": 0, "topology.batch.max.latency.ms": 0, "worker.metrics.interval.secs": 0,
+        "topology.window.max.tuples": 0, "topology.latency.control": 1, "topology.hash.seed": 2**32 - 1}))
 
 
 @pytest.mark.parametrize(("args", "needle"), [

@@ -225,10 +225,10 @@ def test_conf_errors_at_submit_check() -> None:
     for bad in (0, -1, "fast", None, float("nan"), 10**400):
         with pytest.raises(ConfigError, match="topology.latency.sample.ms must be a positive"):
             check_submit(definition, merge_conf({"topology.latency.sample.ms": bad}))
-    for bad_flag in ("maybe", 2, None, "", [True]):
+    for bad_flag in ("maybe", 2, None, "", [True], "off", "no"):
         with pytest.raises(ConfigError, match="topology.latency.control must be true or false"):
             check_submit(definition, merge_conf({"topology.latency.control": bad_flag}))
-    for good in (False, "off", "FALSE", "no", "true"):
+    for good in (False, True, 0, 1, "FALSE", "true", "0"):
         check_submit(definition, merge_conf({"topology.latency.control": good}))
 
 

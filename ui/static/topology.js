@@ -91,7 +91,7 @@
       const path = c.path.join(">");
       const judged = c.met !== null && c.met !== undefined;
       const met = judged ? el("span", { class: c.met ? "met" : "broken" }, c.met ? "yes" : "no")
-        : el("span", { class: "muted" }, c.windows ? "no sample in the last window" : "not judged yet");
+        : el("span", { class: "muted" }, c.samples !== undefined ? "no sample lately" : "not judged yet");
       const top = dominantPart(c);
       const why = [];
       if (c.warning) why.push(el("div", { class: "err", "data-testid": "warning" }, c.warning));
