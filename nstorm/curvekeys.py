@@ -82,7 +82,7 @@ def curve_keys_dir(conf: Mapping[str, Any] | None = None) -> Path:
     """The keys directory: conf, else ``$NSTORM_KEYS_DIR``, else ``$NSTORM_HOME/keys`` (absolute)."""
     explicit = (conf or {}).get(KEYS_DIR_KEY) or os.environ.get(KEYS_DIR_ENV)
     if explicit:
-        return Path(explicit).expanduser().resolve()
+        return Path(str(explicit)).expanduser().resolve()  # (a -c value may have parsed as a number)
     from nstorm.home import home_dir
 
     return home_dir() / "keys"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import socket
@@ -74,5 +75,5 @@ def ping(host: str, port: int, timeout: float = 3.0) -> bool:
     try:
         with urllib.request.urlopen(f"{url_of(host, port)}healthz", timeout=timeout) as resp:  # noqa: S310 - our own URL
             return resp.status == 200 and json.loads(resp.read()).get("status") == "ok"
-    except (OSError, ValueError, urllib.error.URLError):
+    except (OSError, ValueError, urllib.error.URLError, http.client.HTTPException):  # InvalidURL: a bad host
         return False

@@ -16,7 +16,7 @@ app = typer.Typer(no_args_is_help=True, help="A background cluster on this machi
 def up(
     supervisors: Annotated[int, typer.Option(min=1, help="supervisors (nodes) to start")] = 2,
     slots: Annotated[int, typer.Option(min=1, help="worker slots per supervisor")] = 4,
-    port_base: Annotated[int, typer.Option(help="first worker port (0: free ports)")] = 6700,
+    port_base: Annotated[int, typer.Option(min=0, max=65535, help="first worker port (0: free ports)")] = 6700,
     netns: Annotated[bool, typer.Option(help="each supervisor in its own network namespace (10.77.0.x)")] = False,
     link_rate: Annotated[str | None, typer.Option(help="with --netns: limit each node's link, e.g. 20mbit")] = None,
     ui_port: Annotated[int, typer.Option(min=0, max=65535, help="the web UI's port (a free one if taken; 0: no UI)")] = 8080,

@@ -13,7 +13,7 @@ app = typer.Typer(no_args_is_help=True, help="Run the embedded ZooKeeper (from p
 
 @app.command()
 @cli_errors
-def start(port: Annotated[int, typer.Option(help="client port; 0 picks a free one")] = 0) -> None:
+def start(port: Annotated[int, typer.Option(min=0, max=65535, help="client port; 0 picks a free one")] = 0) -> None:
     """Start ZooKeeper in the background (idempotent); prints its address."""
     from nstorm.background import start_background
 
@@ -48,7 +48,7 @@ def status(as_json: Annotated[bool, typer.Option("--json", help="print JSON")] =
 @app.command()
 @cli_errors
 def run(
-    port: Annotated[int, typer.Option(help="client port")] = 2181,
+    port: Annotated[int, typer.Option(min=1, max=65535, help="client port")] = 2181,
     host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
 ) -> None:
     """Run ZooKeeper in the foreground until Ctrl-C or SIGTERM (for containers)."""

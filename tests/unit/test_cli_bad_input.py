@@ -102,3 +102,25 @@ def test_an_nstorm_home_that_cannot_be_a_directory_is_one_line(tmp_path: Path, m
     home.write_text("")
     monkeypatch.setenv("NSTORM_HOME", str(home))
     _one_line_exit_2(["zookeeper", "status"], "NSTORM_HOME: cannot use")
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["zookeeper", "start", "--port", "70000"], "--port"),
+    (["zookeeper", "run", "--port", "-1"], "--port"),
+    (["cluster", "up", "--port-base", "-5"], "--port-base"),
+])
+def test_ports_out_of_range_are_refused_before_anything_starts(args: list[str], needle: str) -> None:
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2 and needle in result.output and "Traceback" not in result.output, result.output
+
+
+def test_a_ui_ping_at_a_host_that_is_not_one_answers_not_healthy() -> None:
+    result = CliRunner().invoke(app, ["ui", "--ping", "--host", "bad host", "--port", "1"])
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+
+
+def test_a_curve_keys_dir_given_as_a_number_is_a_directory_name(tmp_path: Path, monkeypatch: Any) -> None:
+    from nstorm.curvekeys import curve_keys_dir
+
+    monkeypatch.chdir(tmp_path)
+    assert curve_keys_dir({"nstorm.transport.curve.keys.dir": 5}) == (tmp_path / "5").resolve()
