@@ -30,7 +30,7 @@ from nstorm import latency
 from nstorm.chaining import pointwise_pairs
 from nstorm.clusterstate import ClusterState
 from nstorm.config import flag, merge_conf
-from nstorm.constraints import CONTROL_KEY, LatencyConstraint, constraints_of
+from nstorm.constraints import CONTROL_KEY, LatencyConstraint, constraints_of, path_name
 from nstorm.moves import recently_moved
 from nstorm.plan import Plan
 from nstorm.qospolicy import (
@@ -374,7 +374,7 @@ class LatencyController:
         entries = record.get("constraints")
         for entry in entries if isinstance(entries, list) else ():
             if isinstance(entry, dict) and isinstance(entry.get("path"), list):
-                kept[">".join(str(p) for p in entry["path"])] = entry
+                kept[path_name(entry["path"])] = entry
         return kept
 
     def _write(self, name: str, constraints: Sequence[LatencyConstraint]) -> None:

@@ -20,7 +20,7 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from nstorm import latency
 from nstorm.clusterstate import ClusterState
-from nstorm.config import check_topology_conf, merge_conf
+from nstorm.config import check_topology_conf, check_workers, merge_conf
 from nstorm.constraints import check_submit as check_constraints
 from nstorm.constraints import constraints_of
 from nstorm.errors import ClusterError, ConfigError, NotFoundError, UsageError
@@ -115,11 +115,7 @@ class ClusterClient:
                 raise UsageError(msg)
             definition["name"] = name
         if "topology.workers" in conf:
-            workers = conf["topology.workers"]
-            if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-                msg = f"-c topology.workers={workers!r}: expected an integer >= 1"
-                raise ConfigError(msg)
-            definition["workers"] = workers
+            definition["workers"] = check_workers(conf["topology.workers"])
         state = state_config(merge_conf(definition.get("conf"), conf))  # ConfigError: exit 2, one line
         check_windows(definition, merge_conf(definition.get("conf"), conf))
         check_constraints(definition, merge_conf(definition.get("conf"), conf))  # TopologyError: exit 2

@@ -192,6 +192,26 @@ _CHECKED_PREFIXES = ("topology.", "worker.", "otd.")
 _FLAG_WORDS = ("true", "false", "1", "0")  # what every reader of a flag takes as such
 
 
+def is_flag(value: Any) -> bool:
+    """True for what every reader of a flag setting takes as one: a bool, 0, 1, "true", "false"."""
+    return isinstance(value, bool) or value in (0, 1) or (
+        isinstance(value, str) and value.strip().lower() in _FLAG_WORDS)
+
+
+MAX_WORKERS = 1024
+
+
+def check_workers(workers: Any) -> int:
+    """``topology.workers`` given at submit or to ``nstorm local``: a whole number of processes.
+
+    :raises ConfigError: one line naming the setting.
+    """
+    if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= MAX_WORKERS:
+        msg = f"-c topology.workers={workers!r}: expected an integer from 1 to {MAX_WORKERS}"
+        raise ConfigError(msg)
+    return workers
+
+
 def check_topology_conf(conf: Mapping[str, Any]) -> None:
     """Fail at submit, not in the workers, on a known topology setting of the wrong kind: a
     number that is not one (or not finite, or negative, or 0 where 0 means nothing), a fraction
@@ -208,9 +228,7 @@ def check_topology_conf(conf: Mapping[str, Any]) -> None:
         if default is None or (value is None and key in _NULLABLE):
             continue
         if isinstance(default, bool):
-            ok = isinstance(value, bool) or value in (0, 1) or (
-                isinstance(value, str) and value.strip().lower() in _FLAG_WORDS)
-            if not ok:
+            if not is_flag(value):
                 msg = f"{key}={value!r}: expected true or false"
                 raise ConfigError(msg)
         elif isinstance(default, int | float):

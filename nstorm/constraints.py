@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from nstorm.config import is_flag
 from nstorm.errors import ConfigError, TopologyError
 
 __all__ = [
@@ -59,8 +60,12 @@ CONTROL_KEY = "topology.latency.control"
 """The conf key: false measures and reports constraints, never acts on them."""
 MIN_WINDOW_SECS = 1.0
 """The shortest window: the workers report their samples with their heartbeats, once a second."""
-_FLAGS = ("true", "false", "1", "0")
 _SEPARATOR = ">"  # never in a component name (letters, digits, '_', '-'; see nstorm/topology.py)
+
+
+def path_name(path: Sequence[Any]) -> str:
+    """A path as one string, ``"sentences>split>count"``: a constraint's key in status and logs."""
+    return _SEPARATOR.join(str(p) for p in path)
 
 
 @dataclass(frozen=True)
@@ -86,7 +91,7 @@ class LatencyConstraint:
     @property
     def name(self) -> str:
         """The path as one string, ``"sentences>split>count"``: a key for status and logs."""
-        return _SEPARATOR.join(self.path)
+        return path_name(self.path)
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON data, as stored in a definition and read back by :func:`parse_constraints`."""
@@ -129,13 +134,13 @@ def _parse_path(raw: Any, where: str, edges: Mapping[str, set[str]],
             raise TopologyError(msg)
     for a, b in zip(path, path[1:], strict=False):
         if a not in edges[b]:
-            msg = f"{where}: {_SEPARATOR.join(path)!r} is not a path of the topology: {b!r} has no input from {a!r}"
+            msg = f"{where}: {path_name(path)!r} is not a path of the topology: {b!r} has no input from {a!r}"
             raise TopologyError(msg)
     for name in path[:-1]:
         if name in windowed:
             # What a windowed bolt emits is a window's result, not the tuple it took: no single
             # tuple's latency goes through it (it may end a path: its processing is measured).
-            msg = (f"{where}: {_SEPARATOR.join(path)!r} goes through windowed bolt {name!r}; a windowed bolt "
+            msg = (f"{where}: {path_name(path)!r} goes through windowed bolt {name!r}; a windowed bolt "
                    "can only end a path")
             raise TopologyError(msg)
     return path
@@ -155,7 +160,7 @@ def _parse_one(entry: Any, where: str, edges: Mapping[str, set[str]],
             msg = f"{where}: {key!r} is missing"
             raise TopologyError(msg)
     path = _parse_path(entry["path"], where, edges, windowed)
-    where = f"{where} {_SEPARATOR.join(path)!r}"
+    where = f"{where} {path_name(path)!r}"
     p99_ms = entry["p99_ms"]
     if not _positive(p99_ms):
         msg = f"{where}: p99_ms must be a positive, finite number of milliseconds, got {p99_ms!r}"
@@ -243,8 +248,7 @@ def check_submit(definition: Mapping[str, Any], conf: Mapping[str, Any]) -> list
         msg = f"{SAMPLE_KEY} must be a positive, finite number of milliseconds, got {sample!r}"
         raise ConfigError(msg)
     control = conf.get(CONTROL_KEY, True)
-    if not isinstance(control, bool) and control not in (0, 1) and not (
-            isinstance(control, str) and control.strip().lower() in _FLAGS):
+    if not is_flag(control):
         msg = f"{CONTROL_KEY} must be true or false, got {control!r}"
         raise ConfigError(msg)
     return constraints

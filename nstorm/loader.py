@@ -55,11 +55,12 @@ def _exec_file(path: Path, module_name: str) -> types.ModuleType:
         raise
     except BaseException as exc:
         sys.modules.pop(module_name, None)
-        if isinstance(exc, KeyboardInterrupt | SystemExit):
+        if isinstance(exc, KeyboardInterrupt):
             raise
         tb = traceback.extract_tb(exc.__traceback__)
         where = next((f"line {f.lineno}" for f in reversed(tb) if f.filename == str(path)), "")
-        msg = f"{path.name} {where} raised {type(exc).__name__}: {exc}".replace("  ", " ")
+        what = f"called sys.exit({exc.code!r})" if isinstance(exc, SystemExit) else f"raised {type(exc).__name__}: {exc}"
+        msg = f"{path.name} {where} {what}".replace("  ", " ")
         raise TopologyLoadError(msg) from None
     return module
 

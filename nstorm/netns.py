@@ -18,12 +18,13 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from nstorm.errors import ClusterError
+from nstorm.errors import ClusterError, UsageError
 from nstorm.home import run_dir
 
 __all__ = ["BRIDGE", "HOST_ADDRESS", "NodeNet", "available", "create", "destroy", "host_address", "link_bytes", "set_link"]
@@ -102,6 +103,20 @@ def _tc(*args: str) -> None:
 
 def _state_file() -> Path:
     return run_dir() / "netns.json"
+
+
+_RATE = re.compile(r"[0-9]+(\.[0-9]+)?([kmgt]i?)?(bit|bps)?", re.IGNORECASE)
+
+
+def check_rate(link_rate: str) -> None:
+    """A link rate as ``tc`` reads it ("20mbit", "1gbit", "500kbps"), checked before any
+    namespace is made.
+
+    :raises UsageError: one line naming the option.
+    """
+    if not _RATE.fullmatch(link_rate.strip()) or not float(re.match(r"[0-9.]+", link_rate.strip())[0]):
+        msg = f"--link-rate {link_rate!r}: expected a rate such as 20mbit, 1gbit or 500kbps"
+        raise UsageError(msg)
 
 
 def create(count: int, link_rate: str | None = None) -> list[NodeNet]:

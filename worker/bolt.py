@@ -115,8 +115,7 @@ class BoltExecutor(UserExecutor):
                         self.take(src, batch)
                     except Exception as exc:  # as in the loop
                         self._drop_batch(exc)
-                self.outbox.deadline.worked(began)  # what they emitted leaves by the deadlines, input or none
-                self.outbox.ctl_deadline.worked(began)
+                self.outbox.worked(began)  # what they emitted leaves by the deadlines, input or none
 
     def _drop_batch(self, exc: Exception) -> None:
         """A batch that decoded but is not what it claims: it is dropped and recorded, the
@@ -326,8 +325,7 @@ class BoltExecutor(UserExecutor):
                 inbox.data.put((src, item))
                 return
             began = time.monotonic()
-            outbox.deadline.worked(began)  # (kept by the host's loop: tend_guests)
-            outbox.ctl_deadline.worked(began)
+            outbox.worked(began)  # (kept by the host's loop: tend_guests)
             align = self.align
             if align is not None:
                 align.began(began)
@@ -392,9 +390,7 @@ class BoltExecutor(UserExecutor):
                 # From elsewhere than the host (a plan on its way), or queued behind its chain mark
                 # or when it let go: what they emit leaves by the deadlines this arms (the host's
                 # loop keeps them, tend_guests), not only once the host hands over something more.
-                began = time.monotonic()
-                outbox.deadline.worked(began)
-                outbox.ctl_deadline.worked(began)
+                outbox.worked(time.monotonic())
                 self._drain_queued()
             routing = self.routing
             if inbox.host >= 0 and (self.handover.draining or (
@@ -482,9 +478,7 @@ class BoltExecutor(UserExecutor):
         if held:
             # The barrier sent every buffer and disarmed the deadlines: what the held batches emit
             # leaves by new ones, not only once more input comes (none may, at a stream's end).
-            began = time.monotonic()
-            self.outbox.deadline.worked(began)
-            self.outbox.ctl_deadline.worked(began)
+            self.outbox.worked(time.monotonic())
         for item in held:
             self.take(*item)
 
@@ -573,8 +567,7 @@ class BoltExecutor(UserExecutor):
             else:
                 self._process_batch(src, batch)
         if held:
-            self.outbox.deadline.worked(time.monotonic())  # what they emitted leaves by the deadline
-            self.outbox.ctl_deadline.worked(time.monotonic())
+            self.outbox.worked(time.monotonic())  # what they emitted leaves by the deadlines
 
     def try_release(self, now: float) -> None:
         shift = self.shift

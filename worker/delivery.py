@@ -141,11 +141,7 @@ class Inbox:
 
     def put_control(self, kind: int, src: int, entries: Any) -> bool:
         """False if the executor has handed over (:meth:`close`): the caller sends it to the new place."""
-        with self.put_lock:
-            if self.closed:
-                return False
-            self.control.put((kind, src, entries))
-        return True
+        return self.put(CONTROL, (kind, src, entries))
 
     def put(self, channel: str, item: Any) -> bool:
         """An item kept aside (stashed) while this executor was not here yet; False as for
@@ -416,7 +412,9 @@ class Courier:
             return
         # Another worker's, or a local executor that handed over since the look-up: this worker's
         # receiver then stashes it and sends it on to the new place.
-        self.control_frame(wid, wire.control_message(kind, dst, src, entries))
+        if not self.control_frame(wid, wire.control_message(kind, dst, src, entries)):
+            # A plan without that worker (it went away): the sender's timeout replays what this held.
+            log.info("control message %d for task %d dropped: worker %s is not in this plan", kind, dst, wid)
 
     def control_frame(self, wid: str, message: bytes) -> bool:
         """A ready-made control message to worker ``wid``; False if this plan does not know it."""

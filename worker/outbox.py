@@ -505,6 +505,12 @@ class Outbox:
         buf.append(entry)
 
     # -- flushing ------------------------------------------------------------------------
+    def worked(self, now: float) -> None:
+        """Arm both deadlines from ``now`` (off the per-batch loop, which arms them inline): what
+        a pass outside it emitted leaves by them, input or none."""
+        self.deadline.worked(now)
+        self.ctl_deadline.worked(now)
+
     def holding(self) -> bool:
         """True if some data buffer holds tuples (the executor's deadline must then be armed)."""
         return any(self.buffers.values())

@@ -38,6 +38,8 @@ def up(
     if link_rate and not netns:
         msg = "--link-rate needs --netns"
         raise UsageError(msg)
+    if link_rate:
+        nets.check_rate(link_rate)  # before any namespace is made
     nodes: list = []
     hosts = None
     if netns:

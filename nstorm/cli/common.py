@@ -56,7 +56,9 @@ def check_daemon_id(option: str, value: str, empty_ok: bool = False) -> None:
     """
     from nstorm.errors import UsageError
 
-    if (value or not empty_ok) and not re.fullmatch(r"[A-Za-z0-9._-]+", value or "") or value in (".", ".."):
+    if not value and empty_ok:
+        return
+    if not re.fullmatch(r"[A-Za-z0-9._-]+", value) or value in (".", ".."):
         msg = f"{option} {value!r}: use letters, digits, '.', '_' and '-'"
         raise UsageError(msg)
 

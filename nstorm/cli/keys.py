@@ -16,15 +16,19 @@ app = typer.Typer(no_args_is_help=True, help="CurveZMQ keys that encrypt and aut
 @cli_errors
 def generate(
     directory: Annotated[
-        Path | None,
+        str | None,
         typer.Option("--dir", envvar="NSTORM_KEYS_DIR", help="keys directory (default: $NSTORM_HOME/keys)"),
     ] = None,
     force: Annotated[bool, typer.Option(help="replace existing keys (every node then needs the new ones)")] = False,
 ) -> None:
     """Write the cluster's server keypair and a client keypair (files 0600, directory 0700)."""
     from nstorm.curvekeys import curve_keys_dir, generate_keys
+    from nstorm.errors import UsageError
 
-    target = directory.expanduser().resolve() if directory else curve_keys_dir()
+    if directory is not None and not directory.strip():
+        msg = "--dir is empty: name the keys directory (or leave --dir out for $NSTORM_HOME/keys)"
+        raise UsageError(msg)
+    target = Path(directory).expanduser().resolve() if directory else curve_keys_dir()
     for path in generate_keys(target, force=force):
         typer.echo(str(path))
     typer.echo(f"copy {target} to every node (keep it private), then run every supervisor with "

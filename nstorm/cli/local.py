@@ -122,9 +122,15 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run a topology on an embedded cluster (ZooKeeper, Nimbus, supervisors), print progress, tear down."""
         from nstorm.client import ClusterClient
-        from nstorm.config import check_topology_conf, merge_conf, parse_conf_options, security_conf
+        from nstorm.config import (
+            check_topology_conf,
+            check_workers,
+            merge_conf,
+            parse_conf_options,
+            security_conf,
+        )
         from nstorm.constraints import check_submit as check_constraints
-        from nstorm.errors import ConfigError, UsageError
+        from nstorm.errors import UsageError
         from nstorm.loader import load_topology
         from nstorm.localcluster import LocalCluster
         from nstorm.zkauth import AUTH_KEY
@@ -133,10 +139,7 @@ def register(app: typer.Typer) -> None:
         topology = load_topology(file, overrides)  # bad input: exit 2 before anything starts
         check_constraints(topology.definition, merge_conf(topology.conf, overrides))  # latency constraints too
         check_topology_conf(merge_conf(topology.conf, overrides))  # and the kinds of the known settings
-        workers = overrides.get("topology.workers", topology.workers)
-        if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= 1024:
-            msg = f"-c topology.workers={workers!r}: expected an integer from 1 to 1024"
-            raise ConfigError(msg)
+        workers = check_workers(overrides.get("topology.workers", topology.workers))
         for option, value in (("--duration", duration), ("--migrate-every", migrate_every)):
             if not math.isfinite(value) or value < 0:
                 msg = f"{option} must be a finite number of seconds >= 0, got {value}"

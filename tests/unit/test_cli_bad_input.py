@@ -124,3 +124,44 @@ def test_a_curve_keys_dir_given_as_a_number_is_a_directory_name(tmp_path: Path, 
 
     monkeypatch.chdir(tmp_path)
     assert curve_keys_dir({"nstorm.transport.curve.keys.dir": 5}) == (tmp_path / "5").resolve()
+
+
+def test_an_empty_keys_dir_is_refused_not_the_current_directory(tmp_path: Path, monkeypatch: Any) -> None:
+    monkeypatch.chdir(tmp_path)
+    _one_line_exit_2(["keys", "generate", "--dir", ""], "--dir is empty")
+    assert list(tmp_path.iterdir()) == [], "nothing written into the current directory"
+
+
+@pytest.mark.parametrize("rate", ["bogus", "20mbits", "0mbit", "", "-5mbit"])
+def test_a_link_rate_tc_cannot_read_is_refused_before_any_namespace(rate: str) -> None:
+    from nstorm.netns import check_rate
+
+    with pytest.raises(UsageError, match="--link-rate"):
+        check_rate(rate)
+
+
+@pytest.mark.parametrize("rate", ["20mbit", "1gbit", "500kbps", "1.5Mbit", "100000", "10Kibit"])
+def test_link_rates_tc_reads_pass(rate: str) -> None:
+    from nstorm.netns import check_rate
+
+    check_rate(rate)
+
+
+def test_a_topology_file_that_calls_sys_exit_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    path = tmp_path / "exits.py"
+    path.write_text("import sys\nsys.exit(3)\n")
+    _one_line_exit_2(["local", str(path)], "called sys.exit(3)")
+
+
+@pytest.mark.parametrize(("value", "empty_ok", "ok"), [
+    ("", True, True), ("", False, False), ("node-1.a_b", False, True), (".", True, False),
+    ("..", False, False), ("a/b", True, False),
+])
+def test_daemon_ids(value: str, empty_ok: bool, ok: bool) -> None:
+    from nstorm.cli.common import check_daemon_id
+
+    if ok:
+        check_daemon_id("--id", value, empty_ok=empty_ok)
+    else:
+        with pytest.raises(UsageError, match="--id"):
+            check_daemon_id("--id", value, empty_ok=empty_ok)

@@ -124,16 +124,21 @@ def test_a_window_during_which_another_constraint_stepped_is_counted_not_acted_o
     assert [a["kind"] for a in _record(zk)["b>c"]["actions"]] == ["buffer"]
 
 
-def test_a_step_nimbus_refuses_is_marked_refused_and_its_answer_collected(windows: Any) -> None:
+def _answered_step(windows: Any, result: dict[str, Any]) -> tuple[FakeZk, Any]:
+    """A controller that took a buffer step on a>b, and Nimbus's ``result`` written into its request."""
     zk = FakeZk()
     c = _controller(zk, FakeCluster(zk, [AB]))
     c.tick(NAME, 0.0)
     windows["a>b"] = _broken("a>b")
     c.tick(NAME, 1.0)
     (path,) = _requests(zk)
-    request = zk.json(path)
-    zk.set(path, json.dumps({**request, "result": {"ok": False, "error": "a rescale is under way", "at": 1}}).encode())
+    zk.set(path, json.dumps({**zk.json(path), "result": result}).encode())
     c.tick(NAME, 1.5)  # no window is due: the answer is read all the same
+    return zk, c
+
+
+def test_a_step_nimbus_refuses_is_marked_refused_and_its_answer_collected(windows: Any) -> None:
+    zk, c = _answered_step(windows, {"ok": False, "error": "a rescale is under way", "at": 1})
     (action,) = _record(zk)["a>b"]["actions"]
     assert action["refused"] == "a rescale is under way"
     assert _requests(zk) == [], "the answer is collected"
@@ -141,14 +146,7 @@ def test_a_step_nimbus_refuses_is_marked_refused_and_its_answer_collected(window
 
 
 def test_an_accepted_step_is_not_marked_and_its_answer_is_collected(windows: Any) -> None:
-    zk = FakeZk()
-    c = _controller(zk, FakeCluster(zk, [AB]))
-    c.tick(NAME, 0.0)
-    windows["a>b"] = _broken("a>b")
-    c.tick(NAME, 1.0)
-    (path,) = _requests(zk)
-    zk.set(path, json.dumps({**zk.json(path), "result": {"ok": True, "at": 1}}).encode())
-    c.tick(NAME, 1.5)
+    zk, _c = _answered_step(windows, {"ok": True, "at": 1})
     assert "refused" not in _record(zk)["a>b"]["actions"][0] and _requests(zk) == []
 
 
