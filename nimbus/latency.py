@@ -66,8 +66,20 @@ class _Tracked:
     last: PathWindow | None = None
     primed: bool = False  # its window's start sums are taken
     actions: list[dict[str, Any]] = field(default_factory=list)
-    pending: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # request node -> its action
+    pending: list[_Request] = field(default_factory=list)  # requests Nimbus has not answered yet
     sampled_at: float = 0.0  # when a window last had samples
+    starved: bool = False  # its last window broke the bound but was count-only (another's step)
+
+
+@dataclass(frozen=True)
+class _Request:
+    """A step asked of Nimbus: its request node, its action, and the topology's last step before
+    it (restored if Nimbus refuses: no window waits for a step that was not taken)."""
+
+    path: str
+    action: dict[str, Any]
+    at: float
+    before: float | None
 
 
 def _resume(t: _Tracked, entry: Mapping[str, Any] | None) -> None:
@@ -278,7 +290,14 @@ class LatencyController:
                 # Another constraint's step came during this window (one step per topology at a
                 # time: the next window shows its effect): counted, not acted on.
                 count_window(t.state, win, c.p99_ms)
+                t.starved = t.starved or (win.p99_ms is not None and win.p99_ms > c.p99_ms)
                 continue
+            if not t.starved and any(u.starved for u in tracked.values() if u is not t):
+                # A constraint whose broken windows others' steps kept count-only (a long window
+                # beside a short one that keeps stepping) gets its clean window first.
+                count_window(t.state, win, c.p99_ms)
+                continue
+            t.starved = False
             chainable, hot, chained = (_chain_options(topo["definition"], plan, c.path, cpu, _parallel(beats))
                                        if plan else ([], [], []))
             step = decide(c.path, c.p99_ms, win, t.state, tuning, base, c.moves or moves_ok, chainable, hot,
@@ -287,14 +306,15 @@ class LatencyController:
                 continue  # measured and reported, never acted on (topology.latency.control=false)
             if step is None or plan is None:
                 continue
-            if self._act(name, plan, step, t, topo["definition"]):
-                self.stepped_at[name] = now
+            if self._act(name, plan, step, t, topo["definition"], now):
                 if step.tuning is not None:
                     tuning = step.tuning
         self._write(name, constraints)
 
-    def _act(self, name: str, plan: Plan, step: Decision, t: _Tracked, definition: Mapping[str, Any]) -> bool:
-        """Turn a step into a request to Nimbus and note it; False if there was nothing to ask."""
+    def _act(self, name: str, plan: Plan, step: Decision, t: _Tracked, definition: Mapping[str, Any],
+             now: float) -> bool:
+        """Turn a step into a request to Nimbus and note it (the topology's last step is then
+        ``now``); False if there was nothing to ask."""
         request: dict[str, Any] = {"mode": "thread", "moves": [], "random": 0, "by": "latency",
                                    "requested_at": time.time()}
         kind, detail = step.kind, step.detail
@@ -326,7 +346,9 @@ class LatencyController:
         if kind == "warn":
             return False
         path = self.zk.create(f"{self.paths.requests(name)}/req-", encode(request), sequence=True, makepath=True)
-        t.pending.append((path, action))  # Nimbus answers in the node: a refusal is noted on the action
+        # Nimbus answers in the node: a refusal is noted on the action.
+        t.pending.append(_Request(path, action, now, self.stepped_at.get(name)))
+        self.stepped_at[name] = now
         return True
 
     def _collect_answers(self, name: str, tracked: Iterable[_Tracked]) -> bool:
@@ -336,21 +358,27 @@ class LatencyController:
         changed = False
         for t in tracked:
             waiting = []
-            for path, action in t.pending:
+            for asked in t.pending:
+                path, action = asked.path, asked.action
                 try:
                     request, _stat = self.cluster.read(path)
                 except Exception:  # noqa: BLE001 - ZooKeeper trouble: ask again next tick
-                    waiting.append((path, action))
+                    waiting.append(asked)
                     continue
                 if request is None:
                     continue  # gone (deleted after 300 s, or by hand)
                 result = request.get("result") if isinstance(request, dict) else None
                 if not isinstance(result, dict):
-                    waiting.append((path, action))
+                    waiting.append(asked)
                     continue
                 if not result.get("ok", True):
                     action["refused"] = str(result.get("error") or "refused")
                     t.state.undo, t.state.skip = None, 0
+                    if self.stepped_at.get(name) == asked.at:  # no later step: windows judge from the one before
+                        if asked.before is None:
+                            self.stepped_at.pop(name, None)
+                        else:
+                            self.stepped_at[name] = asked.before
                     changed = True
                     log.warning("latency %s [%s]: Nimbus refused the %s step: %s", name, t.constraint.name,
                                 action["kind"], action["refused"])

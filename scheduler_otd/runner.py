@@ -28,7 +28,7 @@ from typing import Any
 from kazoo.client import KazooClient
 
 from nstorm.clusterstate import ClusterState
-from nstorm.config import merge_conf
+from nstorm.config import flag, merge_conf
 from nstorm.home import metrics_dir
 from nstorm.moves import recently_moved
 from nstorm.records import Heartbeat, TopologyStatus
@@ -170,7 +170,7 @@ class OtdRunner:
                  100 * traffic["inter_node_ratio"], traffic["total_tuples"],
                  sum(1 for c in decision.classes.values() if c == "low"),
                  {w: (c, *record["loads"].get(w, ())) for w, c in sorted(decision.classes.items()) if c != "low"})
-        if conf.get("otd.autoscale") in (True, "true", 1):
+        if flag(conf, "otd.autoscale"):
             step = self._autoscale(name, plan, decision, conf, capacity, behind(loads, conf))
             if step is not None:
                 record["autoscale"] = step.as_json()

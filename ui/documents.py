@@ -20,7 +20,7 @@ from typing import Any
 
 from nstorm import __version__
 from nstorm.client import ClusterClient
-from nstorm.config import merge_conf
+from nstorm.config import flag, merge_conf
 from nstorm.plan import Plan
 from nstorm.records import Heartbeat, MigrationRecord
 
@@ -351,7 +351,7 @@ def topology_document(view: TopologyView, now: float | None = None) -> dict[str,
         "msgTimeout": view.conf.get("topology.message.timeout.secs"), "window": ":all-time", "windowHint": "All time",
         "statsWindowSecs": view.conf.get("worker.stats.window.secs"), "planVersion": status["plan_version"],
         "scheduler": view.conf.get("topology.scheduler", "static"), "schedulerDisplayResource": False,
-        "debug": bool(view.conf.get("topology.debug")), "replicationCount": 1,
+        "debug": flag(view.conf, "topology.debug"), "replicationCount": 1,
         "topologyStats": [{"windowPretty": "All time", "window": ":all-time", "emitted": emitted,
                            "transferred": emitted, "completeLatency": _f3(complete_ms),
                            "acked": status["spouts"]["acked"], "failed": status["spouts"]["failed"]}],

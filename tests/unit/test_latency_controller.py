@@ -212,3 +212,33 @@ def test_a_p99_hovering_at_the_bound_backs_off_further() -> None:
     for _ in range(BACKOFF_RESET_WINDOWS):
         decide(["a", "b"], 5.0, met, state, tuning, 5.0, moves=False)
     assert state.backoff == 1
+
+
+def test_a_long_window_that_short_steps_keep_count_only_gets_its_clean_window(windows: Any) -> None:
+    """A 3-s constraint beside a 1-s one that steps every window: every 3-s window began before
+    the other's last step and would be count-only for good; once one of them broke the bound,
+    the short one holds its steps until the long one had a clean window."""
+    zk = FakeZk()
+    long_ab = {**AB, "window_secs": 3}
+    c = _controller(zk, FakeCluster(zk, [long_ab, BC]))
+    c.tick(NAME, 0.0)
+    windows.update({"a>b": _broken("a>b"), "b>c": _broken("b>c")})
+    for now in (1.0, 2.0):
+        c.tick(NAME, now)
+    assert _record(zk)["b>c"]["actions"], "the short constraint stepped"
+    c.tick(NAME, 3.0)  # a>b's window began at 0, before those steps: counted only
+    assert _record(zk)["a>b"]["actions"] == [] and c.tracked[NAME]["a>b"].starved
+    steps = len(_record(zk)["b>c"]["actions"])
+    for now in (3.0, 4.0, 5.0):
+        c.tick(NAME, now)
+    assert len(_record(zk)["b>c"]["actions"]) == steps, "the short one holds while the long one waits"
+    c.tick(NAME, 6.0)
+    assert [a["kind"] for a in _record(zk)["a>b"]["actions"]] == ["buffer"]
+    assert not c.tracked[NAME]["a>b"].starved
+    c.tick(NAME, 7.0)
+    assert len(_record(zk)["b>c"]["actions"]) > steps, "then the short one goes on"
+
+
+def test_a_refused_step_does_not_hold_the_other_windows(windows: Any) -> None:
+    zk, c = _answered_step(windows, {"ok": False, "error": "a rescale is under way", "at": 1})
+    assert c.stepped_at == {}, "no step was taken: no window is count-only for it"
