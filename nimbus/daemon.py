@@ -350,9 +350,7 @@ class Nimbus:
                                        "records": records, "since": time.time()})
         else:
             new = apply_moves(plan, moves, mode, live, records)
-        if not self.write_plan(name, new, zk_version):
-            msg = "the plan changed while the request was applied; try again"
-            raise RebalanceError(msg)
+        self._write_plan_with_records(name, new, zk_version, records)
         log.info("topology %s: %s-mode move of %s (v%d, by %s)", name, mode.value,
                  ", ".join(f"{e}->{w}" for e, w in moves), new.version, by)
         return {"ok": True, "version": new.version, "records": records, "moves": moves, "mode": mode.value}
@@ -396,9 +394,7 @@ class Nimbus:
                 "phase": "draining", "until": time.time() + wait, "moves": [], "records": records,
                 "parallelism": changes, "new_workers": {s.worker_id: s.to_json() for s in new_slots},
                 "since": time.time()})
-        if not self.write_plan(name, new, zk_version):
-            msg = "the plan changed while the request was applied; try again"
-            raise RebalanceError(msg)
+        self._write_plan_with_records(name, new, zk_version, records)
         log.info("topology %s: %s parallelism change %s (v%d, by %s)", name, "live" if live_mode else "stop-mode",
                  ", ".join(f"{c}={n}" for c, n in changes.items()), new.version, by)
         return {"ok": True, "version": new.version, "records": records, "moves": [], "mode": mode.value,
@@ -488,6 +484,31 @@ class Nimbus:
             self.zk.set(path, encode(done.to_json()), version=stat.version)
         except (NoNodeError, BadVersionError, ValueError):
             pass
+
+    def _write_plan_with_records(self, name: str, plan: Plan, expected_zk_version: int,
+                                 records: Mapping[str, str]) -> None:
+        """Write the plan a request made; if it cannot be written, delete the migration records
+        made for it (an open record no plan names would hold OTD and every later request off
+        the topology for good).
+
+        :raises RebalanceError: the plan changed meanwhile (the requester may try again).
+        """
+        try:
+            written = self.write_plan(name, plan, expected_zk_version)
+        except BaseException:
+            self._forget_records(name, records)
+            raise
+        if not written:
+            self._forget_records(name, records)
+            msg = "the plan changed while the request was applied; try again"
+            raise RebalanceError(msg)
+
+    def _forget_records(self, name: str, records: Mapping[str, str]) -> None:
+        for record in records.values():
+            try:
+                self._delete(f"{self.paths.migrations(name)}/{record}")
+            except Exception:  # noqa: BLE001 - ZooKeeper trouble: the record stays (logged)
+                log.warning("topology %s: migration record %s of a plan never written stays", name, record)
 
     def write_plan(self, name: str, plan: Plan, expected_zk_version: int) -> bool:
         """Write ``plan`` if nobody wrote the assignment since we read it (with the chains that

@@ -33,6 +33,7 @@ from nstorm.rescale import validate_rescale
 from nstorm.stall import find_stall
 from nstorm.state.config import state_config
 from nstorm.state.record import CheckpointRecord
+from nstorm.topology import BAD_TOPOLOGY_NAME, valid_topology_name
 from nstorm.window.checks import check_submit as check_windows
 from nstorm.window.status import merge_window_status
 from nstorm.zkauth import without_secrets
@@ -48,7 +49,6 @@ from nstorm.zkschema import (
 
 __all__ = ["ClusterClient"]
 
-_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
 
 
 class ClusterClient:
@@ -110,8 +110,8 @@ class ClusterClient:
         topology = load_topology(path, conf)
         definition = dict(topology.definition)
         if name is not None:
-            if not name or not set(name) <= _NAME_CHARS:
-                msg = f"topology name {name!r} is invalid: use letters, digits, '_' and '-'"
+            if not valid_topology_name(name):
+                msg = f"topology name {name!r} is invalid: {BAD_TOPOLOGY_NAME}"
                 raise UsageError(msg)
             definition["name"] = name
         if "topology.workers" in conf:

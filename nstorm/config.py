@@ -97,6 +97,7 @@ DEFAULTS: dict[str, Any] = {
     # the UI daemon (nstorm ui; README "Web UI and REST API")
     "nstorm.ui.host": "127.0.0.1",
     "nstorm.ui.port": 8080,  # nstorm local / cluster up take a free port when it is taken
+    "nstorm.ui.allowed.hosts": "",  # Host names a UI on 127.0.0.1 answers to besides loopback ones (DNS rebinding)
     "nstorm.ui.auth": None,  # "user:password": HTTP basic auth on every endpoint; env NSTORM_UI_AUTH
 }
 

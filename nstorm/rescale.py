@@ -98,10 +98,24 @@ def validate_rescale(plan: Plan, definition: Mapping[str, Any], changes: Mapping
                    "(the key groups its keyed state is split into)")
             raise RebalanceError(msg)
         now = len(executors_of_component(plan, name))
+        if now > max_parallelism:
+            # More executors than key groups: its input is routed by hash, not by key group, so
+            # no step can say which executor gives which keys (and none would take a group).
+            msg = (f"component {name!r} has {now} executors, more than topology.max.parallelism="
+                   f"{max_parallelism}: it cannot be rescaled live")
+            raise RebalanceError(msg)
         if n == now:
             msg = f"component {name!r} already has {n} executors"
             raise RebalanceError(msg)
         added += max(0, n - now)
+    for name in changes:
+        for source in {i.get("component") for i in components[name].get("inputs") or ()}:
+            if source in changes and changes[source] < len(executors_of_component(plan, source)):
+                # Its retiring executors would go on sending by the old layout after the old
+                # owners handed their key groups over (they wait for the markers of the kept ones).
+                msg = (f"component {name!r} reads from {source!r}, which this request scales in: "
+                       f"rescale {source!r} and {name!r} in two requests")
+                raise RebalanceError(msg)
     if len(plan.tasks) + added > MAX_TASKS:
         msg = f"the topology would have more than {MAX_TASKS} task ids (they are never reused)"
         raise RebalanceError(msg)

@@ -53,6 +53,13 @@ NONE = "none"
 GROUPINGS = (SHUFFLE, FIELDS, ALL, GLOBAL, DIRECT, LOCAL_OR_SHUFFLE, NONE)
 
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_\-]*$")
+RESERVED_NAMES = frozenset({"summary"})  # /api/v1/topology/summary is the list, as in Storm's REST API
+BAD_TOPOLOGY_NAME = "use letters, digits, '_' and '-' (and not 'summary')"
+
+
+def valid_topology_name(name: object) -> bool:
+    """A topology name: letters, digits, '_' and '-', not a name the REST API's routes take."""
+    return isinstance(name, str) and bool(_NAME.match(name)) and name not in RESERVED_NAMES
 
 
 def normalize_outputs(outputs: Any, owner: str) -> dict[str, list[str]]:
@@ -243,8 +250,8 @@ class TopologyBuilder:
 
     # -- validation -------------------------------------------------------------------
     def _check_names(self) -> None:
-        if not isinstance(self.name, str) or not _NAME.match(self.name):
-            msg = f"topology name {self.name!r} is invalid: use letters, digits, '_' and '-'"
+        if not valid_topology_name(self.name):
+            msg = f"topology name {self.name!r} is invalid: {BAD_TOPOLOGY_NAME}"
             raise TopologyError(msg)
         seen: set[str] = set()
         for c in self._components:

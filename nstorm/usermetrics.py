@@ -50,9 +50,11 @@ class Counter:
         self.value = 0
 
     def inc(self, n: int | float = 1) -> None:
-        """Add ``n`` (>= 0)."""
-        if n < 0:
-            msg = f"counter {self.name!r}: inc({n}) would go down; use a gauge"
+        """Add ``n`` (>= 0 and finite: a NaN or an infinity would make every report of it
+        unreadable JSON)."""
+        if not 0 <= n < math.inf:
+            msg = (f"counter {self.name!r}: inc({n}) would go down; use a gauge" if n < 0
+                   else f"counter {self.name!r}: inc({n}): expected a finite number")
             raise ValueError(msg)
         self.value += n
 
@@ -97,7 +99,8 @@ class UserMetrics:
     def carry(self, counters: Mapping[str, Any]) -> None:
         """Add the counter values a moved-away copy handed over (to counters registered later too)."""
         for name, value in counters.items():
-            if not isinstance(value, (int, float)) or isinstance(value, bool):
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or (
+                    isinstance(value, float) and not math.isfinite(value)):
                 continue
             if name in self.counters:
                 self.counters[name].value += value
@@ -121,7 +124,9 @@ class UserMetrics:
                 _warn_once(name, exc)
                 continue
             gauges[name] = value
-        return {"counters": self.counter_values(), "gauges": gauges}
+        counters = {name: value for name, value in self.counter_values().items()
+                    if isinstance(value, int) or math.isfinite(value)}
+        return {"counters": counters, "gauges": gauges}
 
 
 _warned: set[str] = set()

@@ -110,6 +110,14 @@ def _number(text: str, what: str, low: float = 0.0, high: float = math.inf) -> f
     return value
 
 
+def _storm_count(value: Any) -> Any:
+    """A count as Storm's REST clients send it: ``"5"`` is 5 (Storm's own example writes them as
+    strings); anything else is passed on as it is, for the rescale's checks to refuse."""
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    return value
+
+
 async def _body(request: Request, required: bool = False) -> dict[str, Any]:
     raw = await request.body()
     if not raw.strip():
@@ -118,8 +126,8 @@ async def _body(request: Request, required: bool = False) -> dict[str, Any]:
         return {}
     try:
         data = json.loads(raw)
-    except ValueError as exc:
-        msg = f"malformed JSON body: {exc}"
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested deeper than json can read
+        msg = f"malformed JSON body: {exc or 'nested too deep'}"
         raise ApiError(400, msg) from None
     if not isinstance(data, dict):
         raise ApiError(400, f"the body must be a JSON object, got {type(data).__name__}")
@@ -292,8 +300,8 @@ class Api:
             if body.get("moves") or body.get("random"):
                 raise ApiError(400, "give either moves or a parallelism change (rebalanceOptions.executors), not both")
             result = self._live().rebalance(name, mode=mode, wait_secs=wait if mode == "stop" else None, by="ui",
-                                            timeout=MOVE_TIMEOUT_SECS, workers=workers,
-                                            parallelism={str(c): n for c, n in executors.items()})
+                                            timeout=MOVE_TIMEOUT_SECS, workers=_storm_count(workers),
+                                            parallelism={str(c): _storm_count(n) for c, n in executors.items()})
             return self._done(name, "rebalance", mode=mode, waitSecs=wait if mode == "stop" else 0,
                               planVersion=result["version"], parallelism=result.get("parallelism"),
                               migrations=result["records"])
@@ -356,8 +364,10 @@ def _page(filename: str) -> Callable[[Request], Response]:
     return endpoint
 
 
-def create_app(source: ClusterSource, credentials: tuple[str, str] | None = None) -> Starlette:
-    """The application over ``source``; ``credentials``: ``(user, password)`` for basic auth, or None."""
+def create_app(source: ClusterSource, credentials: tuple[str, str] | None = None,
+               allowed_hosts: frozenset[str] = frozenset()) -> Starlette:
+    """The application over ``source``; ``credentials``: ``(user, password)`` for basic auth, or None;
+    ``allowed_hosts``: ``Host`` names a loopback-bound UI answers to besides loopback ones."""
     api = Api(source)
 
     def healthz(request: Request) -> JSONResponse:
@@ -410,5 +420,5 @@ def create_app(source: ClusterSource, credentials: tuple[str, str] | None = None
     handlers: dict[Any, Any] = {cls: _handle for cls in (HTTPException, ApiError, NStormError, Unreachable,
                                                            *ZOOKEEPER_TROUBLE)}
     handlers[Exception] = _handle
-    return Starlette(routes=routes, middleware=[Middleware(Guard, credentials=credentials)],
+    return Starlette(routes=routes, middleware=[Middleware(Guard, credentials=credentials, allowed_hosts=allowed_hosts)],
                      exception_handlers=handlers)

@@ -23,6 +23,7 @@ from nstorm.client import ClusterClient
 from nstorm.config import flag, merge_conf
 from nstorm.plan import Plan
 from nstorm.records import Heartbeat, MigrationRecord
+from nstorm.rescale import executors_of_component
 
 __all__ = [
     "TopologyView",
@@ -52,9 +53,25 @@ _KNOWN_COMPONENT = {"parallelism", "emitted", "batches", "executed", "acked", "f
                     "last_error", "latency_ms", "capacity", "metrics"}
 
 
+_URL_CREDENTIALS = re.compile(r"(?<=://)[^/@\s]*@")  # "redis://:pw@host" -> "redis://********@host"
+
+
 def masked(conf: Mapping[str, Any]) -> dict[str, Any]:
-    """``conf`` with the values of secret-looking keys (password, secret, token, auth) hidden."""
-    return {k: (MASK if _SECRET.search(k) and v not in (None, "", False) else v) for k, v in sorted(conf.items())}
+    """``conf`` with the values of secret-looking keys (password, secret, token, auth) hidden, in
+    nested settings too (``topology.state.provider.config``), and credentials in URLs."""
+    return {k: _masked_value(k, v) for k, v in sorted(conf.items())}
+
+
+def _masked_value(key: str, value: Any) -> Any:
+    if _SECRET.search(str(key)) and value not in (None, "", False):
+        return MASK
+    if isinstance(value, Mapping):
+        return {k: _masked_value(k, v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_masked_value(key, v) for v in value]
+    if isinstance(value, str):
+        return _URL_CREDENTIALS.sub(MASK + "@", value)
+    return value
 
 
 def pretty_secs(secs: float | None) -> str:
@@ -180,7 +197,8 @@ def topology_summary(rows: Iterable[Mapping[str, Any]], now: float) -> dict[str,
         plan: Plan | None = r.get("plan")
         up = now - float(r["submitted_at"]) if r.get("submitted_at") else None
         executors = len(plan.executors) if plan else 0
-        out.append({"id": r["name"], "name": r["name"], "status": r["status"], "uptime": pretty_secs(up),
+        out.append({"id": r["name"], "encodedId": r["name"], "name": r["name"], "status": r["status"],
+                    "uptime": pretty_secs(up),
                     "uptimeSeconds": int(up) if up is not None else None, "tasksTotal": executors,
                     "workersTotal": len(plan.workers) if plan else 0, "executorsTotal": executors,
                     "planVersion": plan.version if plan else None,
@@ -189,18 +207,27 @@ def topology_summary(rows: Iterable[Mapping[str, Any]], now: float) -> dict[str,
 
 
 # -- one topology -------------------------------------------------------------------------------
+def _executor_ids(view: TopologyView, component: str) -> list[str]:
+    """The component's executors now: the plan's (a live rescale adds ids and retires others),
+    else the definition's ``component:0..parallelism-1``."""
+    if view.plan is not None:
+        ids = executors_of_component(view.plan, component)
+        if ids:
+            return ids
+    return [f"{component}:{i}" for i in range(int(view.definition["components"][component]["parallelism"]))]
+
+
 def _component_stats(view: TopologyView, component: str, counters: Mapping[str, tuple[Mapping[str, Any], str]]
                      ) -> dict[str, Any]:
     """Window figures of a component from its executors: rates, the busiest executor's capacity,
     execute latency weighted by what each executed, complete latency weighted by samples."""
-    parallelism = int(view.definition["components"][component]["parallelism"])
     executed_rate = emitted_rate = 0.0
     busy_weight = busy_ms = 0.0
     capacity: float | None = None
     complete_n = 0
     complete_sum = 0.0
-    for i in range(parallelism):
-        c = counters.get(f"{component}:{i}", ({}, ""))[0]
+    for eid in _executor_ids(view, component):
+        c = counters.get(eid, ({}, ""))[0]
         executed_rate += float(c.get("executed_rate") or 0.0)
         emitted_rate += float(c.get("emitted_rate") or 0.0)
         if c.get("capacity") is not None:
@@ -246,7 +273,7 @@ def _extra(comp: Mapping[str, Any]) -> dict[str, Any]:
 
 def _spout_row(view: TopologyView, name: str, comp: Mapping[str, Any], stats: Mapping[str, Any],
                error: Mapping[str, Any]) -> dict[str, Any]:
-    return {"spoutId": name, "executors": comp["parallelism"], "tasks": comp["parallelism"],
+    return {"spoutId": name, "encodedSpoutId": name, "executors": comp["parallelism"], "tasks": comp["parallelism"],
             "emitted": comp["emitted"], "transferred": comp["emitted"], "acked": comp["acked"],
             "failed": comp["failed"], "completeLatency": _f3(stats["completeMs"]),
             "emittedRate": stats["emittedRate"], "errors": comp.get("errors", 0), "latency": comp.get("latency_ms"),
@@ -256,7 +283,7 @@ def _spout_row(view: TopologyView, name: str, comp: Mapping[str, Any], stats: Ma
 def _bolt_row(view: TopologyView, name: str, comp: Mapping[str, Any], stats: Mapping[str, Any],
               error: Mapping[str, Any]) -> dict[str, Any]:
     execute = stats["executeMs"]
-    return {"boltId": name, "executors": comp["parallelism"], "tasks": comp["parallelism"],
+    return {"boltId": name, "encodedBoltId": name, "executors": comp["parallelism"], "tasks": comp["parallelism"],
             "emitted": comp["emitted"], "transferred": comp["emitted"], "executed": comp["executed"],
             "acked": comp["acked"], "failed": comp["failed"], "capacity": _f3(stats["capacity"]),
             # nstorm acks a tuple as its process() returns (or when the bolt acks it by hand), so
@@ -293,8 +320,9 @@ def _placement_row(eid: str, worker: str, c: Mapping[str, Any] | None) -> list[A
             int(c.get("queue") or 0), int(c.get("errors") or 0)]
 
 
-def _dag(definition: Mapping[str, Any]) -> dict[str, Any]:
-    nodes = [{"id": n, "kind": c["kind"], "parallelism": c["parallelism"],
+def _dag(definition: Mapping[str, Any], components: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """The DAG with each component's parallelism now (a live rescale changes it, not the definition)."""
+    nodes = [{"id": n, "kind": c["kind"], "parallelism": components.get(n, c).get("parallelism", c["parallelism"]),
               "outputs": c.get("outputs") or {}} for n, c in definition["components"].items()]
     edges = [{"from": i["component"], "to": n, "stream": i.get("stream", "default"), "grouping": i.get("grouping"),
               "fields": i.get("fields") or []}
@@ -344,7 +372,7 @@ def topology_document(view: TopologyView, now: float | None = None) -> dict[str,
     complete_ms = sum(float(lat) * max(1, int(a)) for lat, a in complete) / weight if complete else None
     executors = len(plan.executors) if plan else 0
     document: dict[str, Any] = {
-        "id": view.name, "name": view.name, "status": status["status"],
+        "id": view.name, "encodedId": view.name, "name": view.name, "status": status["status"],
         "uptime": pretty_secs(now - submitted if submitted else None),
         "uptimeSeconds": int(now - submitted) if submitted else None,
         "tasksTotal": executors, "workersTotal": len(plan.workers) if plan else 0, "executorsTotal": executors,
@@ -359,7 +387,7 @@ def topology_document(view: TopologyView, now: float | None = None) -> dict[str,
         "spouts": spouts, "bolts": bolts, "workers": workers,
         "placement": {"columns": ["id", "worker", "capacity", "executedRate", "emittedRate", "queue", "errors"],
                       "executors": placement, "moving": sorted(m.executor for m in view.migrations if not m.completed_at)},
-        "dag": _dag(view.definition),
+        "dag": _dag(view.definition, status["components"]),
         "otd": status.get("otd"),
         **latency_document(view),
         "migrationsTotal": len(view.migrations),
@@ -384,8 +412,7 @@ def component_document(view: TopologyView, component: str, now: float | None = N
     error = _last_error(view, component, counters, now)
     rows = []
     errors = []
-    for i in range(int(spec["parallelism"])):
-        eid = f"{component}:{i}"
+    for eid in _executor_ids(view, component):
         c, wid = counters.get(eid, ({}, view.plan.executors.get(eid, "") if view.plan else ""))
         row = _executor_row(view, eid, c, wid)
         rows.append(row)
@@ -401,7 +428,7 @@ def component_document(view: TopologyView, component: str, now: float | None = N
     doc: dict[str, Any] = {
         "id": component, "encodedId": component, "name": view.name, "topologyId": view.name,
         "encodedTopologyId": view.name, "topologyStatus": view.status["status"], "componentType": kind,
-        "executors": spec["parallelism"], "tasks": spec["parallelism"], "window": ":all-time",
+        "executors": comp["parallelism"], "tasks": comp["parallelism"], "window": ":all-time",
         "windowHint": "All time", "debug": False, "componentErrors": sorted(errors, key=lambda e: -(e["errorTime"] or 0)),
         "executorStats": rows, "inputs": spec.get("inputs") or [], "outputs": spec.get("outputs") or {},
         "capacity": _f3(stats["capacity"]) if kind != "spout" else None, "metrics": comp.get("metrics"),

@@ -7,7 +7,10 @@ A pure ASGI middleware, in front of every route (the pages, their assets, the AP
 - a request that changes something (any method but GET, HEAD, OPTIONS) whose ``Origin`` header is
   present and is not this server's own origin is refused with 403, and so is one a browser marks
   ``Sec-Fetch-Site: cross-site``: another web page cannot make a visitor's browser activate, kill or
-  move anything, even on 127.0.0.1 without auth. ``curl`` sends no ``Origin`` and still works.
+  move anything, even on 127.0.0.1 without auth. ``curl`` sends no ``Origin`` and still works;
+- on a loopback address, a request whose ``Host`` is not a loopback name (nor one of
+  ``nstorm.ui.allowed.hosts``) is refused with 403: a page whose DNS name was rebound to
+  127.0.0.1 sends its own name, so it can neither read nor change anything (DNS rebinding).
 
 ``/healthz`` answers without credentials (a container's health check has none).
 """
@@ -17,11 +20,12 @@ from __future__ import annotations
 import base64
 import binascii
 import hmac
+import ipaddress
 import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-__all__ = ["Guard", "origin_allowed"]
+__all__ = ["Guard", "host_allowed", "origin_allowed"]
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -45,18 +49,46 @@ def origin_allowed(origin: str | None, scheme: str, host: str | None) -> bool:
     return origin.rstrip("/").lower() == f"{scheme}://{host}".lower()
 
 
-class Guard:
-    """The ASGI middleware (see the module docstring). ``credentials``: ``(user, password)`` or None."""
+def _loopback(name: str) -> bool:
+    name = name.strip("[]").rstrip(".").lower()
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
 
-    def __init__(self, app: ASGIApp, credentials: tuple[str, str] | None = None) -> None:
+
+def host_allowed(host: str | None, server: Any, allowed: frozenset[str] = frozenset()) -> bool:
+    """True unless the server listens on a loopback address and ``host`` (the ``Host`` header,
+    with or without a port) names neither a loopback address nor one of ``allowed``."""
+    if not host or not server or not _loopback(str(server[0])):
+        return True
+    name = host.rsplit(":", 1)[0] if not host.endswith("]") and host.count(":") == 1 else host
+    if name.startswith("[") and "]" in name:
+        name = name[:name.index("]") + 1]
+    return _loopback(name) or name.strip("[]").lower() in allowed
+
+
+class Guard:
+    """The ASGI middleware (see the module docstring). ``credentials``: ``(user, password)`` or None;
+    ``allowed_hosts``: names besides loopback ones a loopback-bound UI answers to."""
+
+    def __init__(self, app: ASGIApp, credentials: tuple[str, str] | None = None,
+                 allowed_hosts: frozenset[str] = frozenset()) -> None:
         self.app = app
         self.credentials = credentials
+        self.allowed_hosts = frozenset(h.strip().lower() for h in allowed_hosts if h.strip())
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         headers = _headers(scope)
+        if not host_allowed(headers.get("host"), scope.get("server"), self.allowed_hosts):
+            await _refuse(send, 403, "Forbidden",
+                          f"Host {headers.get('host')} is not this server's (add it to nstorm.ui.allowed.hosts)")
+            return
         if self.credentials is not None and scope.get("path") not in OPEN_PATHS and not self._authorized(headers):
             await _refuse(send, 401, "Unauthorized", "this nstorm UI needs a user and password (HTTP basic auth)",
                           [(b"www-authenticate", b'Basic realm="nstorm", charset="UTF-8"')])

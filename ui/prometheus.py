@@ -73,6 +73,20 @@ class _Families:
 
     def __init__(self) -> None:
         self.made: dict[str, Metric] = {}
+        self.user_owner: dict[str, tuple[str, str]] = {}  # exposed name -> (user metric name, kind)
+
+    def user_family(self, mname: str, kind: str) -> str | None:
+        """The family of user metric ``mname`` (``kind``: counter or gauge) for the whole scrape,
+        every topology's: None when a name it would expose is another's (``a.b`` and ``a-b`` both
+        make ``nstorm_user_a_b``; a counter and a gauge of one name): the first one seen keeps it,
+        so no sample is a duplicate and none changes its type."""
+        family = f"nstorm_user_{_name(mname)}"
+        names = (family, f"{family}_total") if kind == "counter" else (family,)
+        if any(self.user_owner.get(n, (mname, kind)) != (mname, kind) for n in names):
+            return None
+        for n in names:
+            self.user_owner[n] = (mname, kind)
+        return family
 
     def counter(self, name: str, doc: str, labels: list[str]) -> CounterMetricFamily:
         if name not in self.made:
@@ -96,7 +110,7 @@ def cluster_families(supervisors: Mapping[str, Mapping[str, Any]], plans: Mappin
     used = {w for p in plans.values() if p for w in p.workers}
     total = sum(len(s.get("slots") or []) for s in supervisors.values())
     live = {f"{node}:{slot[0]}" for node, s in supervisors.items() for slot in s.get("slots") or []}
-    up = GaugeMetricFamily("nstorm_up", "1 while the UI reaches the cluster's ZooKeeper")
+    up = GaugeMetricFamily("nstorm_up", "1: this scrape read the cluster's ZooKeeper (while it cannot, /metrics answers 503)")
     up.add_metric([], 1)
     sup = GaugeMetricFamily("nstorm_cluster_supervisors", "Registered supervisors")
     sup.add_metric([], len(supervisors))
@@ -208,7 +222,6 @@ def _components(f: _Families, view: TopologyView) -> None:
 
 def _executors(f: _Families, view: TopologyView) -> None:
     plan = view.plan
-    user_kinds: dict[str, str] = {}
     for eid, (c, wid) in sorted(view.executor_counters().items()):
         placed = plan.executors.get(eid, wid) if plan else wid
         slot = plan.workers.get(placed) if plan else None
@@ -225,14 +238,14 @@ def _executors(f: _Families, view: TopologyView) -> None:
             f.gauge("nstorm_executor_execute_latency_seconds", "Busy time per executed tuple over the stats window",
                     _EXECUTOR).add_metric(key, float(c["execute_ms"]) / 1000.0)
         metrics = c.get("metrics") or {}
-        # A name is one family: the first kind seen wins (a gauge of a counter's name is left out).
+        # A name is one family in the whole scrape: the first seen keeps it (f.user_family).
         for mname, value in (metrics.get("counters") or {}).items():
-            family = f"nstorm_user_{_name(mname)}"
-            if user_kinds.setdefault(family, "counter") == "counter":
+            family = f.user_family(mname, "counter")
+            if family is not None:
                 f.counter(family, "User counter (context.register_counter)", _EXECUTOR).add_metric(key, float(value))
         for mname, value in (metrics.get("gauges") or {}).items():
-            family = f"nstorm_user_{_name(mname)}"
-            if user_kinds.setdefault(family, "gauge") == "gauge":
+            family = f.user_family(mname, "gauge")
+            if family is not None:
                 f.gauge(family, "User gauge (context.register_gauge)", _EXECUTOR).add_metric(key, float(value))
 
 

@@ -15,7 +15,7 @@ from nstorm.errors import ClusterError
 from nstorm.uiauth import resolve_ui_auth
 from nstorm.zkauth import AUTH_KEY
 
-__all__ = ["bind", "ping", "serve"]
+__all__ = ["allowed_hosts", "bind", "ping", "serve"]
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +41,14 @@ def url_of(host: str, port: int) -> str:
     return f"http://{shown}:{port}/"
 
 
+def allowed_hosts(conf: Mapping[str, Any]) -> frozenset[str]:
+    """``nstorm.ui.allowed.hosts``: names (a comma-separated string or a list) a UI on a loopback
+    address answers to besides loopback ones (a proxy's, say)."""
+    value = conf.get("nstorm.ui.allowed.hosts") or ()
+    names = value.split(",") if isinstance(value, str) else value if isinstance(value, list | tuple) else ()
+    return frozenset(str(n).strip().lower() for n in names if str(n).strip())
+
+
 def serve(zk_address: str, root: str, host: str, port: int, conf: Mapping[str, Any], announce: Any = None) -> int:
     """Serve until SIGTERM/SIGINT. ``announce(url)`` is called once listening."""
     import uvicorn
@@ -54,7 +62,7 @@ def serve(zk_address: str, root: str, host: str, port: int, conf: Mapping[str, A
     source = ClusterSource(zk_address, root, auth=conf.get(AUTH_KEY),
                            session_timeout=float(conf.get("nstorm.zookeeper.session.timeout.secs") or 10))
     source.start()
-    app = create_app(source, credentials)
+    app = create_app(source, credentials, allowed_hosts(conf))
     config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="off", timeout_graceful_shutdown=5)
     server = uvicorn.Server(config)
     url = url_of(host, port)

@@ -142,7 +142,11 @@ class UpstreamShifts:
             step = routing.rescales.get(component)
             if step is None or self.seen.get(component, 0) >= step.version or component in self.held:
                 continue
-            self.held[component] = (step, self.early.pop(step.version, set()), now)
+            early = {src for src in self.early.get(step.version, ()) if src in step.new}
+            self.held[component] = (step, early, now)
+        low = min((self.seen.get(c, 0) for c in self.subscribers), default=0)
+        for version in [v for v in self.early if v <= low]:
+            del self.early[version]  # every component switched to it or past it
 
     def ended(self, routing: RoutingTable) -> list[str]:
         """The held components whose step ``routing`` no longer has: it completed while this
@@ -157,11 +161,15 @@ class UpstreamShifts:
         return held[0].old if held is not None else None
 
     def ready(self, src: int, version: int) -> None:
+        """A READY from task ``src`` of the new layout of a step of ``version``. The steps of one
+        request share their version: it counts for the held step whose new layout has ``src``
+        (or, not held yet, for whichever step of that version takes it later)."""
+        credited = False
         for step, readies, _since in self.held.values():
-            if step.version == version:
+            if step.version == version and src in step.new:
                 readies.add(src)
-                return
-        if version > max(self.seen.values(), default=0):
+                credited = True
+        if not credited and version > min((self.seen.get(c, 0) for c in self.subscribers), default=0):
             self.early.setdefault(version, set()).add(src)
 
     def due(self, now: float) -> list[str]:

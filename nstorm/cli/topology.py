@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from pathlib import Path
@@ -179,6 +180,15 @@ def register(app: typer.Typer) -> None:
         from nstorm.rescale import parse_parallelism
 
         changes = parse_parallelism(parallelism or [])
+        if not math.isfinite(timeout) or timeout < 0:
+            msg = f"--timeout must be a finite number of seconds >= 0, got {timeout}"
+            raise UsageError(msg)
+        if changes and (move or random_count):
+            msg = "give either --parallelism (-e) or --move/--random, not both"
+            raise UsageError(msg)
+        if workers is not None and not changes:
+            msg = "--workers goes with --parallelism (-e)"
+            raise UsageError(msg)
         if changes:
             with _client(zk, zk_root) as client:
                 result = client.rebalance(name, mode=mode, wait_secs=wait, parallelism=changes, workers=workers)

@@ -165,3 +165,16 @@ def test_daemon_ids(value: str, empty_ok: bool, ok: bool) -> None:
     else:
         with pytest.raises(UsageError, match="--id"):
             check_daemon_id("--id", value, empty_ok=empty_ok)
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["-e", "count=3", "--move", "garbage"], "not both"),
+    (["-e", "count=3", "--random", "5"], "not both"),
+    (["--workers", "3", "--random", "1"], "--workers goes with --parallelism"),
+    (["-e", "count=3", "--timeout", "-1"], "--timeout"),
+    (["--random", "1", "--timeout", "nan"], "--timeout"),
+])
+def test_rebalance_options_that_do_not_go_together_are_refused_before_anything_is_sent(
+        args: list[str], needle: str) -> None:
+    """``-e`` with ``--move`` sent the rescale alone and dropped the moves, exit 0."""
+    _one_line_exit_2(["rebalance", "wc", *args, "--zk", "127.0.0.1:1"], needle)

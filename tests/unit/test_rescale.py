@@ -118,6 +118,19 @@ def test_bad_requests_are_refused_naming_the_problem(changes: dict[str, int], wo
         validate_rescale(_plan(4), DEFINITION, changes, 128, 2, workers)
 
 
+def test_a_component_above_max_parallelism_is_not_rescaled_live() -> None:
+    """Its input is routed by hash, not by key group: no step could say who gives which keys."""
+    with pytest.raises(RebalanceError, match="more than topology.max.parallelism=4: it cannot be rescaled live"):
+        validate_rescale(_plan(6), DEFINITION, {"count": 4}, 4, 0, None)
+
+
+def test_a_component_and_its_upstream_scaled_in_are_two_requests() -> None:
+    wired = {"components": {"split": {"kind": "bolt"}, "count": {"kind": "bolt", "inputs": [{"component": "split"}]}}}
+    with pytest.raises(RebalanceError, match="reads from 'split', which this request scales in"):
+        validate_rescale(_plan(4), wired, {"count": 2, "split": 1}, 128, 0, None)
+    validate_rescale(_plan(4), wired, {"count": 2, "split": 3}, 128, 0, None)  # the upstream scaled out: fine
+
+
 def test_a_windowed_bolt_is_not_rescaled() -> None:
     windowed = {"components": {"split": {"kind": "bolt"}, "count": {"kind": "bolt", "window": {"kind": "tumbling"}}}}
     with pytest.raises(RebalanceError, match="windowed bolt"):
@@ -186,6 +199,24 @@ def test_an_upstream_routes_by_the_old_layout_until_every_new_owner_is_ready() -
     late.note(routing, now=0.0)
     assert late.due(4.0) == [] and late.due(6.0) == ["count"], "no READY: switched after the patience"
     assert isinstance(step, RescaleStep)
+
+
+def test_two_components_rescaled_in_one_request_each_take_their_own_readies() -> None:
+    """The steps of one request share a version: a READY counts for the step whose new layout has
+    its sender (before, every READY went to the first held step; the other waited its patience)."""
+    import types
+
+    from worker.rescale import UpstreamShifts
+    from worker.routing import RescaleStep
+
+    a = RescaleStep("a", old=(1, 2), new=(1, 2, 3), version=7)
+    b = RescaleStep("b", old=(4, 5), new=(4, 5, 6), version=7)
+    shifts = UpstreamShifts(["a", "b"], patience=5.0)
+    shifts.ready(6, 7)  # before the plan: kept for b, not given to a
+    shifts.note(types.SimpleNamespace(rescales={"a": a, "b": b}), now=0.0)
+    for src in (1, 2, 3, 4, 5):
+        shifts.ready(src, 7)
+    assert sorted(shifts.due(1.0)) == ["a", "b"]
 
 
 # -- splitting a batch keeps the acker's XOR -----------------------------------------------------

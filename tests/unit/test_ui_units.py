@@ -293,3 +293,99 @@ def test_log_tail(tmp_path: Path) -> None:
     assert logtail.worker_log(tmp_path, "n1:6700") == path
     with pytest.raises(FileNotFoundError):
         logtail.tail(tmp_path / "none.log", 5)
+
+
+def test_documents_follow_a_live_rescale_not_the_submitted_parallelism() -> None:
+    """work scaled 2 -> 3 -> 1 -> 2: the plan holds work:0 and work:3 (ids keep growing), the
+    definition still says 2 executors work:0, work:1."""
+    import dataclasses
+
+    view = _view()
+    slots = list(view.plan.workers.values())
+    places = {"src:0": "n1:6700", "work:0": "n1:6700", "work:3": "n2:6700", "__acker:0": "n1:6700",
+              "__acker:1": "n2:6700"}
+    plan = Plan.first("t", list(places), places, slots)
+    beats = dict(view.beats)
+    beats["n2:6700"] = Heartbeat("n2:6700", 12, time.time(), 1, executors={
+        "work:3": {"kind": "bolt", "emitted": 7, "executed": 7, "acked": 7, "capacity": 0.99, "execute_ms": 1.0,
+                   "executed_rate": 50.0, "emitted_rate": 50.0}})
+    status = {**view.status, "components": {**view.status["components"],
+                                            "work": {**view.status["components"]["work"], "parallelism": 2}}}
+    view = dataclasses.replace(view, plan=plan, beats=beats, status=status)
+    doc = documents.component_document(view, "work")
+    assert doc is not None and [r["id"] for r in doc["executorStats"]] == ["work:0", "work:3"]
+    assert doc["executors"] == 2 and doc["capacity"] == "0.990"
+    bolt = documents.topology_document(view)["bolts"][0]
+    assert bolt["capacity"] == "0.990" and bolt["executedRate"] == 56.0 and bolt["encodedBoltId"] == "work"
+    assert {n["id"]: n["parallelism"] for n in documents.topology_document(view)["dag"]["nodes"]}["work"] == 2
+
+
+def test_masking_reaches_nested_settings_and_url_credentials() -> None:
+    shown = documents.masked({"topology.state.provider.config": {"url": "redis://:s3cret@redis:6379/0",
+                                                                 "password": "pw", "db": 0},
+                              "hosts": ["http://u:p@h/x", "http://h/y"]})
+    assert shown["topology.state.provider.config"] == {"url": f"redis://{documents.MASK}@redis:6379/0",
+                                                       "password": documents.MASK, "db": 0}
+    assert shown["hosts"] == [f"http://{documents.MASK}@h/x", "http://h/y"]
+
+
+def test_non_finite_counters_are_refused_and_never_reported() -> None:
+    metrics = UserMetrics()
+    counter = metrics.register_counter("c")
+    for bad in (float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="finite"):
+            counter.inc(bad)
+    counter.value = float("inf")  # set by hand: still no unreadable JSON in a heartbeat
+    assert metrics.snapshot()["counters"] == {}
+    moved = UserMetrics()
+    moved.carry({"c": float("nan")})
+    assert moved.register_counter("c").value == 0
+
+
+def test_user_metric_names_are_one_family_across_the_scrape() -> None:
+    first, second = _view(), _view()
+    second = type(second)(**{**second.__dict__, "name": "t2"})
+    first.beats["n1:6700"].executors["work:0"]["metrics"] = {"counters": {"hits": 3, "a.b": 1}, "gauges": {}}
+    second.beats["n1:6700"].executors["work:0"]["metrics"] = {"counters": {"a-b": 2}, "gauges": {"hits": 2.5}}
+    text = prometheus.render(prometheus.topology_families([first, second], time.time())).decode()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    assert families["nstorm_user_hits"].type == "counter"
+    assert [s.value for s in families["nstorm_user_hits"].samples if s.name.endswith("_total")] == [3]
+    assert [(s.labels["topology"], s.value) for s in families["nstorm_user_a_b"].samples
+            if s.name.endswith("_total")] == [("t", 1)], "a-b is left out: it would be a duplicate of a.b"
+
+
+def test_guard_refuses_a_rebound_host_on_a_loopback_address() -> None:
+    def call(guard: Any, host: str, server: tuple[str, int] | None) -> int:
+        sent: list[dict[str, Any]] = []
+
+        async def receive() -> dict[str, Any]:
+            return {"type": "http.request", "body": b""}
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        scope = {"type": "http", "method": "POST", "path": "/api/v1/topology/t/kill/0", "scheme": "http",
+                 "server": server, "headers": [(b"host", host.encode()), (b"origin", f"http://{host}".encode())]}
+        asyncio.run(guard(scope, receive, send))
+        return sent[0]["status"]
+
+    guard = Guard(_ok, None, frozenset({"ui.corp"}))
+    assert call(guard, "evil.example:8080", ("127.0.0.1", 8080)) == 403
+    for host in ("127.0.0.1:8080", "localhost:8080", "[::1]:8080", "ui.corp:8080"):
+        assert call(guard, host, ("127.0.0.1", 8080)) == 200, host
+    assert call(guard, "ui.example:8080", ("0.0.0.0", 8080)) == 200, "a UI for the network answers any name"
+
+
+def test_a_body_nested_too_deep_is_a_400_and_storms_string_counts_are_numbers() -> None:
+    from ui.app import ApiError, _body, _storm_count
+
+    class _Request:
+        async def body(self) -> bytes:
+            return b"[" * 100_000
+
+    with pytest.raises(ApiError) as caught:
+        asyncio.run(_body(_Request()))  # type: ignore[arg-type]
+    assert caught.value.status == 400 and "malformed JSON" in str(caught.value.message)
+    assert _storm_count("5") == 5 and _storm_count(" 12 ") == 12 and _storm_count(3) == 3
+    assert _storm_count("x") == "x" and _storm_count("-1") == "-1", "left for the rescale's checks to refuse"
