@@ -49,8 +49,9 @@ def find_stall(beats: Mapping[str, Heartbeat], timeout_secs: float, now: float) 
             if int(counters.get("queue") or 0) > 0:
                 holding.add(eid)
             window = counters.get("window")
-            if isinstance(window, Mapping) and int(window.get("tuples") or 0) > 0:
-                windows.add(eid)
+            if isinstance(window, Mapping) and (int(window.get("tuples") or 0) > 0 or (
+                    window.get("holds_acks") and int(window.get("open_windows") or 0) > 0)):
+                windows.add(eid)  # (an incremental bolt keeps no tuples, but holds their acks)
             if counters.get("kind") == "spout":
                 pending += int(counters.get("pending") or 0)
                 seen = max(float(counters.get("last_acked_at") or 0.0), float(counters.get("started_at") or 0.0))

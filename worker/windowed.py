@@ -78,6 +78,8 @@ class WindowedBoltExecutor(BoltExecutor):
         self.extract: dict[tuple[int, str], tuple[type[Tuple], int, list[int]] | None] = {}
         self.malformed = 0
         self.refused = 0
+        self.refused_largest = -math.inf  # the newest timestamp refused in this batch (it moves the watermark)
+        self._lost_run: Any = None  # the input run a failure of user code failed last (once per run)
         self.window_error: str | None = None
         self.warned_at = -math.inf
         self.tick_secs = MAX_TIMER_SECS  # the loop's tick is this executor's timer (see _schedule)
@@ -167,6 +169,11 @@ class WindowedBoltExecutor(BoltExecutor):
         outbox.current = None
         self.executed += len(values)
         self._drain_acks()
+        if self.refused_largest > largest:
+            # A refused tuple was still sent: its timestamp moves the watermark as any other's, or
+            # a full engine would refuse for good (no window could fire to make room).
+            largest = self.refused_largest
+        self.refused_largest = -math.inf
         self.marks.observe(src, largest if largest > -math.inf else None, now)
         self._advance(now)
 
@@ -217,6 +224,8 @@ class WindowedBoltExecutor(BoltExecutor):
                 except Exception as exc:
                     self.record_error("late stream", exc)
         elif result == FULL:
+            if ts > self.refused_largest:
+                self.refused_largest = float(ts)
             return self._refuse(anchors)
         else:
             self.acked += 1  # in no window (a gap between windows): acked with its run
@@ -299,11 +308,12 @@ class WindowedBoltExecutor(BoltExecutor):
         prev = outbox.current
         outbox.current = anchor
         view = TupleWindow(f.key, f.start, f.end, f.late, f, self._tuples)
-        stamped = bool(self.out_ts) and self.event_time
-        if stamped:
+        stamp = bool(self.out_ts) and self.event_time
+        wrapped = stamp or anchor is not None
+        if wrapped:
             emit, emit_many = bolt.emit, bolt.emit_many
-            bolt.emit = self._stamping(emit, f.end)  # type: ignore[method-assign]
-            bolt.emit_many = self._stamping_many(emit, f.end)  # type: ignore[method-assign]
+            bolt.emit = self._firing_emit(emit, f.end if stamp else None)  # type: ignore[method-assign]
+            bolt.emit_many = self._firing_emit_many(emit, f.end if stamp else None)  # type: ignore[method-assign]
         try:
             if self.incremental:
                 bolt.fire_window(f.acc, view)
@@ -311,29 +321,34 @@ class WindowedBoltExecutor(BoltExecutor):
                 bolt.process_window(view)
         except Exception as exc:
             self.record_error("fire_window" if self.incremental else "process_window", exc)
+            self._lost(anchor.anchors if anchor is not None else None, "a window's firing raised")
         finally:
             outbox.current = prev
-            if stamped:
+            if wrapped:
                 bolt.emit, bolt.emit_many = emit, emit_many  # type: ignore[method-assign]
         if anchor is not None:
             f.ackval = anchor._ackval
 
-    def _stamping(self, emit: Callable[..., None], end: float) -> Callable[..., None]:
-        """``emit`` that sets the timestamp field (where the stream declares it) to the window's end."""
+    def _firing_emit(self, emit: Callable[..., None], end: float | None) -> Callable[..., None]:
+        """``emit`` during a firing: anchored to the window's tuples whatever the caller names
+        (Storm's ``collector.emit(window.get(), values)`` names them, and they carry no anchors
+        of their own here), and, ``end`` given, the timestamp field (where the stream declares
+        it) set to the window's end."""
         out_ts = self.out_ts
 
-        def stamped(values: Any, stream: str = "default", anchors: Any = None, **kwargs: Any) -> None:
-            idx = out_ts.get(stream)
-            if idx is not None and idx < len(values):
-                values = list(values)
-                values[idx] = end
-                values = tuple(values)
-            emit(values, stream, anchors)
+        def fired(values: Any, stream: str = "default", anchors: Any = None, **kwargs: Any) -> None:
+            if end is not None:
+                idx = out_ts.get(stream)
+                if idx is not None and idx < len(values):
+                    values = list(values)
+                    values[idx] = end
+                    values = tuple(values)
+            emit(values, stream)
 
-        return stamped
+        return fired
 
-    def _stamping_many(self, emit: Callable[..., None], end: float) -> Callable[..., None]:
-        one = self._stamping(emit, end)
+    def _firing_emit_many(self, emit: Callable[..., None], end: float | None) -> Callable[..., None]:
+        one = self._firing_emit(emit, end)
 
         def stamped_many(values_list: Any, stream: str = "default", anchors: Any = None) -> None:
             for values in values_list:
@@ -361,12 +376,31 @@ class WindowedBoltExecutor(BoltExecutor):
             tup._ackval = 0
         return tup
 
+    def _lost(self, anchors: Any, reason: str) -> None:
+        """User window code raised, so a result or a tuple's part in a window is lost: with a
+        durable provider the topology rolls back (as for a plain bolt's failed tuple), else
+        the trees of ``anchors`` fail and their spouts replay them (what reaches a window
+        that already fired is late)."""
+        if self.durable:
+            self.taint(reason)
+        elif anchors:
+            self.failed += len(anchors) // 2
+            self.outbox.fail_anchors(anchors)
+
+    def _lost_input(self, reason: str) -> None:
+        """As :meth:`_lost`, for the input run being taken (once per run)."""
+        cur = self.outbox.current
+        if cur is not self._lost_run:
+            self._lost_run = cur
+            self._lost(cur.anchors if cur is not None else None, reason)
+
     # -- accumulators (incremental) ------------------------------------------------------------
     def _init_acc(self) -> Any:
         try:
             return self.instance.init_window()
         except Exception as exc:
             self.record_error("init_window", exc)
+            self._lost_input("init_window raised")
             return None
 
     def _add_acc(self, acc: Any, item: Any) -> Any:
@@ -379,6 +413,7 @@ class WindowedBoltExecutor(BoltExecutor):
             return self.instance.add_to_window(acc, item)
         except Exception as exc:
             self.record_error("add_to_window", exc)
+            self._lost_input("add_to_window raised")
             return acc
 
     def _add_tuple(self, acc: Any, tup: Tuple) -> Any:
@@ -386,6 +421,7 @@ class WindowedBoltExecutor(BoltExecutor):
             return self.instance.add_to_window(acc, tup)
         except Exception as exc:
             self.record_error("add_to_window", exc)
+            self._lost_input("add_to_window raised")
             return acc
 
     def _merge_acc(self, acc: Any, other: Any) -> Any:
@@ -393,6 +429,7 @@ class WindowedBoltExecutor(BoltExecutor):
             return self.instance.merge_windows(acc, other)
         except Exception as exc:
             self.record_error("merge_windows", exc)
+            self._lost_input("merge_windows raised")
             return acc
 
     # -- state: hand-over and checkpoints --------------------------------------------------------
@@ -441,5 +478,6 @@ class WindowedBoltExecutor(BoltExecutor):
         wm = engine.watermark
         data["window"] = {"watermark": wm if math.isfinite(wm) else None, "open_windows": engine.open_count(),
                           "late_tuples": engine.late, "fired": engine.fired, "tuples": engine.tuples,
-                          "malformed": self.malformed, "refused": self.refused, "error": self.window_error}
+                          "malformed": self.malformed, "refused": self.refused, "error": self.window_error,
+                          "holds_acks": self.hold}  # its open windows hold their tuples' trees (stall check)
         return data

@@ -139,7 +139,9 @@ class _Key:
     def __init__(self) -> None:
         self.entries: list[list[Any]] = []  # time: [ts, seq, item] by ts; count: [i, ts, seq, item]
         self.wins: dict[int, _Win] = {}  # time: k -> window; session: tie -> session
-        self.holds: dict[int, dict[int, int]] = {}  # time and count: bucket -> {root: edge}
+        # bucket -> {root: edge}; count: a position; time: (last, first) window of its tuples,
+        # so that a firing anchors to the tuples in its window only.
+        self.holds: dict[Any, dict[int, int]] = {}
         self.n = 0  # count: tuples numbered so far
         self.accs: dict[int, Any] = {}  # count, incremental: position -> accumulator
         self.bounds: dict[int, list[float]] = {}  # count, incremental: position -> [min ts, max ts]
@@ -157,7 +159,8 @@ class _Key:
         ks = cls()
         ks.entries = [list(e) for e in data[0]]
         ks.wins = {int(k): _Win.load(wd) for k, wd in data[1]}
-        ks.holds = {int(b): {int(r): int(p) for r, p in h} for b, h in data[2]}
+        ks.holds = {(int(b[0]), int(b[1])) if isinstance(b, list | tuple) else int(b): {int(r): int(p) for r, p in h}
+                    for b, h in data[2]}
         ks.n = int(data[3])
         ks.accs = {int(c): a for c, a in data[4]}
         ks.bounds = {int(c): [float(x) for x in b] for c, b in data[5]}
@@ -293,7 +296,10 @@ class WindowEngine:
             lo += 1
         while lo > hi - self.span and (lo - 1) * slide + length > ts:
             lo -= 1
-        if lo > hi:
+        if lo > hi:  # in a gap between windows (a slide longer than the length)
+            if self.event_time and ts + self.lateness <= wm:
+                self.late += 1
+                return LATE  # behind the watermark as well: late, as Flink has it (its late output)
             return UNWINDOWED
         due = lo * slide + length <= wm  # the first window's end is behind the watermark
         if due and lo * slide + length + self.lateness <= wm:  # the first has closed: maybe all have
@@ -336,9 +342,9 @@ class WindowEngine:
                 bisect.insort_right(entries, entry, key=_ts)
             self.tuples += 1
         if roots and self.hold:
-            bucket = ks.holds.get(hi)
+            bucket = ks.holds.get((hi, lo))
             if bucket is None:
-                bucket = ks.holds[hi] = {}
+                bucket = ks.holds[hi, lo] = {}
             self._hold(bucket, roots)
         return ADDED
 
@@ -556,14 +562,10 @@ class WindowEngine:
             heapq.heappush(self.timers, (close_at, CLOSE, w.tie, key, k))
 
     def _window_buckets(self, ks: _Key, k: int, w: _Win) -> list[dict[int, int]]:
-        """The buckets whose tuples may be in window ``k`` (those whose last window is ``k`` or later)."""
+        """The buckets whose tuples are in window ``k`` (its first window is ``k`` or earlier, its last ``k`` or later)."""
         if self.kind == SESSION:
             return [w.holds] if w.holds else []
-        holds = ks.holds
-        if not holds:
-            return []
-        span = int(math.ceil(self.length / self.slide)) + 1
-        return [holds[b] for b in range(k, k + span) if b in holds]
+        return [h for (last, first), h in ks.holds.items() if first <= k <= last]
 
     def _close(self, key: Any, ks: _Key, k: int, w: _Win) -> None:
         """Window ``k`` takes nothing more: release the tuples whose last window it is."""
@@ -574,7 +576,9 @@ class WindowEngine:
             if w.entries:
                 self.tuples -= len(w.entries)
         else:
-            self._release(ks.holds.pop(k, None))
+            holds = ks.holds
+            for b in [b for b in holds if b[0] == k]:
+                self._release(holds.pop(b))
             if self.keep and ks.entries:
                 # Kept for the next window's ``expired``: a timer, so that it runs after the FIRE
                 # of that window even when both are due in this very advance.
@@ -672,6 +676,9 @@ class WindowEngine:
         for raw_key, kd in data["keys"]:
             key = _as_key(raw_key)
             ks = self.keys[key] = _Key.load(kd)
+            if self.kind != COUNT and self.kind != SESSION:
+                # An export before buckets had their first window: every window it may be in.
+                ks.holds = {(b, b - self.span + 1) if type(b) is int else b: h for b, h in ks.holds.items()}
             for k, w in ks.wins.items():
                 if w.dirty:
                     self.dirty.append((key, k))

@@ -452,3 +452,16 @@ def test_a_copy_that_handed_over_takes_no_more_frames_they_are_stashed_for_its_n
     assert worker.inbox(5) is draining.inbox, "still draining: its input is its own"
     draining.handed_over = True
     assert worker.inbox(5) is None, "handed over: nothing more for it (the receivers stash it)"
+
+
+def test_a_stall_names_an_incremental_window_that_holds_acks_but_no_tuples() -> None:
+    from nstorm.stall import find_stall
+
+    now = 1000.0
+    spout = {"kind": "spout", "pending": 2000, "started_at": now - 100, "last_acked_at": now - 70, "queue": 0}
+    incremental = {"watermark": now - 75, "open_windows": 3, "tuples": 0, "fired": 4, "holds_acks": True}
+    durable = {**incremental, "holds_acks": False}  # acked on arrival: holds nothing
+    beats = {"n1:1": _beat(numbers_0=spout, sum_0={"kind": "bolt", "queue": 0, "window": incremental},
+                           avg_0={"kind": "bolt", "queue": 0, "window": durable})}
+    stall = find_stall(beats, timeout_secs=30, now=now)
+    assert stall is not None and stall["holding_windows"] == ["sum:0"]

@@ -15,6 +15,7 @@ import random
 from typing import Any
 
 import msgpack
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -284,3 +285,23 @@ def test_max_tuples_refuses_more_and_late_tuples_are_counted() -> None:
     assert engine.add("k", 21.0, "f") == ADDED
     gap = WindowEngine(Window.sliding(length=1.0, slide=2.0), fired.append)
     assert gap.add("k", 1.5, "x") == UNWINDOWED
+    gap.advance(5.0)
+    assert gap.add("k", 3.5, "y") == LATE, "in a gap and behind the watermark: late (Flink's late output)"
+
+
+@pytest.mark.parametrize(("window", "stamps", "in_first"), [
+    (Window.tumbling(10.0), [1.0, 12.0, 15.0], [1.0]),
+    (Window.sliding(length=10.0, slide=5.0), [1.0, 7.0, 12.0, 16.0], [1.0, 7.0]),
+    (Window.sliding(length=10.0, slide=3.0), [1.0, 8.0, 9.5, 10.5, 13.0], [1.0, 8.0, 9.5]),
+])
+def test_a_firing_anchors_to_the_tuples_of_its_window_only(window: Any, stamps: list[float],
+                                                           in_first: list[float]) -> None:
+    """A tuple of a later window only was anchored to an earlier window's result: a failure of
+    that result replayed it into its still open window, which then counted it twice."""
+    fired: list[Firing] = []
+    engine = WindowEngine(window, fired.append, hold_acks=True)
+    for ts in stamps:
+        engine.add("k", ts, ts, roots=[int(ts * 10)])
+    engine.advance(10.0)
+    (window_0,) = [f for f in fired if f.start == 0.0]  # [0, 10)
+    assert sorted(window_0.roots) == [int(ts * 10) for ts in in_first]

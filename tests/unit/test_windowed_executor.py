@@ -306,3 +306,108 @@ def test_processing_time_windows_fire_on_the_clock_and_the_timer_is_set_for_thei
     got = sorted(tuple(v) for _s, (values, _r, _st) in host.take(SINK) for v in values)
     assert got == [("a", 2), ("b", 1)]
     assert ex.counters()["window"]["watermark"] == 101.05
+
+
+def test_a_full_engine_still_moves_its_watermark_so_windows_fire_and_make_room() -> None:
+    """At topology.window.max.tuples, refused tuples' timestamps did not count: no window could
+    fire to make room and every later tuple (and replay) was refused for good."""
+    host = FakeHost(plan_of(PLACES))
+    ex = _executor(host)
+    ex.engine.max_tuples = 3
+    acker = Acker()
+    for ts in (1.0, 2.0, 3.0, 4.0):
+        ex.take(READINGS, ([("a", 1, ts)], acker.emit(1), None))
+    assert ex.counters()["window"]["refused"] == 1
+    refused = acker.emit(1)
+    ex.take(READINGS, ([("a", 1, 11.0)], refused, None))  # refused too, but past [0, 10): it fires
+    acker.collect(ex)
+    assert refused[1][0] in acker.failed, "failed: the spout replays it"
+    assert ex.counters()["window"]["fired"] == 1
+    # [0, 10)'s tuples are kept as the next window's expired until [10, 20) ends: a refused 21
+    # passes that too, and they go.
+    ex.take(READINGS, ([("a", 1, 21.0)], acker.emit(1), None))
+    assert ex.counters()["window"]["tuples"] == 0 and ex.counters()["window"]["refused"] == 3
+    ex.take(READINGS, ([("a", 1, 22.0)], acker.emit(1), None))
+    assert ex.counters()["window"]["tuples"] == 1 and ex.counters()["window"]["refused"] == 3, "room again"
+
+
+class ExplicitTotals(Totals):
+    """Storm's way: ``collector.emit(window.get(), values)``."""
+
+    def process_window(self, window: Any) -> None:
+        self.emit((window.key, sum(t["value"] for t in window.tuples), None), anchors=window.tuples)
+
+
+@pytest.mark.parametrize("cls", [Totals, ExplicitTotals])
+def test_results_are_anchored_to_the_window_whether_or_not_the_bolt_names_its_tuples(cls: type) -> None:
+    """Naming the window's tuples as anchors made the results unanchored (they carry no anchors
+    of their own): a lost result was never replayed."""
+    host = FakeHost(plan_of(PLACES))
+    ex = _executor(host, cls)
+    acker = Acker()
+    runs = acker.emit(2)
+    ex.take(READINGS, ([("a", 1, 1.0), ("a", 2, 2.0)], runs, None))
+    ex.take(READINGS, ([("a", 7, 12.0)], acker.emit(1), None))  # [0, 10) fires and closes
+    _send(ex)
+    acker.collect(ex)
+    roots = [a[0] for a in runs[1::2]]
+    assert acker.complete(roots) == [False, False], "the result is not acked yet: the trees wait for it"
+    assert [tuple(v) for v in acker.children(host)] == [("a", 3, 10.0)]
+    assert acker.complete(roots) == [True, True]
+
+
+class Raising(Totals):
+    def process_window(self, window: Any) -> None:
+        raise RuntimeError("bad window")
+
+
+class RaisingAdd(WindowedBolt):
+    outputs = ("sensor", "total", "ts")
+    window = Window.tumbling(10.0)
+    timestamp_field = "ts"
+    key_fields = ("sensor",)
+
+    def init_window(self) -> Any:
+        return 0
+
+    def add_to_window(self, acc: Any, tup: Any) -> Any:
+        if tup["value"] < 0:
+            raise ValueError("negative")
+        return acc + tup["value"]
+
+    def fire_window(self, acc: Any, window: Any) -> None:
+        self.emit((window.key, acc, None))
+
+
+def test_a_window_whose_code_raises_fails_its_trees_and_is_not_acked() -> None:
+    host = FakeHost(plan_of(PLACES))
+    ex = _executor(host, Raising)
+    acker = Acker()
+    runs = acker.emit(2)
+    ex.take(READINGS, ([("a", 1, 1.0), ("a", 2, 2.0)], runs, None))
+    ex.take(READINGS, ([("a", 7, 12.0)], acker.emit(1), None))  # [0, 10) fires: it raises
+    acker.collect(ex)
+    assert {a[0] for a in runs[1::2]} <= acker.failed and ex.errors == 1
+    ex = _executor(host, RaisingAdd)
+    acker = Acker()
+    good, bad = acker.emit(1), acker.emit(1)
+    ex.take(READINGS, ([("a", 1, 1.0)], good, None))
+    ex.take(READINGS, ([("a", -1, 2.0)], bad, None))
+    acker.collect(ex)
+    assert acker.failed == {bad[1][0]}, "the tuple add_to_window could not take fails, not the others"
+
+
+def test_with_a_durable_provider_a_window_whose_code_raises_rolls_back() -> None:
+    class Checkpoints:
+        reasons: list[str] = []
+
+        def request_rollback(self, reason: str) -> None:
+            self.reasons.append(reason)
+
+    host = FakeHost(plan_of(PLACES))
+    host.checkpoints = Checkpoints()
+    ex = _executor(host, Raising)
+    acker = Acker()
+    ex.take(READINGS, ([("a", 1, 1.0)], acker.emit(1), None))
+    ex.take(READINGS, ([("a", 7, 12.0)], acker.emit(1), None))
+    assert host.checkpoints.reasons == ["totals:0: a window's firing raised"]

@@ -96,7 +96,9 @@ class Reference:
 
     def _add_time(self, key: Any, ts: float, item: int) -> None:
         ks = self._windows_of(ts)
-        if not ks:
+        if not ks:  # in a gap: late if behind the watermark (Flink's late output), else dropped
+            if self.event_time and ts + self.lateness <= self.w:
+                self.late.append(item)
             self.released.add(item)
             return
         open_ks = [k for k in ks if self._bounds(k)[1] + self.lateness > self.w]
