@@ -141,6 +141,10 @@ def window_definition(name: str, cls: type[WindowedBolt], inputs: Sequence[Any],
             "key_fields": list(key_fields), "incremental": incremental}
 
 
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
 def check_submit(definition: Mapping[str, Any], conf: Mapping[str, Any]) -> None:
     """With the ``memory`` state provider and acking on, a windowed bolt acks a tuple when it
     leaves its last window: the message timeout must outlast that (time windows; count and
@@ -153,8 +157,18 @@ def check_submit(definition: Mapping[str, Any], conf: Mapping[str, Any]) -> None
     timeout = conf.get("topology.message.timeout.secs")
     if not _seconds(timeout):
         return  # reported elsewhere
-    for name, comp in definition.get("components", {}).items():
+    components = definition.get("components", {})
+    pending = conf.get("topology.max.spout.pending")
+    spouts = sum(int(c.get("parallelism") or 1) for c in components.values() if c.get("kind") == "spout")
+    for name, comp in components.items():
         spec = comp.get("window")
+        if spec and spec.get("kind") == COUNT and _whole(pending) and spouts and int(spec["length"]) > int(pending) * spouts:
+            # Its tuples stay un-acked until the window fires: the spouts would stop at their
+            # cap first, and the window wait for them for good (Storm refuses it as well).
+            msg = (f"bolt {name!r}: a count window of {spec['length']} tuples cannot fill while the spouts "
+                   f"keep at most topology.max.spout.pending={pending} x {spouts} tuples open: raise "
+                   "topology.max.spout.pending, or use a durable topology.state.provider")
+            raise ConfigError(msg)
         if not spec or spec.get("kind") != TIME:
             continue
         parts = [float(spec["length"]), float(spec["slide"]), float(spec.get("lag_secs") or 0),

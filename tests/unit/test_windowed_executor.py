@@ -411,3 +411,16 @@ def test_with_a_durable_provider_a_window_whose_code_raises_rolls_back() -> None
     ex.take(READINGS, ([("a", 1, 1.0)], acker.emit(1), None))
     ex.take(READINGS, ([("a", 7, 12.0)], acker.emit(1), None))
     assert host.checkpoints.reasons == ["totals:0: a window's firing raised"]
+
+
+def test_a_count_window_the_spouts_pending_cap_cannot_fill_is_refused_with_the_memory_provider() -> None:
+    class Big(Totals):
+        window = Window.tumbling(count=3000)
+
+    definition = _definition(Big)
+    conf = {"topology.message.timeout.secs": 30, "topology.max.spout.pending": 2000}
+    with pytest.raises(ConfigError, match="count window of 3000 tuples cannot fill"):
+        check_submit(definition, conf)
+    check_submit(definition, {**conf, "topology.max.spout.pending": 3000})
+    check_submit(definition, {**conf, "topology.max.spout.pending": None})
+    check_submit(definition, {**conf, "topology.state.provider": "lmdb"})
