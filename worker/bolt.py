@@ -107,6 +107,8 @@ class BoltExecutor(UserExecutor):
             sources = {i["component"] for i in self.spec["inputs"]}
             self.upstream = {t for c in sources for t in self.routing.component_tasks.get(c, ())}
             self._align_batches()
+            if self.routing.rescales and self.aligner.aligning and self.shift is None:
+                self._abandon_alignment()
             if self.unplaced:
                 unplaced, self.unplaced = self.unplaced, []
                 began = time.monotonic()
@@ -458,8 +460,11 @@ class BoltExecutor(UserExecutor):
         self._process_batch(src, batch)
 
     def _on_barrier(self, src: int, cid: int) -> None:
-        if self.shift is not None:
-            return  # no checkpoint is taken while a rescale changes the layout: this one is abandoned
+        if self.shift is not None or self.routing.rescales:  # type: ignore[union-attr]
+            # No checkpoint is taken while a rescale changes the layout (of any component: a
+            # rescaled spout sends no barrier, so the others' would hold this bolt's input
+            # until a newer checkpoint, and none is ordered until the rescale is done).
+            return
         aligned, released = self.aligner.on_barrier(src, cid, self.upstream)
         self.take = self._take_aligning if self.aligner.aligning else self._process_batch
         for item in released:
@@ -497,11 +502,17 @@ class BoltExecutor(UserExecutor):
         """A rescale step: an alignment in progress ends (its checkpoint is abandoned: none is taken
         while the layout changes), and tuples of key groups on their way here are held."""
         if self.aligner.aligning:
-            held = self.aligner.release()
-            self.take = self._process_batch
-            for item in held:
-                self._process_batch(*item)
+            self._abandon_alignment()
         self.take = self._take_shifting
+
+    def _abandon_alignment(self) -> None:
+        """End the alignment in progress (the coordinator abandons its checkpoint during a
+        rescale) and take what it held, in order."""
+        log.info("executor %s: checkpoint %d abandoned (a rescale)", self.executor_id, self.aligner.cid)
+        held = self.aligner.release()
+        self.take = self._process_batch
+        for item in held:
+            self._process_batch(*item)
 
     def _split_for_shift(self, src: int, values: Any, runs: Any, streams: Any,
                          shift: KeyGroupShift) -> tuple[Any, Any, Any]:

@@ -848,3 +848,22 @@ def test_what_the_batches_held_in_an_alignment_emit_leaves_by_a_deadline(tmp_pat
         assert ex.outbox.deadline.at is not None and ex.outbox.ctl_deadline.at is not None
     finally:
         host.checkpoints.store.close()
+
+
+def test_an_alignment_ends_when_a_rescale_of_any_component_starts(bolt) -> None:
+    """A rescaled spout takes no checkpoint: had numbers:0 sent its barrier just before it saw
+    the plan and numbers:1 just after, the bolt held numbers:0's input until a newer checkpoint,
+    and none is ordered until the rescale is done (its open trees timed out: a rollback)."""
+    from nstorm.rescale import rescale_plan
+    from worker.routing import RoutingTable
+
+    bolt.take(0, 1)  # numbers:0's barrier for checkpoint 1
+    bolt.take(0, _batch(100))  # held
+    assert bolt.aligner.aligning and dict(bolt.instance.keyed_state) == {}
+    plan = rescale_plan(plan_of(PLACES), {"numbers": 3}, [], True, {})
+    bolt.host.routing = RoutingTable.from_plan(plan)
+    bolt.refresh_routing()
+    assert not bolt.aligner.aligning and dict(bolt.instance.keyed_state) == {100: 100}, "abandoned, taken"
+    bolt.take(1, 1)  # numbers:1's barrier: no alignment starts during the rescale
+    bolt.take(0, _batch(5))
+    assert not bolt.aligner.aligning and bolt.checkpoint.written == 0 and 5 in bolt.instance.keyed_state
