@@ -192,7 +192,17 @@ class CheckpointCoordinator:
             record.rollback_at, record.rollback_reason = 0.0, ""
         give_up = False
         if reason is not None:
-            self._roll_back(name, record, store, reason)
+            try:
+                self._roll_back(name, record, store, reason)
+            except StateError as exc:
+                # Which checkpoint is whole cannot be told now: the rollback waits for the store
+                # (the workers that lost data stay tainted; no checkpoint is ordered meanwhile).
+                record.last_error = f"a rollback waits for the state store: {exc}"
+                log.warning("topology %s: %s (%s)", name, record.last_error, reason)
+                with self._lock:
+                    self._rollbacks.setdefault(name, reason)
+                self._write(path, record, before, version)
+                return
             if desired is TopologyStatus.ACTIVE and not plan.rescales:  # (no checkpoint is ordered otherwise)
                 record.rollbacks_in_a_row += 1
             give_up = bool(config.max_rollbacks) and record.rollbacks_in_a_row >= config.max_rollbacks
@@ -245,7 +255,12 @@ class CheckpointCoordinator:
 
     def _whole(self, store: StateStore, cid: int, executors: int) -> bool:
         """True if the ``executors`` snapshots ``cid`` was committed with are in the store and decode
-        (the topology's executors may have changed since: a rescale restores in its new layout)."""
+        (the topology's executors may have changed since: a rescale restores in its new layout).
+
+        :raises StateError: the store cannot be read now: that says nothing of the checkpoint
+            (an unreachable Redis is not a damaged checkpoint; restoring an older one, or none,
+            would throw committed state away).
+        """
         try:
             written = store.written(cid)
             if len(written) < executors:
@@ -255,7 +270,7 @@ class CheckpointCoordinator:
                 if blob is None:
                     return False
                 unpack_snapshot(blob)
-        except (StateError, ValueError) as exc:
+        except ValueError as exc:
             log.warning("checkpoint %d cannot be restored (%s): skipped", cid, exc)
             return False
         return True

@@ -867,3 +867,20 @@ def test_an_alignment_ends_when_a_rescale_of_any_component_starts(bolt) -> None:
     bolt.take(1, 1)  # numbers:1's barrier: no alignment starts during the rescale
     bolt.take(0, _batch(5))
     assert not bolt.aligner.aligning and bolt.checkpoint.written == 0 and 5 in bolt.instance.keyed_state
+
+
+def test_a_store_that_cannot_be_read_delays_the_rollback_instead_of_restoring_nothing() -> None:
+    """An unreachable Redis made both committed checkpoints "damaged": the topology rolled back
+    to checkpoint 0, every executor empty and the spouts at their start."""
+    from nstorm.state.record import CheckpointRecord
+    from nstorm.state.store import StateError
+
+    class Unreachable:
+        def written(self, cid: int) -> dict[str, int]:
+            raise StateError("the executors of checkpoint 8: Redis at redis://127.0.0.1:1/0: ConnectionError")
+
+    record = CheckpointRecord(submission="s", provider="redis", committed=8, previous=7, pending=9,
+                              committed_executors=1, previous_executors=1)
+    with pytest.raises(StateError):
+        _coordinator()._roll_back("t", record, Unreachable(), "a test")  # type: ignore[arg-type]
+    assert (record.epoch, record.restore, record.pending, record.restores) == (0, 0, 9, 0), "nothing changed"
