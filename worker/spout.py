@@ -19,6 +19,7 @@ from typing import Any
 
 from nstorm import latency
 from nstorm.component import Spout
+from nstorm.state.keyed import as_key
 from worker import wire
 from worker.chaining import tend_guests
 from worker.executor import UserExecutor
@@ -300,7 +301,7 @@ class SpoutExecutor(UserExecutor):
         for _root, ids in data.get("pending") or ():
             for msg_id in ids:
                 n += 1
-                self._call(spout.ack, msg_id)
+                self._call(spout.ack, as_key(msg_id))  # a tuple id came back as a list
         self.acked += n
         self._count_acks(n)
 
@@ -461,7 +462,7 @@ class SpoutExecutor(UserExecutor):
         adopted = sorted(((now + float(left), root, ids) for root, ids, left in entry.get("pending") or ()),
                          key=lambda x: x[0])
         for _at, root, ids in adopted:
-            self.pending[root] = list(ids)
+            self.pending[root] = [as_key(i) for i in ids]  # tuple ids came back as lists
             self.pending_n += len(ids)
         self.timeouts.rebuild([*self.timeouts.items(), *((at, root) for at, root, _ in adopted)])
         held, self.held_control = self.held_control, []

@@ -43,6 +43,8 @@ from typing import Any
 import msgpack
 import msgspec
 
+from nstorm.state import keyed
+
 __all__ = [
     "ACKED",
     "BACKPRESSURE",
@@ -303,8 +305,9 @@ def seal_header(dst: int, src: int, epoch: int = 0, hops: int = 0) -> bytes:
 
 
 def unpack_state(data: bytes) -> Any:
-    """Decode a handed-over state: lists stay lists, so user code can keep mutating them."""
-    return msgpack.unpackb(data, raw=False, use_list=True, strict_map_key=False)
+    """Decode a handed-over state: lists stay lists, so user code can keep mutating them, and
+    tuple keys of maps are tuples again (:func:`nstorm.state.keyed.unpack_state`)."""
+    return keyed.unpack_state(data)
 
 
 def control_message(kind: int, dst: int, src: int, entries: list[Any]) -> bytes:

@@ -142,6 +142,19 @@ def as_key(value: Any) -> Any:
     return value
 
 
+def _state_map(pairs: list[tuple[Any, Any]]) -> dict[Any, Any]:
+    return {as_key(k) if type(k) is list else k: v for k, v in pairs}
+
+
+def unpack_state(data: bytes) -> Any:
+    """Decode state (a snapshot, a key group's entries, a handed-over state): lists stay lists,
+    so user code can keep mutating them, but a map's key that was a tuple (msgpack has only
+    arrays) is a tuple again: ``self.state[(day, page)]`` comes back as it went."""
+    import msgpack
+
+    return msgpack.unpackb(data, raw=False, use_list=True, strict_map_key=False, object_pairs_hook=_state_map)
+
+
 def apply_entries(target: dict[Any, Any], entries: Iterable[tuple[bool, Mapping[Any, Any] | list[Any]]]) -> None:
     """Apply a key group's chain (oldest first): a full entry replaces the group's keys, a delta
     overlays them. Entries are ``[[key, value], ...]`` with ``[key]`` for a deleted key."""
@@ -163,10 +176,8 @@ def apply_entries(target: dict[Any, Any], entries: Iterable[tuple[bool, Mapping[
 def read_keyed(store: Any, component: str, checkpoint: int, groups: int) -> dict[Any, Any]:
     """A component's whole ``keyed_state`` in ``checkpoint`` of ``store`` (a
     :class:`~nstorm.state.store.StateStore`), all of its key groups merged: for tools and checks."""
-    import msgpack
-
     out = KeyedState()
     for g in range(groups):
         chain = store.group_chain(component, g, checkpoint)
-        apply_entries(out, [(full, msgpack.unpackb(data, raw=False, strict_map_key=False)) for _c, full, data in chain])
+        apply_entries(out, [(full, unpack_state(data)) for _c, full, data in chain])
     return dict(out)

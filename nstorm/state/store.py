@@ -23,10 +23,9 @@ import abc
 from collections.abc import Mapping
 from typing import Any
 
-import msgpack
-
 from nstorm.errors import NStormError
 from nstorm.state.config import StateConfig
+from nstorm.state.keyed import unpack_state
 
 __all__ = ["GroupEntry", "StateError", "StateStore", "open_store", "unpack_snapshot"]
 
@@ -81,7 +80,7 @@ class StateStore(abc.ABC):
 def unpack_snapshot(blob: bytes) -> dict[str, Any]:
     """An executor's snapshot (msgpack, never pickle): a map with ``state``; ValueError if damaged."""
     try:
-        data = msgpack.unpackb(blob, raw=False, use_list=True, strict_map_key=False)
+        data = unpack_state(blob)
     except Exception as exc:  # noqa: BLE001 - any damage is reported the same way
         msg = f"damaged snapshot: {type(exc).__name__}: {exc}"
         raise ValueError(msg) from None

@@ -884,3 +884,45 @@ def test_a_store_that_cannot_be_read_delays_the_rollback_instead_of_restoring_no
     with pytest.raises(StateError):
         _coordinator()._roll_back("t", record, Unreachable(), "a test")  # type: ignore[arg-type]
     assert (record.epoch, record.restore, record.pending, record.restores) == (0, 0, 9, 0), "nothing changed"
+
+
+def test_tuple_keys_come_back_as_tuples_from_a_checkpoint(tmp_path: Path) -> None:
+    """msgpack has arrays only: ``self.state[(day, page)]`` was written and then could not be read
+    back (a list is no dict key), so every restore of it failed or went back to checkpoint 0."""
+    from nstorm.state.store import unpack_snapshot
+
+    host = FakeHost(plan_of(PLACES), acking=False)
+    host.checkpoints = Checkpoints(tmp_path)
+    ex = BoltExecutor(host, "sum:0", 2, Sum, _definition())  # type: ignore[arg-type]
+    ex.setup()
+    ex.instance.state[("2024-01-01", "page")] = 3
+    ex.instance.state["nested"] = {(1, (2, 3)): [4, 5]}
+    ex.instance.keyed_state[7] = {("a", "b"): 1}
+    assert ex.checkpoint.take(1)
+    assert unpack_snapshot(host.checkpoints.read(1, "sum:0"))["state"][("2024-01-01", "page")] == 3
+    copy = BoltExecutor(host, "sum:0", 2, Sum, _definition())  # type: ignore[arg-type]
+    copy.setup()
+    copy.restore_checkpoint_extra(copy.checkpoint.restore(1, host.checkpoints.read,
+                                                          lambda c, g, u: host.checkpoints.chain("sum", g, u)))
+    assert copy.instance.state[("2024-01-01", "page")] == 3
+    assert copy.instance.state["nested"] == {(1, (2, 3)): [4, 5]}, "values stay lists: user code mutates them"
+    assert dict(copy.instance.keyed_state) == {7: {("a", "b"): 1}}
+    host.checkpoints.store.close()
+
+
+def test_a_spouts_tuple_message_ids_come_back_as_tuples(tmp_path: Path) -> None:
+    from worker.spout import SpoutExecutor
+
+    class Acks(Numbers):
+        acked: list[Any] = []
+
+        def ack(self, msg_id: Any) -> None:
+            self.acked.append(msg_id)
+
+    host = FakeHost(plan_of(PLACES), acking=True)
+    spout = SpoutExecutor(host, "numbers:0", 0, Acks, _definition())  # type: ignore[arg-type]
+    spout.setup()
+    spout.pending = {11: [("partition-3", 42)]}
+    extra = wire.unpack_state(wire.pack(spout.checkpoint_extra()))  # as a checkpoint stores it
+    spout.restore_checkpoint_extra(extra)
+    assert Acks.acked == [("partition-3", 42)]
