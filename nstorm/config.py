@@ -83,6 +83,7 @@ DEFAULTS: dict[str, Any] = {
     # OTD
     "otd.period.secs": 5,
     "otd.threshold.asc": 0,
+    "otd.move.cooldown.secs": 60,  # an executor OTD moved is not moved by OTD again this soon
     "otd.window.secs": 10,  # traffic and load window of each round
     "otd.cpu.high": 0.8,  # a worker using this share of a core (or more) is high-load
     "otd.cpu.low": 0.5,  # ... at most this share, with a backlog not growing: low-load

@@ -156,9 +156,15 @@ class OtdRunner:
         executors = sorted(plan.executors)
         edges = [(e["src"], e["dst"], float(e["tuples"])) for e in traffic["edges"]]
         # A latency constraint wins: OTD moves no executor its controller moved within the cool-down,
-        # and breaks no chain (nimbus/latency.py).
-        held = recently_moved(self.cluster.migrations(name), "latency", time.time()) | set(plan.chains) \
-            | set(plan.chains.values())
+        # and breaks no chain (nimbus/latency.py). Nor one OTD itself moved within
+        # otd.move.cooldown.secs: a window that still shows the old load (it spans the move) would
+        # send it back, and then again (N-Storm's stability).
+        migrations = self.cluster.migrations(name)
+        now = time.time()
+        held = recently_moved(migrations, "latency", now) | set(plan.chains) | set(plan.chains.values()) \
+            | recently_moved(migrations, "otd", now, float(conf.get("otd.move.cooldown.secs", 60)))
+        last_move = max((float(r.completed_at or r.requested_at or 0.0) for r in migrations if r.by == "otd"),
+                        default=0.0)
         movable = [e for e in executors if not is_acker(e) and e not in held]
         decision = otd_round(executors, plan.executors, worker_node, loads, edges, conf, movable)
         elapsed = time.monotonic() - started
@@ -177,7 +183,13 @@ class OtdRunner:
                 decision.warning = None  # acted on
         if decision.warning:
             log.warning("OTD %s: %s", name, decision.warning)
-        if decision.executor and decision.target and "autoscale" not in record:
+        if decision.executor and decision.target and "autoscale" not in record and now - last_move < window:
+            # The window still holds traffic and load from before OTD's last move: judge the
+            # next one on a window that shows the new placement only.
+            record["held"] = f"OTD's last move was {now - last_move:.1f}s ago, within otd.window.secs"
+            log.info("OTD %s: case %d would move %s -> %s: held (%s)", name, decision.case, decision.executor,
+                     decision.target, record["held"])
+        elif decision.executor and decision.target and "autoscale" not in record:
             log.info("OTD %s: case %d moves %s -> %s (ASC %.0f)", name, decision.case, decision.executor,
                      decision.target, decision.asc)
             request = {"mode": "thread", "moves": [[decision.executor, decision.target]], "random": 0,

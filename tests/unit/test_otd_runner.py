@@ -1,0 +1,68 @@
+"""The OTD runner's guards around a round's decision (scheduler_otd/runner.py), with fakes: no
+move while the window still spans OTD's last one, and no executor OTD moved lately moved again
+(a window that straddles a move sent an executor back and forth for good)."""
+
+from __future__ import annotations
+
+import time
+import types
+from typing import Any
+
+import pytest
+
+import scheduler_otd.runner as runner_module
+from nstorm.plan import Plan, Slot
+from nstorm.records import MigrationRecord, MoveMode
+from nstorm.zkschema import ZkPaths
+from scheduler_otd.runner import OtdRunner
+
+PLACES = {"a:0": "n1:1", "a:1": "n1:1", "b:0": "n2:1", "__acker:0": "n1:1"}
+CONF = {"otd.window.secs": 10, "otd.move.cooldown.secs": 60}
+
+
+def _runner(monkeypatch: pytest.MonkeyPatch, migrations: list[MigrationRecord]) -> tuple[OtdRunner, list[str], dict[str, Any]]:
+    plan = Plan.first("t", list(PLACES), PLACES, [Slot("n1", "127.0.0.1", 1, 2), Slot("n2", "127.0.0.1", 1, 2)])
+    runner = object.__new__(OtdRunner)
+    requests: list[str] = []
+    runner.zk = types.SimpleNamespace(  # type: ignore[assignment]
+        create=lambda path, data=b"", sequence=False, makepath=False: requests.append(path) or path,
+        exists=lambda path: True, set=lambda path, data: None)
+    runner.paths = ZkPaths("/n")
+    runner.cluster = types.SimpleNamespace(  # type: ignore[assignment]
+        plan=lambda name: (plan, None), busy_executors=lambda name: set(), children=lambda path: [],
+        heartbeats=lambda name: {}, migrations=lambda name: migrations)
+    runner.traffic = lambda name, window, load: (  # type: ignore[method-assign]
+        {"workers": [], "edges": [], "inter_node_ratio": 0.0, "total_tuples": 0}, "python")
+    seen: dict[str, Any] = {}
+
+    def decide(executors: Any, placement: Any, nodes: Any, loads: Any, edges: Any, conf: Any, movable: Any) -> Any:
+        seen["movable"] = list(movable)
+        return types.SimpleNamespace(case=3, classes={}, warning=None, executor="a:1", target="n2:1", asc=-10.0,
+                                     as_json=lambda: {"case": 3, "executor": "a:1", "target": "n2:1"})
+
+    monkeypatch.setattr(runner_module, "otd_round", decide)
+    monkeypatch.setattr(runner_module, "record_round", lambda *args: None)
+    return runner, requests, seen
+
+
+def _moved(executor: str, secs_ago: float) -> MigrationRecord:
+    at = time.time() - secs_ago
+    return MigrationRecord(executor, "n2:1", "n1:1", MoveMode.THREAD, "otd", at, 2, at + 0.5, 0.01, False, "m-1")
+
+
+def test_no_move_while_the_window_still_spans_otds_last_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    runner, requests, _ = _runner(monkeypatch, [_moved("b:0", 4.0)])
+    record = runner.round("t", CONF)
+    assert record is not None and "held" in record and requests == []
+    runner, requests, _ = _runner(monkeypatch, [_moved("b:0", 30.0)])
+    record = runner.round("t", CONF)
+    assert record is not None and "held" not in record and len(requests) == 1
+
+
+def test_an_executor_otd_moved_lately_is_not_movable(monkeypatch: pytest.MonkeyPatch) -> None:
+    runner, _, seen = _runner(monkeypatch, [_moved("a:0", 30.0)])
+    runner.round("t", CONF)
+    assert "a:0" not in seen["movable"] and "a:1" in seen["movable"]
+    runner, _, seen = _runner(monkeypatch, [_moved("a:0", 90.0)])
+    runner.round("t", CONF)
+    assert "a:0" in seen["movable"]
