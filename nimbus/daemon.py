@@ -57,6 +57,8 @@ __all__ = ["Nimbus"]
 log = logging.getLogger(__name__)
 
 DROP_AGAIN_SECS = 30.0  # a killed topology's checkpoints are deleted again this long after the kill
+ORPHAN_GRACE_SECS = 60.0  # an open migration record no plan names is completed this long after its request
+ORPHAN_CHECK_SECS = 30.0  # ... looked for at most this often per topology
 
 
 def _plan_workers(plan: Plan) -> set[str]:
@@ -85,6 +87,7 @@ class Nimbus:
         self._stop = threading.Event()
         self._registered_since: dict[str, float] = {}  # node -> when this Nimbus first saw it registered
         self._owners: dict[str, str] = {}  # worker id -> the topology whose plan holds it
+        self._orphans_checked: dict[str, float] = {}  # topology -> when to look for orphan records next
         self.watchdog = StallWatchdog()
         self.checkpoints: CheckpointCoordinator | None = None  # the leader's (nimbus/checkpoints.py)
         self._drop_again: list[tuple[float, str, dict[str, Any]]] = []  # (when, name, topo) of killed topologies
@@ -190,6 +193,13 @@ class Nimbus:
             log.warning("topology %s: workers %s lost; executors reassigned (v%d)", name, lost, current.version + 1)
             if self.checkpoints is not None:
                 self.checkpoints.roll_back(name, f"workers {lost} lost with their executors")
+            stranded = {e: m for e, m in repaired.moved.items() if m.target in lost}
+            if stranded:
+                # Their new copies were on a lost worker: the executors start afresh where the
+                # repair put them (as every executor of a lost worker does), the moves are over.
+                repaired = repaired.replace(moved={e: m for e, m in repaired.moved.items() if e not in stranded})
+                self._settle_records(name, [m.record for m in stranded.values() if m.record],
+                                     f"its target worker was lost ({', '.join(sorted(stranded))})")
             plan = repaired
             used.update(plan.workers)
         if plan.status is not desired:
@@ -213,8 +223,10 @@ class Nimbus:
                      current.version + 1)
         if plan != current:
             self.write_plan(name, plan.replace(version=current.version + 1), stat.version)
-        elif desired is TopologyStatus.ACTIVE:
-            self._spread_back(name, topo, plan, stat, free, live)
+        else:
+            self._settle_orphans(name, plan)
+            if desired is TopologyStatus.ACTIVE:
+                self._spread_back(name, topo, plan, stat, free, live)
 
     def _stall_inputs(self, name: str) -> tuple[float, dict[str, Any]]:
         """The message timeout of ``name`` and its workers' heartbeats (for the stall watchdog)."""
@@ -487,21 +499,52 @@ class Nimbus:
 
     def _write_plan_with_records(self, name: str, plan: Plan, expected_zk_version: int,
                                  records: Mapping[str, str]) -> None:
-        """Write the plan a request made; if it cannot be written, delete the migration records
-        made for it (an open record no plan names would hold OTD and every later request off
-        the topology for good).
+        """Write the plan a request made; if it was refused (another write came first), delete
+        the migration records made for it (an open record no plan names would hold OTD and
+        every later request off the topology for good).
 
         :raises RebalanceError: the plan changed meanwhile (the requester may try again).
         """
-        try:
-            written = self.write_plan(name, plan, expected_zk_version)
-        except BaseException:
-            self._forget_records(name, records)
-            raise
+        # An exception (a lost connection) does not say whether the write took: the records stay,
+        # and if no plan names them a minute later, _settle_orphans completes them.
+        written = self.write_plan(name, plan, expected_zk_version)
         if not written:
             self._forget_records(name, records)
             msg = "the plan changed while the request was applied; try again"
             raise RebalanceError(msg)
+
+    def _settle_orphans(self, name: str, plan: Plan) -> None:
+        """Complete the open migration records no plan names, a minute after their request (a
+        Nimbus that stopped between creating them and writing its plan, or whose write was
+        lost with its connection): an open record holds OTD, spreading back and every later
+        move of its executor off for good. Looked at every ``ORPHAN_CHECK_SECS`` at most."""
+        assert self.cluster is not None
+        now = time.monotonic()
+        if now < self._orphans_checked.get(name, 0.0):
+            return
+        self._orphans_checked[name] = now + ORPHAN_CHECK_SECS
+        named = {m.record for m in plan.moved.values()} | {r.record for r in plan.rescales.values()}
+        named |= set(((plan.rebalance or {}).get("records") or {}).values())
+        orphans = [r.id for r in self.cluster.migrations(name)
+                   if not r.completed_at and r.id not in named and time.time() - r.requested_at > ORPHAN_GRACE_SECS]
+        if orphans:
+            self._settle_records(name, orphans, "no plan names it")
+
+    def _settle_records(self, name: str, records: list[str], why: str) -> None:
+        """Complete migration records that no worker will complete (``state_lost``: true)."""
+        assert self.cluster is not None and self.zk is not None
+        for record_id in records:
+            record = self.cluster.migration(name, record_id)
+            if record is None or record.completed_at:
+                continue
+            done = record.completed(time.time(), 0.0, True).to_json()
+            try:
+                self.zk.set(f"{self.paths.migrations(name)}/{record_id}", encode(done))
+            except Exception:  # noqa: BLE001 - ZooKeeper trouble: the next look settles it
+                log.warning("topology %s: cannot complete migration record %s", name, record_id)
+                continue
+            log.warning("topology %s: migration record %s (%s of %s) completed by Nimbus: %s", name, record_id,
+                        record.mode.value, record.executor, why)
 
     def _forget_records(self, name: str, records: Mapping[str, str]) -> None:
         for record in records.values():
