@@ -13,6 +13,7 @@ Pure functions, so that every check can be tested without a cluster.
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -21,6 +22,8 @@ from nstorm.moves import MODES, RebalanceError, validate_moves
 from nstorm.plan import Move, Plan, Slot
 from nstorm.records import MoveMode, TopologyStatus
 from nstorm.topology import is_acker
+
+log = logging.getLogger(__name__)
 
 __all__ = ["MODES", "RebalanceError", "apply_moves", "drained_workers", "random_moves", "release_workers",
            "spread_moves", "stop_mode_restart", "validate_moves"]
@@ -166,13 +169,19 @@ def stop_mode_restart(plan: Plan, status: TopologyStatus, supervisors: Mapping[s
     moved = dict(plan.moved)
     version = plan.version + 1
     for executor, target in rb.get("moves", []):
-        moved[executor] = Move(executors[executor], target, MoveMode.STOP, version, (rb.get("records") or {}).get(executor))
-        executors[executor] = target
         if target not in workers:
             node, _, port = target.partition(":")
             sup = supervisors.get(node) or {}
             slot = next((s for s in sup.get("slots", []) if int(s[0]) == int(port)), None)
-            if sup and slot:
-                workers[target] = Slot(node, str(sup["host"]), int(port), int(slot[1]))
+            if not (sup and slot):
+                # Its node went away during the stop: the executor restarts where it was (a plan
+                # naming a worker it has not would be refused, and the topology stay stopped);
+                # its record, named by no plan, is completed by Nimbus a minute later.
+                log.warning("topology %s: the stop-mode move of %s to %s is dropped: that slot is gone",
+                            plan.topology, executor, target)
+                continue
+            workers[target] = Slot(node, str(sup["host"]), int(port), int(slot[1]))
+        moved[executor] = Move(executors[executor], target, MoveMode.STOP, version, (rb.get("records") or {}).get(executor))
+        executors[executor] = target
     return plan.replace(version=version, executors=executors, workers=workers, moved=moved, status=status,
                         restart={}, rebalance=None)

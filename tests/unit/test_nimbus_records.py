@@ -85,3 +85,23 @@ def test_records_of_a_written_plan_stay() -> None:
     nimbus, zk = _nimbus(lambda name, plan, version: True)
     nimbus._write_plan_with_records("t", object(), 3, {"count": "m-1"})  # type: ignore[arg-type]
     assert zk.deleted == []
+
+
+def test_a_stop_mode_move_whose_slot_went_away_during_the_stop_is_dropped_not_written() -> None:
+    """The restart plan named a worker it did not have: every reader refused it, the supervisors
+    kept the stopped plan, and the topology stayed stopped (nor could it be killed)."""
+    from nimbus.rebalance import stop_mode_restart
+    from nstorm.plan import Plan, Slot
+    from nstorm.records import TopologyStatus
+
+    places = {"a:0": "n1:1", "a:1": "n1:1", "__acker:0": "n1:1"}
+    plan = Plan.first("t", list(places), places, [Slot("n1", "127.0.0.1", 1, 2)])
+    stopped = plan.replace(workers={}, rebalance={
+        "phase": "stopped", "moves": [["a:1", "n2:1"]], "records": {"a:1": "m-1"},
+        "workers": {w: s.to_json() for w, s in plan.workers.items()}, "since": 0})
+    supervisors = {"n1": {"host": "127.0.0.1", "slots": [[1, 2]]}}  # n2 is gone
+    new = stop_mode_restart(stopped, TopologyStatus.ACTIVE, supervisors)
+    assert Plan.from_json("t", new.to_json()).executors["a:1"] == "n1:1" and "a:1" not in new.moved
+    supervisors["n2"] = {"host": "127.0.0.2", "slots": [[1, 2]]}
+    moved = stop_mode_restart(stopped, TopologyStatus.ACTIVE, supervisors)
+    assert Plan.from_json("t", moved.to_json()).executors["a:1"] == "n2:1" and moved.moved["a:1"].record == "m-1"
