@@ -218,6 +218,7 @@ class CheckpointCoordinator:
             if record.pending:
                 log.info("topology %s: checkpoint %d abandoned: a rescale of %s started", name, record.pending,
                          ", ".join(sorted(plan.rescales)))
+                self._drop_abandoned(name, store, record.pending)
                 record.pending = 0
                 record.abandoned += 1
             self._write(path, record, before, version)
@@ -285,12 +286,24 @@ class CheckpointCoordinator:
                 log.warning("topology %s: checkpoint %d is incomplete or damaged: skipped", name, cid)
         record.epoch += 1
         record.restore = restore
+        if record.pending:
+            self._drop_abandoned(name, store, record.pending)
         record.pending = 0
         record.pending_at = time.time()
         record.restores += 1
         record.commits_since_rollback = 0
         record.last_restore = {"id": restore, "at": time.time(), "epoch": record.epoch, "reason": reason}
         log.warning("topology %s: rolling back to checkpoint %d (epoch %d): %s", name, restore, record.epoch, reason)
+
+    @staticmethod
+    def _drop_abandoned(name: str, store: StateStore, cid: int) -> None:
+        """An abandoned checkpoint's snapshots go at once: while commits keep failing (state that
+        is not msgpack, an ``on_checkpoint`` that raises), the next commit's prune never comes
+        and every interval would add a snapshot per executor until the store is full."""
+        try:
+            store.drop_snapshots(cid)
+        except StateError as exc:
+            log.warning("topology %s: %s", name, exc)
 
     def _deactivate(self, name: str, record: CheckpointRecord) -> None:
         """Too many rollbacks in a row (the record saying so is written): the topology stays at its
@@ -341,6 +354,7 @@ class CheckpointCoordinator:
                                  f"{', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}"
                                  + (f" ({errors})" if errors else ""))
             record.abandoned += 1
+            self._drop_abandoned(name, store, cid)
             record.pending = 0
             log.warning("topology %s: %s", name, record.last_error)
         elif store_error and not record.last_error:

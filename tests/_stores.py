@@ -29,4 +29,10 @@ def check_store_contract(store: StateStore) -> None:
     assert store.prune(4) == 4  # the snapshot of 3, and group 3's entries before its full entry 4
     assert store.group_chain("sum", 3, 4) == [(4, True, b"full-4")]
     assert store.group_chain("sum", 4, 4) == [(3, True, b"full-3")]
+    # An abandoned checkpoint's snapshots go; its key groups' entries stay (later deltas build on them).
+    store.write(5, "sum:0", b"exec-5", {("sum", 3): (False, b"d-5")})
+    store.write(5, "split:1", b"y", {})
+    assert store.drop_snapshots(5) == 2
+    assert store.executor(5, "sum:0") is None and store.written(5) == {} and store.executor(4, "sum:0") == b"exec-4"
+    assert store.group_chain("sum", 3, 5) == [(4, True, b"full-4"), (5, False, b"d-5")]
     store.drop()

@@ -135,6 +135,26 @@ class LMDBStateStore(StateStore):
             raise StateError(msg) from exc
         return deleted
 
+    def drop_snapshots(self, cid: int) -> int:
+        deleted = 0
+        try:
+            with self.env.begin(write=True) as txn:
+                for prefix in (b"e/" + _ckey(cid) + b"/", b"s/" + _ckey(cid) + b"/"):
+                    cursor = txn.cursor()
+                    keys = []
+                    if cursor.set_range(prefix):
+                        for key, _ in cursor:
+                            if not key.startswith(prefix):
+                                break
+                            keys.append(bytes(key))
+                    for key in keys:
+                        txn.delete(key)
+                    deleted += len(keys) if prefix.startswith(b"e/") else 0
+        except lmdb.Error as exc:
+            msg = f"cannot delete checkpoint {cid}'s snapshots in {self.path}: {exc}"
+            raise StateError(msg) from exc
+        return deleted
+
     def drop(self) -> None:
         self.close()
         shutil.rmtree(self.path, ignore_errors=True)

@@ -119,6 +119,20 @@ class RedisStateStore(StateStore):
             raise self._fail("pruning checkpoints", exc) from exc
         return len(keys)
 
+    def drop_snapshots(self, cid: int) -> int:
+        ns = self.ns
+        try:
+            members = [m.decode() for m in self.redis.zrangebyscore(f"{ns}e", cid, cid)]
+            pipe = self.redis.pipeline(transaction=True)
+            if members:
+                pipe.delete(*(f"{ns}e:{m}" for m in members))
+                pipe.zrem(f"{ns}e", *members)
+            pipe.delete(f"{ns}s:{cid}")
+            pipe.execute()
+        except redis.RedisError as exc:
+            raise self._fail(f"deleting checkpoint {cid}'s snapshots", exc) from exc
+        return len(members)
+
     def drop(self) -> None:
         try:
             batch = []

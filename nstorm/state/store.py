@@ -63,6 +63,12 @@ class StateStore(abc.ABC):
         """Delete what no checkpoint from ``keep_from`` on needs; the entries deleted."""
 
     @abc.abstractmethod
+    def drop_snapshots(self, cid: int) -> int:
+        """Delete the executor snapshots of ``cid``, a checkpoint abandoned (never committed): while
+        commits fail, each would stay until the next commit's prune. Its key groups' entries
+        stay (later deltas build on them). The snapshots deleted."""
+
+    @abc.abstractmethod
     def drop(self) -> None:
         """Delete every checkpoint of this submission (the topology was killed)."""
 

@@ -392,9 +392,11 @@ def test_an_unfinished_checkpoint_is_abandoned_at_its_timeout(tmp_path: Path) ->
     from nstorm.state.record import CheckpointRecord
 
     store = LMDBStateStore(StateConfig(provider="lmdb", directory=tmp_path), "t-1")
+    store.write(4, "b:0", wire.pack({"state": {}}), {})  # one executor wrote its part
     record = CheckpointRecord(submission="s", provider="lmdb", pending=4, pending_at=time.time() - 5)
-    _coordinator()._check_pending("t", record, store, ["a:0"], StateConfig(provider="lmdb", timeout_secs=1))
+    _coordinator()._check_pending("t", record, store, ["a:0", "b:0"], StateConfig(provider="lmdb", timeout_secs=1))
     assert record.pending == 0 and record.abandoned == 1 and "no snapshot from a:0" in record.last_error
+    assert store.written(4) == {} and store.executor(4, "b:0") is None, "an abandoned checkpoint's snapshots go"
     store.close()
 
 
