@@ -93,9 +93,23 @@ class CheckpointCoordinator:
         drop_checkpoints(topo, name)
 
     def roll_back(self, name: str, reason: str) -> None:
-        """Nimbus lost executors of ``name`` (their workers are gone): roll it back (any thread)."""
+        """Nimbus lost executors of ``name`` (their workers are gone): roll it back (any thread).
+
+        Asked in memory and, for a topology with a checkpoint record, as a rollback request in
+        ZooKeeper too, as a worker asks: a Nimbus that stops (or fails over) right after writing
+        the repaired plan would otherwise lose it, and the lost executors start from the
+        epoch's first checkpoint beside the others' live state (a mix the next commit keeps)."""
         with self._lock:
             self._rollbacks[name] = reason
+        try:
+            raw, _ = self.zk.get(self.paths.checkpoints(name))
+            record = CheckpointRecord.from_json(raw)
+            if record is None:
+                return  # no durable state (or no checkpoint yet): nothing to roll back to
+            body = {"epoch": record.epoch, "reason": reason, "worker": "nimbus", "at": time.time()}
+            self.zk.create(f"{self.paths.rollback_requests(name)}/r-", encode(body), sequence=True, makepath=True)
+        except Exception:  # noqa: BLE001 - no record, or ZooKeeper trouble: the request in memory stands
+            log.debug("topology %s: rollback request not written to ZooKeeper", name, exc_info=True)
 
     def _run(self) -> None:
         while not self._stop.wait(PASS_SECS):

@@ -928,3 +928,46 @@ def test_a_spouts_tuple_message_ids_come_back_as_tuples(tmp_path: Path) -> None:
     extra = wire.unpack_state(wire.pack(spout.checkpoint_extra()))  # as a checkpoint stores it
     spout.restore_checkpoint_extra(extra)
     assert Acks.acked == [("partition-3", 42)]
+
+
+def test_nimbuss_own_rollback_request_outlives_a_fail_over() -> None:
+    """Nimbus's "workers lost" rollback was asked in memory only: a Nimbus that stopped right
+    after writing the repaired plan lost it, and the lost executors started from the epoch's
+    first checkpoint beside the others' live state."""
+    from kazoo.exceptions import NoNodeError
+
+    from nimbus.checkpoints import CheckpointCoordinator
+    from nstorm.state.record import CheckpointRecord
+    from nstorm.zkschema import ZkPaths
+
+    class Zk:
+        def __init__(self) -> None:
+            self.nodes: dict[str, bytes] = {}
+            self.seq = 0
+
+        def get(self, path: str) -> tuple[bytes, Any]:
+            if path not in self.nodes:
+                raise NoNodeError(path)
+            return self.nodes[path], types.SimpleNamespace(version=0)
+
+        def create(self, path: str, data: bytes, sequence: bool = False, makepath: bool = False) -> str:
+            path = f"{path}{self.seq:010d}" if sequence else path
+            self.seq += 1
+            self.nodes[path] = data
+            return path
+
+        def get_children(self, path: str) -> list[str]:
+            return [p[len(path) + 1:] for p in self.nodes if p.startswith(path + "/")]
+
+        def delete(self, path: str) -> None:
+            del self.nodes[path]
+
+    zk, paths = Zk(), ZkPaths("/t")
+    record = CheckpointRecord(submission="s", provider="lmdb", epoch=3)
+    zk.nodes[paths.checkpoints("t")] = record.to_json()
+    CheckpointCoordinator(zk, paths).roll_back("t", "workers ['n2:1'] lost with their executors")  # type: ignore[arg-type]
+    taken_over = CheckpointCoordinator(zk, paths)  # type: ignore[arg-type]  # a new leader: nothing in memory
+    assert taken_over._requested("t", record) == "nimbus: workers ['n2:1'] lost with their executors"
+    assert taken_over._requested("t", record) is None, "taken once"
+    CheckpointCoordinator(zk, paths).roll_back("m", "lost")  # type: ignore[arg-type]  # no record: memory state
+    assert not any("/m" in p and "rollback" in p for p in zk.nodes)
