@@ -49,6 +49,7 @@ from nstorm.plan import Plan, PlanError, Slot, interleave_slots
 from nstorm.records import MigrationRecord, MoveMode, TopologyStatus
 from nstorm.rescale import gaining_executors, rescale_plan, validate_rescale
 from nstorm.signals import relay_signals
+from nstorm.state.config import state_config
 from nstorm.ticker import passes
 from nstorm.zkschema import ZkPaths, connect, encode
 
@@ -487,12 +488,20 @@ class Nimbus:
         return {"ok": True, "version": new.version, "chains": kept}
 
     def _complete_record(self, name: str, record: str) -> None:
-        """Mark a migration record completed (a stop-mode parallelism change has restarted)."""
-        assert self.zk is not None
+        """Mark a migration record completed (a stop-mode parallelism change has restarted): the
+        stall is the whole stop, from the request; the state is lost unless checkpoints keep it."""
+        assert self.zk is not None and self.cluster is not None
         path = f"{self.paths.migrations(name)}/{record}"
+        topo = self.cluster.topology(name) or {}
+        try:
+            durable = state_config(merge_conf(topo.get("definition", {}).get("conf"), topo.get("conf"))).durable
+        except Exception:  # noqa: BLE001 - checked at submit; a damaged record is not ours to fix
+            durable = False
         try:
             raw, stat = self.zk.get(path)
-            done = MigrationRecord.from_json(json.loads(raw.decode()), record).completed(time.time(), 0.0, False)
+            moved = MigrationRecord.from_json(json.loads(raw.decode()), record)
+            now = time.time()
+            done = moved.completed(now, round(max(0.0, now - moved.requested_at), 4), not durable)
             self.zk.set(path, encode(done.to_json()), version=stat.version)
         except (NoNodeError, BadVersionError, ValueError):
             pass

@@ -507,6 +507,12 @@ class MigrationDesk:
         """A moved-in copy resumed (any thread): its record is completed by :meth:`report`."""
         self.completions.put((record, {"completed_at": time.time(), "stall_secs": round(stall, 4), "state_lost": lost}))
 
+    def restarted(self, record: str, lost: bool) -> None:
+        """A process- or stop-mode move's executor started at its new place (any thread): its
+        stall is from the request to now (the old copy stopped for it), and its state is lost
+        unless a checkpoint restores it."""
+        self.completions.put((record, {"completed_at": time.time(), "state_lost": lost, "stall_from_request": True}))
+
     def shift_done(self, record: str, executor: str, stall: float, lost: bool) -> None:
         """An executor has the key groups a rescale gave it (any thread): :meth:`report` adds it to
         the record's ``arrived``, and completes the record when every executor it waits for is there."""
@@ -539,6 +545,10 @@ class MigrationDesk:
                     continue  # reported before (this worker restarted since)
                 if "arrived" in update:
                     _merge_arrival(info, update["arrived"])
+                elif update.get("stall_from_request"):
+                    done = float(update["completed_at"])
+                    info.update(completed_at=done, state_lost=update["state_lost"],
+                                stall_secs=round(max(0.0, done - float(info.get("requested_at") or done)), 4))
                 else:
                     info.update(update)
                 zk.set(path, encode(info), version=stat.version)

@@ -286,7 +286,7 @@ class Worker:
             if self.checkpoints is not None and self.ordered and isinstance(ex, SpoutExecutor):
                 ex.inbox.put_control(wire.CHECKPOINT, WORKER_TASK, self.ordered)  # taken unless done before
         for record in started:
-            self.migrations.completed(record, 0.0, lost=False)
+            self.migrations.restarted(record, lost=self.checkpoints is None)
         if created or lost:
             log.info("plan v%d: started %s; %s moved away (draining)", self.version,
                      [e.executor_id for e in created], [routing.tasks[t] for t in lost])

@@ -105,3 +105,32 @@ def test_a_stop_mode_move_whose_slot_went_away_during_the_stop_is_dropped_not_wr
     supervisors["n2"] = {"host": "127.0.0.2", "slots": [[1, 2]]}
     moved = stop_mode_restart(stopped, TopologyStatus.ACTIVE, supervisors)
     assert Plan.from_json("t", moved.to_json()).executors["a:1"] == "n2:1" and moved.moved["a:1"].record == "m-1"
+
+
+def test_a_process_mode_moves_record_has_its_stall_from_the_request_and_says_state_was_lost() -> None:
+    """A restarted executor's record said stall 0.0 and state_lost false: it was down from the
+    request to its restart, and without checkpoints its state died with the old process."""
+    import time
+
+    from nstorm.zkschema import encode
+    from worker.migration import MigrationDesk
+
+    class Zk:
+        def __init__(self, data: dict[str, Any]) -> None:
+            self.data, self.written = encode(data), None
+
+        def get(self, path: str) -> tuple[bytes, Any]:
+            import types
+
+            return self.data, types.SimpleNamespace(version=0)
+
+        def set(self, path: str, data: bytes, version: int = -1) -> None:
+            self.written = json.loads(data)
+
+    zk = Zk({"executor": "a:1", "from": "n1:1", "to": "n2:1", "mode": "process", "by": "user",
+             "requested_at": time.time() - 2.5, "version": 3, "completed_at": None})
+    desk = MigrationDesk("n2:1", lambda *args: None)
+    desk.restarted("m-1", lost=True)
+    desk.report(zk, "/n/migrations/t")
+    assert zk.written["state_lost"] is True and 2.4 < zk.written["stall_secs"] < 10
+    assert "stall_from_request" not in zk.written
