@@ -134,7 +134,13 @@ class OtdRunner:
     def traffic(self, name: str, window: float, load_secs: float) -> tuple[dict[str, Any], str]:
         """The window's traffic and load, from Spark once it is warm, else from plain Python."""
         if self._job is not None and self._job.ready.is_set():
-            return self._job.run(name, window_secs=window, load_secs=load_secs), "spark"
+            try:
+                return self._job.run(name, window_secs=window, load_secs=load_secs), "spark"
+            except Exception:  # noqa: BLE001 - Spark went away (its JVM died): the round goes on in Python
+                if self._stop.is_set():
+                    raise
+                log.warning("OTD %s: the Spark traffic job failed; this round aggregates in Python", name,
+                            exc_info=True)
         now = time.time()
         files = window_files(self.metrics_dir / name, window, now)
         return aggregate_records(read_window(files, window, now), window, now, load_secs), "python"

@@ -66,3 +66,18 @@ def test_an_executor_otd_moved_lately_is_not_movable(monkeypatch: pytest.MonkeyP
     runner, _, seen = _runner(monkeypatch, [_moved("a:0", 90.0)])
     runner.round("t", CONF)
     assert "a:0" in seen["movable"]
+
+
+def test_a_round_aggregates_in_python_when_the_spark_job_fails(tmp_path: Any) -> None:
+    import threading
+
+    runner = object.__new__(OtdRunner)
+    runner._stop = threading.Event()
+    runner.metrics_dir = tmp_path
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("the JVM is gone")
+
+    runner._job = types.SimpleNamespace(ready=types.SimpleNamespace(is_set=lambda: True), run=broken)
+    traffic, engine = runner.traffic("t", 10.0, 10.0)
+    assert engine == "python" and traffic["total_tuples"] == 0
