@@ -169,6 +169,9 @@ class OtdRunner:
         now = time.time()
         held = recently_moved(migrations, "latency", now) | set(plan.chains) | set(plan.chains.values()) \
             | recently_moved(migrations, "otd", now, float(conf.get("otd.move.cooldown.secs", 60)))
+        # The executors a latency move joined are the point of it: they stay as well.
+        joined = {r.target for r in migrations if r.by == "latency" and r.executor in held}
+        held |= {e for e, w in plan.executors.items() if w in joined}
         last_move = max((float(r.completed_at or r.requested_at or 0.0) for r in migrations if r.by == "otd"),
                         default=0.0)
         movable = [e for e in executors if not is_acker(e) and e not in held]

@@ -81,3 +81,11 @@ def test_a_round_aggregates_in_python_when_the_spark_job_fails(tmp_path: Any) ->
     runner._job = types.SimpleNamespace(ready=types.SimpleNamespace(is_set=lambda: True), run=broken)
     traffic, engine = runner.traffic("t", 10.0, 10.0)
     assert engine == "python" and traffic["total_tuples"] == 0
+
+
+def test_the_executors_a_latency_move_joined_are_held_with_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    at = time.time() - 10
+    joined = MigrationRecord("b:0", "n2:1", "n1:1", MoveMode.THREAD, "latency", at, 2, at + 0.5, 0.01, False, "m-1")
+    runner, _, seen = _runner(monkeypatch, [joined])
+    runner.round("t", CONF)
+    assert not {"a:0", "a:1", "b:0"} & set(seen["movable"]), "b:0 moved next to a:0 and a:1: neither moves away"
