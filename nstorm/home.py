@@ -28,8 +28,11 @@ def home_dir() -> Path:
 
 
 def _make(path: Path) -> None:
+    """Create ``path`` for this user only (0700; an existing directory is left as it is): logs,
+    ZooKeeper's snapshots and the supervisors' stores hold topology code and settings that the
+    ZooKeeper ACLs keep from other users."""
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
     except OSError as exc:
         from nstorm.errors import ConfigError
 
@@ -74,7 +77,7 @@ def run_dir() -> Path:
 def supervisor_dir(node: str) -> Path:
     """``$NSTORM_HOME/supervisor/<node>``: the node's LMDB store and code archives."""
     path = home_dir() / "supervisor" / node
-    path.mkdir(parents=True, exist_ok=True)
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
     return path
 
 

@@ -22,9 +22,11 @@ from typing import Any
 from nstorm.errors import NStormError, TopologyError, TopologyLoadError
 from nstorm.topology import Topology
 
-__all__ = ["MAX_ARCHIVE_BYTES", "load_topology", "make_archive", "unpack_archive"]
+__all__ = ["MAX_ARCHIVE_BYTES", "MAX_UNPACKED_BYTES", "is_member_name", "load_topology", "make_archive",
+           "unpack_archive"]
 
 MAX_ARCHIVE_BYTES = 900 * 1024  # below ZooKeeper's 1 MB node limit
+MAX_UNPACKED_BYTES = 64 * 1024 * 1024  # a topology's code unpacked, at most (a zip bomb is refused)
 
 
 def _exec_file(path: Path, module_name: str) -> types.ModuleType:
@@ -124,6 +126,12 @@ def make_archive(path: str | Path) -> tuple[bytes, str]:
     return data, hashlib.sha256(data).hexdigest()
 
 
+def is_member_name(name: str) -> bool:
+    """A file of a topology's code archive: a bare name (no directory, not hidden): also what
+    a topology's ``main`` must be, so no path leads out of the unpacked archive."""
+    return bool(name) and "/" not in name and "\\" not in name and not name.startswith(".")
+
+
 def unpack_archive(data: bytes, sha256: str, target: Path) -> Path:
     """Check ``sha256`` and unpack into ``target`` (idempotent); return ``target``."""
     digest = hashlib.sha256(data).hexdigest()
@@ -136,9 +144,15 @@ def unpack_archive(data: bytes, sha256: str, target: Path) -> Path:
     target.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(io.BytesIO(data)) as archive:
         for member in archive.namelist():
-            if "/" in member or "\\" in member or member.startswith("."):
+            if not is_member_name(member):
                 msg = f"code archive has an unexpected member {member!r}"
                 raise TopologyLoadError(msg)
+        infos = archive.infolist()
+        # Entries that share compressed bytes (overlapping) or unpack to far more than any code
+        # does: a decompression bomb, refused before a byte is written.
+        if sum(i.compress_size for i in infos) > len(data) or sum(i.file_size for i in infos) > MAX_UNPACKED_BYTES:
+            msg = f"code archive unpacks to more than {MAX_UNPACKED_BYTES} bytes, or its entries overlap"
+            raise TopologyLoadError(msg)
         archive.extractall(target)
     marker.write_text(sha256)
     return target

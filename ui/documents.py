@@ -53,7 +53,7 @@ _KNOWN_COMPONENT = {"parallelism", "emitted", "batches", "executed", "acked", "f
                     "last_error", "latency_ms", "capacity", "metrics"}
 
 
-_URL_CREDENTIALS = re.compile(r"(?<=://)[^/@\s]*@")  # "redis://:pw@host" -> "redis://********@host"
+_URL_CREDENTIALS = re.compile(r"(?<=://)[^/\s]*@")  # "redis://:p@ss@host" -> "redis://********@host"
 
 
 def masked(conf: Mapping[str, Any]) -> dict[str, Any]:

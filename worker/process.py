@@ -28,8 +28,8 @@ from typing import Any
 
 from kvstore import LMDBPlanStore, StoreMissingError
 from nstorm.config import ENV_CPU_LIMIT
-from nstorm.errors import AuthError, NStormError, UsageError
-from nstorm.loader import load_topology
+from nstorm.errors import AuthError, NStormError, TopologyLoadError, UsageError
+from nstorm.loader import is_member_name, load_topology
 from nstorm.plan import LocalPlan, PlanError
 from nstorm.records import Heartbeat, MoveMode, TopologyStatus
 from nstorm.signals import relay_signals
@@ -200,6 +200,9 @@ class Worker:
         config = state_config(self.conf)
         if config.durable and self.checkpoints is None:
             self.checkpoints = WorkerCheckpoints(config, self.topology, self.submission, self.worker_id, self._wake.set)
+        if not is_member_name(local.main):  # a path would run a file the archive's checksum does not cover
+            msg = f"topology {self.topology}: main {local.main!r} is not a file of its code archive"
+            raise TopologyLoadError(msg)
         main = Path(local.code_dir) / local.main
         topology = load_topology(main, local.user_conf, module_name=f"nstorm_topology_{self.topology}")
         self.classes = topology.classes

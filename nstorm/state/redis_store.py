@@ -17,6 +17,7 @@ is a :class:`~nstorm.state.store.StateError`: the checkpoint fails, processing g
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 import redis
@@ -29,21 +30,30 @@ __all__ = ["RedisStateStore"]
 _TIMEOUT_SECS = 5.0
 
 
+_CREDENTIALS = re.compile(r"(?<=://)[^/\s]*@")  # up to the last '@' before the host: a password may hold one
+
+
+def without_credentials(text: str) -> str:
+    """``text`` with the user and password of any URL in it hidden: ``redis://***@host:6379/0``."""
+    return _CREDENTIALS.sub("***@", text)
+
+
 class RedisStateStore(StateStore):
     """See the module docstring."""
 
     def __init__(self, config: StateConfig, namespace: str) -> None:
         self.url = str(config.options.get("url", "redis://127.0.0.1:6379/0"))
+        self.shown = without_credentials(self.url)  # what messages show (they reach status, the UI, logs)
         self.ns = f"nstorm:{namespace}:"
         try:
             self.redis = redis.Redis.from_url(self.url, socket_timeout=_TIMEOUT_SECS,
                                               socket_connect_timeout=_TIMEOUT_SECS)
         except (ValueError, redis.RedisError) as exc:
-            msg = f"bad Redis url {self.url!r}: {exc}"
+            msg = f"bad Redis url {self.shown!r}: {without_credentials(str(exc))}"
             raise StateError(msg) from exc
 
     def _fail(self, what: str, exc: Exception) -> StateError:
-        return StateError(f"{what}: Redis at {self.url}: {type(exc).__name__}: {exc}")
+        return StateError(f"{what}: Redis at {self.shown}: {type(exc).__name__}: {without_credentials(str(exc))}")
 
     def write(self, cid: int, executor: str, blob: bytes, groups: Mapping[tuple[str, int], tuple[bool, bytes]]) -> int:
         ns = self.ns

@@ -69,3 +69,43 @@ def test_archive_round_trip_and_checksum(tmp_path: Path) -> None:
     assert (out / "wordcount.py").read_bytes() == (ROOT / "topologies" / "wordcount.py").read_bytes()
     with pytest.raises(TopologyLoadError, match="checksum mismatch"):
         unpack_archive(data, "0" * 64, tmp_path / "other")
+
+
+def test_an_archive_that_unpacks_to_too_much_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    import hashlib
+    import io
+    import zipfile
+
+    from nstorm.errors import TopologyLoadError
+    from nstorm.loader import MAX_UNPACKED_BYTES, is_member_name
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("bomb.py", b"\0" * (MAX_UNPACKED_BYTES + 1))  # compresses to ~65 KB
+    data = buf.getvalue()
+    with pytest.raises(TopologyLoadError, match="unpacks to more than"):
+        unpack_archive(data, hashlib.sha256(data).hexdigest(), tmp_path / "code")
+    assert not (tmp_path / "code" / "bomb.py").exists()
+    assert is_member_name("wordcount.py")
+    for bad in ("/tmp/x.py", "../x.py", "a/b.py", ".hidden.py", "", "a\\b.py"):
+        assert not is_member_name(bad), bad
+
+
+def test_error_messages_hide_a_redis_urls_password() -> None:
+    from nstorm.state.config import StateConfig
+    from nstorm.state.redis_store import RedisStateStore, without_credentials
+    from nstorm.state.store import StateError
+
+    store = RedisStateStore(StateConfig(provider="redis", options={"url": "redis://:S3c@ret@127.0.0.1:1/0"}), "t-1")
+    with pytest.raises(StateError) as caught:
+        store.written(1)
+    assert "S3c" not in str(caught.value) and "ret@" not in str(caught.value) and "redis://***@127.0.0.1:1/0" in str(caught.value)
+    assert without_credentials("redis://127.0.0.1:6379/0") == "redis://127.0.0.1:6379/0"
+
+
+def test_nstorm_home_is_made_for_its_user_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from nstorm.home import home_dir, logs_dir, supervisor_dir
+
+    monkeypatch.setenv("NSTORM_HOME", str(tmp_path / "home"))
+    for path in (home_dir(), logs_dir(), supervisor_dir("n1")):
+        assert path.stat().st_mode & 0o077 == 0, oct(path.stat().st_mode)
