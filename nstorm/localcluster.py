@@ -8,6 +8,7 @@ and the UI (when asked for) as ``python -m ui``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -283,16 +284,42 @@ def _port_free(host: str, port: int) -> bool:
 def _kill_orphan_workers(root: str) -> None:
     """Workers outlive a supervisor killed with SIGKILL; end those of this home."""
     home = str(home_dir())
+    ended = []
     for proc in psutil.process_iter(["cmdline", "environ"]):
         try:
             cmd = proc.info["cmdline"] or []
             if "-m" in cmd and "worker" in cmd and "--root" in cmd and cmd[cmd.index("--root") + 1] == root:
                 env = proc.info.get("environ") or {}
                 store = cmd[cmd.index("--store") + 1] if "--store" in cmd else ""
-                if store.startswith(home) or env.get("NSTORM_HOME") == home:
+                if store.startswith(home + os.sep) or env.get("NSTORM_HOME") == home:  # (not /x/.nstorm2's)
                     proc.terminate()
+                    ended.append(proc)
         except (psutil.Error, ValueError, IndexError):
             continue
+    _, alive = psutil.wait_procs(ended, timeout=5)
+    for proc in alive:  # one stuck (in a ZooKeeper call, say) would outlive the cluster
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+
+
+_DAEMON_MODULES = ("nimbus", "supervisor", "ui")
+
+
+def _recorded_daemon(pid: int, root: str) -> psutil.Process | None:
+    """The daemon ``cluster up`` recorded as ``pid``, if that pid is still one of its daemons
+    (``python -m nimbus|supervisor|ui ... --root ROOT``): a pid the system gave to another
+    process since is never signalled, nor counted as a running cluster."""
+    try:
+        proc = psutil.Process(pid)
+        cmd = proc.cmdline()
+    except psutil.Error:
+        return None
+    try:
+        module = cmd[cmd.index("-m") + 1]
+        ours = module in _DAEMON_MODULES and cmd[cmd.index("--root") + 1] == root
+    except (ValueError, IndexError):
+        ours = False
+    return proc if ours else None
 
 
 def cluster_status() -> dict[str, Any]:
@@ -301,7 +328,8 @@ def cluster_status() -> dict[str, Any]:
     if not path.exists():
         return {"running": False, "daemons": {}}
     state = json.loads(path.read_text())
-    daemons = {name: {"pid": pid, "alive": psutil.pid_exists(pid)} for name, pid in state["pids"].items()}
+    daemons = {name: {"pid": pid, "alive": _recorded_daemon(pid, state["root"]) is not None}
+               for name, pid in state["pids"].items()}
     supervisors: list[str] = []
     try:
         zk = connect(state["zk"], timeout=3)
@@ -330,8 +358,10 @@ def cluster_down(timeout: float = 15.0) -> bool:
              + [n for n in pids if n.startswith("nimbus")])
     procs = []
     for name in order:
+        proc = _recorded_daemon(pids[name], state["root"])
+        if proc is None:
+            continue  # gone (its pid may be another process's now)
         try:
-            proc = psutil.Process(pids[name])
             proc.terminate()
             procs.append(proc)
         except psutil.Error:

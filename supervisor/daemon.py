@@ -227,7 +227,10 @@ class Supervisor:
             except NoNodeError:
                 continue
             except Exception:
+                # Disk full, ZooKeeper gone while reading the code...: the workers running here
+                # keep the last plan in the store (as for a damaged plan), none is stopped for it.
                 log.exception("cannot write the plan of %s", name)
+                desired.update(k for k in self.workers if k[0] == name)
                 continue
             desired.update((name, p) for p in ports)
             version = plan.version

@@ -62,7 +62,13 @@ class WorkerHandle:
         try:
             code = self.process.wait(timeout=0)
         except psutil.TimeoutExpired:
-            return None
+            # Not our child (adopted after a restart): a zombie nobody reaps still "exists".
+            try:
+                if self.process.status() != psutil.STATUS_ZOMBIE:
+                    return None
+            except psutil.Error:
+                pass
+            code = None
         except psutil.Error:
             code = None
         self._code = -1 if code is None else int(code)
@@ -127,7 +133,9 @@ class WorkerRegistry:
             try:
                 data: dict[str, Any] = json.loads(path.read_text())
                 process = psutil.Process(int(data["pid"]))
-                same = abs(process.create_time() - float(data["create_time"])) < 0.01 and data["root"] == self.root
+                # A second's slack: create_time is the boot time plus the start, and the boot time
+                # moves with every step of the wall clock (the command line is checked as well).
+                same = abs(process.create_time() - float(data["create_time"])) < 1.0 and data["root"] == self.root
                 cmd = process.cmdline()
                 ours = "worker" in cmd and f"{self.node}" in cmd and str(data["port"]) in cmd
                 alive = process.status() != psutil.STATUS_ZOMBIE

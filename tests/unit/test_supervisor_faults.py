@@ -1,0 +1,90 @@
+"""A supervisor's and ``cluster down``'s fault handling (review, session 30): a plan that cannot be
+written stops no running worker; an adopted worker that died a zombie is seen as exited; a pid
+recorded by ``cluster up`` that another process has now is never signalled."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import types
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from nstorm.localcluster import _recorded_daemon
+from nstorm.plan import Plan, Slot
+from supervisor.daemon import Supervisor
+from supervisor.workers import WorkerHandle, WorkerRegistry
+
+
+@pytest.fixture
+def sleeper() -> Iterator[subprocess.Popen[bytes]]:
+    popen = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "-m", "nimbus", "--root", "/r"])
+    try:
+        yield popen
+    finally:
+        popen.kill()
+        popen.wait()
+
+
+def test_a_plan_that_cannot_be_written_stops_no_running_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                sleeper: subprocess.Popen[bytes]) -> None:
+    """Disk full (or ZooKeeper gone while the code was read) skipped the topology's slots in the
+    set of wanted ones, and the running worker was stopped for as long as the write failed."""
+    monkeypatch.setenv("NSTORM_HOME", str(tmp_path))
+    sup = Supervisor("n9", "127.0.0.1", [(7005, 7105)], "127.0.0.1:1")
+    sup.registry = WorkerRegistry(tmp_path / "workers", "n9", "/nstorm")
+    places = {"a:0": "n9:7005"}
+    plan = Plan.first("t", list(places), places, [Slot("n9", "127.0.0.1", 7005, 7105)]).replace(submission="s1")
+
+    class Store:
+        def latest_version(self, name: str) -> int | None:
+            return 1 if name == "t" else None
+
+        def put_plan(self, name: str, version: int, data: Any) -> None:
+            raise OSError(28, "No space left on device")
+
+        def topologies(self) -> list[str]:
+            return ["t"]
+
+        def get_meta(self, key: str) -> Any:
+            return {"at": 0}
+
+    sup.zk = object()  # type: ignore[assignment]
+    sup.store = Store()  # type: ignore[assignment]
+    sup.cluster = types.SimpleNamespace(children=lambda path, watch=False: ["t"],  # type: ignore[assignment]
+                                        plan=lambda name, watch=False: (plan.replace(version=2), object()))
+    sup._stored_submission["t"] = "s1"
+    monkeypatch.setattr(sup, "_reregister_if_lost", lambda: None)
+    monkeypatch.setattr(sup, "_topology_info", lambda *args: {"definition": {}, "code_dir": "x", "main": "t.py"})
+    handle = sup.registry.record("t", 7005, sleeper)  # type: ignore[arg-type]
+    sup.workers[("t", 7005)] = handle
+    sup.sync()
+    assert sup.workers.get(("t", 7005)) is handle and 7005 not in sup.stopping and sleeper.poll() is None
+
+
+def test_an_adopted_worker_that_is_a_zombie_has_exited() -> None:
+    class Zombie:
+        pid = 12345
+
+        def wait(self, timeout: float = 0) -> int:
+            raise psutil.TimeoutExpired(timeout)
+
+        def status(self) -> str:
+            return psutil.STATUS_ZOMBIE
+
+    assert WorkerHandle("t", 1, Zombie()).poll() == -1  # type: ignore[arg-type]
+
+
+def test_cluster_down_signals_only_the_daemons_it_recorded(sleeper: subprocess.Popen[bytes]) -> None:
+    assert _recorded_daemon(sleeper.pid, "/r") is not None
+    assert _recorded_daemon(sleeper.pid, "/other") is None, "another cluster's"
+    unrelated = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert _recorded_daemon(unrelated.pid, "/r") is None, "a pid the system gave to another process"
+    finally:
+        unrelated.kill()
+        unrelated.wait()
