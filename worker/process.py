@@ -530,7 +530,11 @@ class Worker:
         while not self._stop.wait(interval):
             if self.core_pin is None:  # every core was held (a stopping topology's workers): try again
                 self.core_pin = pin_worker(self.conf, again=True)
-            beat = self.heartbeat()
+            try:
+                beat = self.heartbeat()
+            except Exception:  # noqa: BLE001 - an executor's counters mid-change (a user gauge...): next beat
+                log.exception("cannot build a heartbeat; the next one is in %.1fs", interval)
+                continue
             try:
                 tmp = beat_file.with_suffix(".tmp")
                 tmp.write_text(json.dumps(beat))
