@@ -53,6 +53,17 @@ _NUDGE_AFTER_SECS = 1.0  # a younger worker reads the latest plan as it starts: 
 _BACKOFF_MAX_SECS = 30.0
 
 
+def _started_after(proc: WorkerHandle | None, when: float | None) -> bool:
+    """True if ``proc`` started after wall-clock time ``when`` (a plan's write): it runs that plan
+    from its start, so a process-mode restart asked in it is done."""
+    if proc is None or when is None:
+        return False
+    try:
+        return proc.process.create_time() > when
+    except psutil.Error:
+        return False
+
+
 class Supervisor:
     """The node daemon. See the module docstring."""
 
@@ -238,6 +249,8 @@ class Supervisor:
                 key = (name, port, version)
                 if plan.restart.get(f"{self.node}:{port}") == version and key not in self._restarted:
                     self._restarted.add(key)
+                    if _started_after(self.workers.get((name, port)), plan.updated_at):
+                        continue  # restarted for it already (by this supervisor before it restarted itself)
                     proc = self.workers.pop((name, port), None)
                     if proc is not None:
                         log.info("process-mode rebalance: restarting worker %s:%d of %s", self.node, port, name)

@@ -88,3 +88,15 @@ def test_cluster_down_signals_only_the_daemons_it_recorded(sleeper: subprocess.P
     finally:
         unrelated.kill()
         unrelated.wait()
+
+
+def test_a_worker_started_after_a_plan_asked_for_its_restart_is_not_restarted_again(
+        sleeper: subprocess.Popen[bytes]) -> None:
+    """The restarts done were kept in memory only: a supervisor restarted after a process-mode
+    move restarted the worker it had already restarted (and adopted) once more."""
+    from supervisor.daemon import _started_after
+
+    handle = WorkerHandle("t", 1, psutil.Process(sleeper.pid))
+    started = handle.process.create_time()
+    assert _started_after(handle, started - 5) and not _started_after(handle, started + 5)
+    assert not _started_after(None, started) and not _started_after(handle, None)
