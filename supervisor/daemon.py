@@ -302,7 +302,14 @@ class Supervisor:
         log.info("started worker %s:%d for %s (pid %d%s)", self.node, port, topology, popen.pid,
                  f", capped at {self.cpu.cores} cores" if capped else "")
         submission = record[1].get("submission") if record else None
-        handle = self.registry.record(topology, port, popen, submission if isinstance(submission, str) else None)
+        try:
+            handle = self.registry.record(topology, port, popen, submission if isinstance(submission, str) else None)
+        except BaseException:
+            # Not recorded (disk full): a worker nobody tracks would run on unmanaged, and the
+            # next pass would start another beside it.
+            popen.kill()
+            popen.wait()
+            raise
         handle.restarts = restarts
         return handle
 
