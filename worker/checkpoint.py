@@ -31,7 +31,7 @@ from nstorm.state.keyed import (
     key_group,
     owned_groups,
 )
-from nstorm.state.store import StateError, unpack_snapshot
+from nstorm.state.store import ChainLostError, StateError, unpack_snapshot
 from worker import wire
 from worker.chaining import ChainMark
 from worker.qos import Traced
@@ -177,6 +177,8 @@ class Snapshotter:
         except StateError as exc:
             self.last_error = str(exc)
             ex.record_error("checkpoint", exc)
+            if isinstance(exc, ChainLostError):
+                self.need_full = True  # the store lost what the deltas build on: whole entries next
             return False  # what changed is still found next time: compared with the same copy
         for (_c, g), (full, data) in groups.items():
             if full:

@@ -24,7 +24,7 @@ import lmdb
 
 from nstorm.home import home_dir
 from nstorm.state.config import StateConfig
-from nstorm.state.store import GroupEntry, StateError, StateStore, last_full
+from nstorm.state.store import ChainLostError, GroupEntry, StateError, StateStore, last_full
 
 __all__ = ["LMDBStateStore"]
 
@@ -53,6 +53,11 @@ class LMDBStateStore(StateStore):
         size = len(blob)
         try:
             with self.env.begin(write=True) as txn:
+                lost = [f"{c}:{g}" for (c, g), (full, _d) in groups.items() if not full and not self._has_chain(txn, c, g)]
+                if lost:  # (as the Redis store: a delta needs the entries it builds on)
+                    msg = (f"checkpoint {cid} of {executor}: {self.path} has no earlier entries of key group(s) "
+                           f"{', '.join(lost[:5])}: the next checkpoint writes them whole")
+                    raise ChainLostError(msg)
                 txn.put(b"e/" + _ckey(cid) + b"/" + executor.encode(), blob)
                 for (component, group), (full, data) in groups.items():
                     txn.put(b"g/%s/%05d/%s" % (component.encode(), group, _ckey(cid)), (b"F" if full else b"D") + data)
@@ -62,6 +67,12 @@ class LMDBStateStore(StateStore):
             msg = f"checkpoint {cid} of {executor}: cannot write to {self.path}: {exc}"
             raise StateError(msg) from exc
         return size
+
+    @staticmethod
+    def _has_chain(txn: lmdb.Transaction, component: str, group: int) -> bool:
+        prefix = b"g/%s/%05d/" % (component.encode(), group)
+        cursor = txn.cursor()
+        return cursor.set_range(prefix) and bytes(cursor.key()).startswith(prefix)
 
     def executor(self, cid: int, executor: str) -> bytes | None:
         with self.env.begin() as txn:

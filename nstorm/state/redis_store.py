@@ -23,7 +23,7 @@ from collections.abc import Mapping
 import redis
 
 from nstorm.state.config import StateConfig
-from nstorm.state.store import GroupEntry, StateError, StateStore, last_full
+from nstorm.state.store import ChainLostError, GroupEntry, StateError, StateStore, last_full
 
 __all__ = ["RedisStateStore"]
 
@@ -58,7 +58,20 @@ class RedisStateStore(StateStore):
     def write(self, cid: int, executor: str, blob: bytes, groups: Mapping[tuple[str, int], tuple[bool, bytes]]) -> int:
         ns = self.ns
         size = len(blob)
+        deltas = [group for group, (full, _data) in groups.items() if not full]
         try:
+            if deltas:
+                # A delta on a chain Redis no longer has (it restarted without persistence, or
+                # evicted it) would commit a checkpoint whose restore silently lacks every earlier key.
+                check = self.redis.pipeline(transaction=False)
+                for component, group in deltas:
+                    check.zcard(f"{ns}g:{component}:{group}")
+                lost = [f"{c}:{g}" for (c, g), n in zip(deltas, check.execute(), strict=True) if not n]
+                if lost:
+                    msg = (f"checkpoint {cid} of {executor}: Redis at {self.shown} has lost the earlier entries of "
+                           f"key group(s) {', '.join(lost[:5])}{' ...' if len(lost) > 5 else ''}: the next "
+                           "checkpoint writes them whole")
+                    raise ChainLostError(msg)
             pipe = self.redis.pipeline(transaction=True)
             pipe.set(f"{ns}e:{cid}:{executor}", blob)
             pipe.zadd(f"{ns}e", {f"{cid}:{executor}": cid})

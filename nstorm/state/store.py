@@ -36,6 +36,11 @@ class StateError(NStormError):
     """A checkpoint could not be written or read: the store is unreachable, full or damaged."""
 
 
+class ChainLostError(StateError):
+    """The store lost the entries a delta builds on (a Redis restarted without persistence): the
+    write is refused, and the writer's next entries are whole."""
+
+
 class StateStore(abc.ABC):
     """Checkpoints of one submission of one topology (see the module docstring)."""
 

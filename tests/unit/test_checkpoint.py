@@ -971,3 +971,27 @@ def test_nimbuss_own_rollback_request_outlives_a_fail_over() -> None:
     assert taken_over._requested("t", record) is None, "taken once"
     CheckpointCoordinator(zk, paths).roll_back("m", "lost")  # type: ignore[arg-type]  # no record: memory state
     assert not any("/m" in p and "rollback" in p for p in zk.nodes)
+
+
+def test_a_store_that_lost_its_entries_gets_whole_ones_not_deltas_on_nothing(tmp_path: Path) -> None:
+    """After the store lost its data (a Redis restarted without persistence), every executor went
+    on writing deltas: the next checkpoint committed, and a restore of it had only the keys
+    changed since (99 of 100 lost, no error)."""
+    host = FakeHost(plan_of(PLACES), acking=False)
+    host.checkpoints = Checkpoints(tmp_path / "a")
+    ex = BoltExecutor(host, "sum:0", 2, Sum, _definition())  # type: ignore[arg-type]
+    ex.setup()
+    for k in range(100):
+        ex.instance.keyed_state[k] = k
+    assert ex.checkpoint.take(1)
+    host.checkpoints.store.drop()
+    host.checkpoints = Checkpoints(tmp_path / "b")  # the same store, empty
+    ex.instance.keyed_state[5] = 500
+    assert not ex.checkpoint.take(2) and "no earlier entries" in (ex.checkpoint.last_error or "")
+    assert ex.checkpoint.take(3), "whole entries this time"
+    copy = BoltExecutor(host, "sum:0", 2, Sum, _definition())  # type: ignore[arg-type]
+    copy.setup()
+    copy.restore_checkpoint_extra(copy.checkpoint.restore(3, host.checkpoints.read,
+                                                          lambda c, g, u: host.checkpoints.chain("sum", g, u)))
+    assert dict(copy.instance.keyed_state) == {k: (500 if k == 5 else k) for k in range(100)}
+    host.checkpoints.store.close()
