@@ -97,6 +97,7 @@ class Supervisor:
         self._topo_cache: dict[str, tuple[str, dict[str, Any]]] = {}
         self._stored_submission: dict[str, str | None] = {}  # topology -> submission of its plans in the store
         self._restarted: set[tuple[str, int, int]] = set()  # process-mode restarts already done
+        self._desired: set[tuple[str, int]] | None = None  # the worker slots the last sync wanted
         # N-Storm+ reacts to a plan change through a watch at once; without it only TS applies.
         self._use_watch = bool(self.conf.get("supervisor.sync.watch", True))
         self._lost = False
@@ -264,6 +265,7 @@ class Supervisor:
             # Workers take a missing topology for "stop" only once a store has been synced:
             # a store rebuilt empty must not stop them before their plans are back.
             self.store.put_meta("synced", {"at": time.time()})
+        self._desired = desired
         self._reconcile(desired)
 
     def _nudge(self, name: str) -> None:
@@ -405,17 +407,30 @@ class Supervisor:
         away = False
         self._wake.set()
         for _ in passes(self._stop, self._wake, interval):
-            try:
-                self.sync()
-                away = False
-            except (ConnectionLoss, SessionExpiredError, KazooTimeoutError) as exc:
-                if not away:  # one line per outage; the workers go on without ZooKeeper
-                    log.warning("ZooKeeper unreachable (%s); workers keep running, sync retried", type(exc).__name__)
-                away = True
-            except Exception:
-                log.exception("sync failed; retrying in %.1fs", interval)
+            away = self._pass(away, interval)
         self.shutdown()
         return 0
+
+    def _pass(self, away: bool, interval: float) -> bool:
+        """One pass of the loop: sync with ZooKeeper, or, while it is away, keep the workers the
+        last sync wanted running (a call now would wait for the reconnect, kazoo queues it: a
+        crashed worker would stay down and SIGTERM unanswered). True while ZooKeeper is away."""
+        assert self.zk is not None
+        try:
+            if not self.zk.connected and self._desired is not None:
+                if not away:
+                    log.warning("ZooKeeper unreachable; workers keep running, sync retried")
+                self._reconcile(self._desired)
+                return True
+            self.sync()
+            return False
+        except (ConnectionLoss, SessionExpiredError, KazooTimeoutError) as exc:
+            if not away:  # one line per outage; the workers go on without ZooKeeper
+                log.warning("ZooKeeper unreachable (%s); workers keep running, sync retried", type(exc).__name__)
+            return True
+        except Exception:
+            log.exception("sync failed; retrying in %.1fs", interval)
+            return away
 
     def request_stop(self, *_: Any) -> None:
         self._stop.set()

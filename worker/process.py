@@ -624,11 +624,14 @@ class Worker:
                     break
             if self.fence is not None:
                 self.fenced = self.fence.check(self._plan_is_current)
+            # A ZooKeeper call made while disconnected waits for the reconnect (kazoo queues it):
+            # it would hold this loop, and with it the fence's check, through the outage.
+            zk = self._zk if self._zk is not None and self._zk.connected else None
             if self.checkpoints is not None:
                 self._follow_orders()
-                self.checkpoints.send_requests(self._zk, self.paths)
+                self.checkpoints.send_requests(zk, self.paths)
             self._settle()
-            self.migrations.report(self._zk, self.paths.migrations(self.topology))
+            self.migrations.report(zk, self.paths.migrations(self.topology))
         self.shutdown(left_plan=left)
         return 0
 

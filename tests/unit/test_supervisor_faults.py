@@ -100,3 +100,29 @@ def test_a_worker_started_after_a_plan_asked_for_its_restart_is_not_restarted_ag
     started = handle.process.create_time()
     assert _started_after(handle, started - 5) and not _started_after(handle, started + 5)
     assert not _started_after(None, started) and not _started_after(handle, None)
+
+
+def test_while_zookeeper_is_away_a_crashed_worker_is_restarted_without_a_sync(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ZooKeeper call while disconnected waits for the reconnect (kazoo queues it): the
+    supervisor's pass hung in its sync, its crashed workers stayed down and SIGTERM went unanswered."""
+    monkeypatch.setenv("NSTORM_HOME", str(tmp_path))
+    sup = Supervisor("n9", "127.0.0.1", [(7006, 7106)], "127.0.0.1:1")
+    sup.registry = WorkerRegistry(tmp_path / "workers", "n9", "/nstorm")
+    sup.zk = types.SimpleNamespace(connected=False)  # type: ignore[assignment]
+    sup._desired = {("t", 7006)}
+    starts: list[tuple[str, int]] = []
+
+    def start(topology: str, port: int, restarts: int = 0) -> Any:
+        starts.append((topology, port))
+        return types.SimpleNamespace(poll=lambda: None, topology=topology, port=port)
+
+    def no_sync() -> None:
+        raise AssertionError("no ZooKeeper call while it is away")
+
+    monkeypatch.setattr(sup, "_start_worker", start)
+    monkeypatch.setattr(sup, "sync", no_sync)
+    assert sup._pass(False, 1.0) is True and starts == [("t", 7006)]
+    sup.zk = types.SimpleNamespace(connected=True)  # type: ignore[assignment]
+    monkeypatch.setattr(sup, "sync", lambda: None)
+    assert sup._pass(True, 1.0) is False, "back: synced again"
