@@ -12,7 +12,7 @@ import math
 import statistics
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,8 +47,30 @@ from nstorm.zkschema import (
     resolve_zk_address,
 )
 
-__all__ = ["ClusterClient"]
+__all__ = ["ClusterClient", "check_rebalance_options"]
 
+
+
+
+def check_rebalance_options(moves: Sequence[Any], random_count: int, parallelism: Mapping[str, int] | None,
+                            workers: int | None) -> None:
+    """The options of a rebalance that do not go together (the CLI checks them before it
+    connects, the client before it asks Nimbus).
+
+    :raises UsageError: one line naming them.
+    """
+    if moves and random_count:
+        msg = "give either --move or --random, not both"
+        raise UsageError(msg)
+    if parallelism and (moves or random_count):
+        msg = "give either moves or a parallelism change (--parallelism), not both"
+        raise UsageError(msg)
+    if workers is not None and not parallelism:
+        msg = "--workers goes with --parallelism (new workers for the new executors)"
+        raise UsageError(msg)
+    if random_count < 0:
+        msg = f"--random must be >= 1, got {random_count}"
+        raise UsageError(msg)
 
 
 class ClusterClient:
@@ -247,18 +269,7 @@ class ClusterClient:
             msg = f"unknown mode {mode!r}: use one of {', '.join(MODES)}"
             raise UsageError(msg)
         moves = list(moves or [])
-        if moves and random_count:
-            msg = "give either --move or --random, not both"
-            raise UsageError(msg)
-        if parallelism and (moves or random_count):
-            msg = "give either moves or a parallelism change (--parallelism), not both"
-            raise UsageError(msg)
-        if workers is not None and not parallelism:
-            msg = "--workers goes with --parallelism (new workers for the new executors)"
-            raise UsageError(msg)
-        if random_count < 0:
-            msg = f"--random must be >= 1, got {random_count}"
-            raise UsageError(msg)
+        check_rebalance_options(moves, random_count, parallelism, workers)
         if parallelism:
             if mode == "process":
                 msg = "a parallelism change is live (--mode thread) or Storm's (--mode stop), not process mode"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -198,6 +199,15 @@ def is_flag(value: Any) -> bool:
     """True for what every reader of a flag setting takes as one: a bool, 0, 1, "true", "false"."""
     return isinstance(value, bool) or value in (0, 1) or (
         isinstance(value, str) and value.strip().lower() in _FLAG_WORDS)
+
+
+_URL_CREDENTIALS = re.compile(r"(?<=://)[^/\s]*@")  # up to the last '@' before the host: a password may hold one
+
+
+def without_credentials(text: str, mask: str = "***") -> str:
+    """``text`` with the user and password of any URL in it hidden: ``redis://***@host:6379/0``
+    (errors that reach status, the UI and logs; settings the UI shows)."""
+    return _URL_CREDENTIALS.sub(mask + "@", text)
 
 
 MAX_WORKERS = 1024

@@ -20,7 +20,7 @@ from typing import Any
 
 from nstorm import __version__
 from nstorm.client import ClusterClient
-from nstorm.config import flag, merge_conf
+from nstorm.config import flag, merge_conf, without_credentials
 from nstorm.plan import Plan
 from nstorm.records import Heartbeat, MigrationRecord
 from nstorm.rescale import executors_of_component
@@ -53,7 +53,6 @@ _KNOWN_COMPONENT = {"parallelism", "emitted", "batches", "executed", "acked", "f
                     "last_error", "latency_ms", "capacity", "metrics"}
 
 
-_URL_CREDENTIALS = re.compile(r"(?<=://)[^/\s]*@")  # "redis://:p@ss@host" -> "redis://********@host"
 
 
 def masked(conf: Mapping[str, Any]) -> dict[str, Any]:
@@ -70,7 +69,7 @@ def _masked_value(key: str, value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_masked_value(key, v) for v in value]
     if isinstance(value, str):
-        return _URL_CREDENTIALS.sub(MASK + "@", value)
+        return without_credentials(value, MASK)  # "redis://:p@ss@host" -> "redis://********@host"
     return value
 
 

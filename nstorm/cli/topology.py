@@ -176,6 +176,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Move executors between workers, or change a component's parallelism; by default live,
         as threads, without stopping anything."""
+        from nstorm.client import check_rebalance_options
         from nstorm.errors import UsageError
         from nstorm.rescale import parse_parallelism
 
@@ -183,12 +184,7 @@ def register(app: typer.Typer) -> None:
         if not math.isfinite(timeout) or timeout < 0:
             msg = f"--timeout must be a finite number of seconds >= 0, got {timeout}"
             raise UsageError(msg)
-        if changes and (move or random_count):
-            msg = "give either --parallelism (-e) or --move/--random, not both"
-            raise UsageError(msg)
-        if workers is not None and not changes:
-            msg = "--workers goes with --parallelism (-e)"
-            raise UsageError(msg)
+        check_rebalance_options(move or [], random_count, changes, workers)  # before connecting
         if changes:
             with _client(zk, zk_root) as client:
                 result = client.rebalance(name, mode=mode, wait_secs=wait, parallelism=changes, workers=workers)

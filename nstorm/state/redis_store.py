@@ -17,25 +17,17 @@ is a :class:`~nstorm.state.store.StateError`: the checkpoint fails, processing g
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 
 import redis
 
+from nstorm.config import without_credentials
 from nstorm.state.config import StateConfig
 from nstorm.state.store import ChainLostError, GroupEntry, StateError, StateStore, last_full
 
 __all__ = ["RedisStateStore"]
 
 _TIMEOUT_SECS = 5.0
-
-
-_CREDENTIALS = re.compile(r"(?<=://)[^/\s]*@")  # up to the last '@' before the host: a password may hold one
-
-
-def without_credentials(text: str) -> str:
-    """``text`` with the user and password of any URL in it hidden: ``redis://***@host:6379/0``."""
-    return _CREDENTIALS.sub("***@", text)
 
 
 class RedisStateStore(StateStore):
