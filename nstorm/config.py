@@ -67,6 +67,9 @@ DEFAULTS: dict[str, Any] = {
     "supervisor.sync.interval.ms": 1000,  # TS: periodic ZooKeeper -> LMDB sync (a watch acts at once)
     "supervisor.sync.watch": True,  # react to plan changes through a ZooKeeper watch (else only every TS)
     "supervisor.worker.cpu.limit": None,  # cores per worker process (cgroup CFS quota; needs root); None: uncapped
+    "supervisor.worker.timeout.secs": 30,  # a worker whose local heartbeat is older is killed and restarted (Storm's)
+    "supervisor.worker.start.timeout.secs": 120,  # ... and one that has not beaten this long after its start
+    "topology.worker.timeout.secs": 0,  # a topology's own heartbeat timeout for its workers (0: the supervisor's)
     "worker.sync.interval.ms": 100,  # TW: worker polls its LMDB plan
     "worker.lazy.kill.ms": 2000,  # DK: a moved executor's old copy drains at most this long
     "worker.state.wait.ms": 10000,  # a moved-in copy waits this long for its state, then starts empty
@@ -222,6 +225,22 @@ def check_workers(workers: Any) -> int:
         msg = f"-c topology.workers={workers!r}: expected an integer from 1 to {MAX_WORKERS}"
         raise ConfigError(msg)
     return workers
+
+
+def positive_number(conf: Mapping[str, Any], key: str) -> float:
+    """``conf[key]`` as a finite number above 0 (a daemon's setting, checked as it starts).
+
+    :raises ConfigError: one line naming the setting.
+    """
+    value = conf.get(key)
+    try:
+        number = float(value) if not isinstance(value, bool) else math.nan  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        number = math.nan
+    if not math.isfinite(number) or number <= 0:
+        msg = f"-c {key}={value!r}: expected a number > 0"
+        raise ConfigError(msg)
+    return number
 
 
 def check_topology_conf(conf: Mapping[str, Any]) -> None:

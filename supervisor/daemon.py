@@ -32,7 +32,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 
 from kvstore import LMDBPlanStore
 from nstorm.clusterstate import ClusterState
-from nstorm.config import merge_conf
+from nstorm.config import merge_conf, positive_number
 from nstorm.curvekeys import checked_keys_dir
 from nstorm.home import home_dir, home_lock, logs_dir, supervisor_dir
 from nstorm.loader import unpack_archive
@@ -83,6 +83,8 @@ class Supervisor:
         self.paths = ZkPaths(zk_root)
         self.conf = merge_conf(conf)
         self.curve_keys = checked_keys_dir(self.conf)  # ConfigError now, not in every worker later
+        self.beat_timeout = positive_number(self.conf, "supervisor.worker.timeout.secs")
+        self.start_timeout = positive_number(self.conf, "supervisor.worker.start.timeout.secs")
         self.state = "STARTING"
         self.dir = supervisor_dir(node)
         self.store_path = self.dir / "store"
@@ -313,7 +315,35 @@ class Supervisor:
             popen.wait()
             raise
         handle.restarts = restarts
+        handle.beat_timeout = self._beat_timeout(record[1]["conf"] if record else None)
         return handle
+
+    def _beat_timeout(self, topology_conf: Mapping[str, Any] | None) -> float:
+        """How stale a worker's local heartbeat may get: its topology's
+        ``topology.worker.timeout.secs`` (Storm 2's), else ``supervisor.worker.timeout.secs``."""
+        try:
+            own = float((topology_conf or {}).get("topology.worker.timeout.secs") or 0)
+        except (TypeError, ValueError):
+            own = 0.0  # checked at submit: a stored plan from before the check
+        return own if own > 0 else self.beat_timeout
+
+    def _kill_if_hung(self, proc: WorkerHandle) -> None:
+        """Kill a running worker whose local heartbeat went stale (stopped, deadlocked, or stuck in C
+        code that holds the GIL): the next pass restarts it, as Storm's supervisor does."""
+        if proc.hung:
+            return  # killed already: the next pass, once it is reaped, restarts it
+        age, beaten = proc.beat_age(self.registry.beat_file(proc.port), time.monotonic())
+        limit = proc.beat_timeout if beaten else self.start_timeout
+        if age <= limit:
+            return
+        proc.hung = True
+        log.warning("worker %s:%d of %s (pid %d) has sent no heartbeat for %.0fs (%s %.0fs): killing it",
+                    self.node, proc.port, proc.topology, proc.pid, age,
+                    "timeout" if beaten else "start timeout", limit)
+        try:
+            proc.process.kill()  # SIGKILL: a stopped or GIL-stuck process handles no SIGTERM
+        except psutil.Error:
+            pass
 
     def _reconcile(self, desired: set[tuple[str, int]]) -> None:
         self._reap_stopped()
@@ -328,6 +358,7 @@ class Supervisor:
             if proc is not None:
                 code = proc.poll()
                 if code is None:
+                    self._kill_if_hung(proc)
                     continue
                 # A worker that dies young (a bad key file, wrong credentials, a port taken) is
                 # restarted after 0.5, 1, 2 ... 30 s, not every sync: its log is not flooded.
@@ -337,6 +368,8 @@ class Supervisor:
                 if time.monotonic() < (proc.exited_at or 0.0) + delay:
                     continue
                 how = "after an unhandled error" if code == 1 else f"with code {code}"
+                if proc.hung:
+                    how = "after its heartbeat went stale"
                 log.warning("worker %s:%d of %s exited %s: restarting%s", self.node, port, topology, how,
                             f" (restart {restarts} in a row after {delay:.1f}s)" if restarts else "")
             else:
@@ -394,6 +427,8 @@ class Supervisor:
         if rebuilt:
             log.warning("plan store was corrupt: rebuilt empty, resyncing from ZooKeeper")
         for handle in self.registry.adopt():
+            record = self.store.latest(handle.topology)
+            handle.beat_timeout = self._beat_timeout(record[1]["conf"] if record else None)
             self.workers[(handle.topology, handle.port)] = handle
         self.zk = connect(self.zk_address, session_timeout=float(self.conf["nimbus.supervisor.timeout.secs"]),
                           auth=self.conf["nstorm.zookeeper.auth"])

@@ -44,6 +44,12 @@ class WorkerHandle:
     submission: str | None = None  # the submission of the topology it runs (a resubmission is another)
     started_at: float = field(default_factory=time.monotonic)
     exited_at: float | None = None
+    # Its local heartbeat file (written every worker.heartbeat.interval.secs): the mtime last seen
+    # and the monotonic time it was seen to change; None until the first beat since its start.
+    beat_mtime: int | None = None
+    beat_at: float | None = None
+    beat_timeout: float = 30.0  # seconds without a beat after which the supervisor kills it
+    hung: bool = False  # killed for a stale heartbeat (the restart says so)
     _code: int | None = field(default=None, repr=False)
 
     @property
@@ -92,6 +98,21 @@ class WorkerHandle:
             pass
         self.poll()
 
+    def beat_age(self, beat_file: Path, now: float) -> tuple[float, bool]:
+        """Seconds since this worker's last heartbeat (since its start when it has not beaten yet),
+        and whether it has beaten since its start. A change of the file's mtime is a beat: the
+        supervisor's own monotonic clock times it, so a step of the wall clock fakes no stall."""
+        try:
+            mtime: int | None = beat_file.stat().st_mtime_ns
+        except OSError:
+            mtime = None
+        if mtime is not None and mtime != self.beat_mtime:
+            self.beat_mtime = mtime
+            self.beat_at = now
+        if self.beat_at is None:
+            return now - self.started_at, False
+        return now - self.beat_at, True
+
     def _wait(self, timeout: float) -> None:
         if self.popen is not None:
             self.popen.wait(timeout)
@@ -121,7 +142,16 @@ class WorkerRegistry:
         write_json_atomic(self._path(topology, port),
                           {"topology": topology, "port": port, "pid": popen.pid, "create_time": started, "root": self.root,
                            "submission": submission})
-        return WorkerHandle(topology, port, process, popen=popen, submission=submission)
+        handle = WorkerHandle(topology, port, process, popen=popen, submission=submission)
+        try:  # a file left by the slot's previous worker is not a beat of this one
+            handle.beat_mtime = self.beat_file(port).stat().st_mtime_ns
+        except OSError:
+            pass
+        return handle
+
+    def beat_file(self, port: int) -> Path:
+        """The local heartbeat file the worker on ``port`` writes (``worker/process.py``)."""
+        return self.dir.parent / f"heartbeat-{port}.json"
 
     def forget(self, topology: str, port: int) -> None:
         self._path(topology, port).unlink(missing_ok=True)
@@ -143,8 +173,10 @@ class WorkerRegistry:
                 same = ours = alive = False
             if same and ours and alive:
                 submission = data.get("submission")
-                handles.append(WorkerHandle(str(data["topology"]), int(data["port"]), process,
-                                            submission=submission if isinstance(submission, str) else None))
+                handle = WorkerHandle(str(data["topology"]), int(data["port"]), process,
+                                      submission=submission if isinstance(submission, str) else None)
+                handle.beat_at = time.monotonic()  # adopted running: a whole timeout from now for its next beat
+                handles.append(handle)
                 log.info("adopted worker %s:%s of %s (pid %d)", self.node, data["port"], data["topology"], process.pid)
             else:
                 path.unlink(missing_ok=True)

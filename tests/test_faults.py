@@ -37,6 +37,41 @@ def test_killed_worker_is_restarted_and_its_tuples_replayed(client, tmp_path: Pa
         client.wait_removed("wckill", 30)
 
 
+def test_stopped_worker_is_killed_for_its_stale_heartbeat_and_restarted(client, tmp_path: Path) -> None:
+    """A worker that is alive but does nothing (SIGSTOP here; a deadlock or C code holding the GIL
+    alike) is killed once its local heartbeat is older than topology.worker.timeout.secs, and
+    restarted; its tuples are replayed, as for a crash."""
+    per_spout = 3000
+    client.submit(TOPOLOGIES / "exact_wordcount.py", name="wchung",
+                  conf={"test.output.dir": str(tmp_path), "test.sentences": per_spout, "test.rate": 300,
+                        "topology.message.timeout.secs": 4, "topology.worker.timeout.secs": 4})
+    victim: dict | None = None
+    try:
+        client.wait_running("wchung", 60)
+        wait_until(lambda: any(k.startswith("count-") for k in read_outputs(tmp_path)), 30, what="counting")
+        workers = wait_until(lambda: (ws := client.status("wchung")["workers"]) and all(w["pid"] for w in ws) and ws,
+                             30, what="a heartbeat from every worker")
+        victim = workers[1]
+        os.kill(victim["pid"], signal.SIGSTOP)
+
+        def replaced():
+            w = next(w for w in client.status("wchung")["workers"] if w["id"] == victim["id"])
+            return w["pid"] and w["pid"] != victim["pid"] and psutil.pid_exists(w["pid"])
+
+        wait_until(replaced, 60, what="the supervisor to kill the stopped worker and start another")
+        wait_until(lambda: not psutil.pid_exists(victim["pid"])
+                   or psutil.Process(victim["pid"]).status() == psutil.STATUS_ZOMBIE, 10, what="the stopped worker gone")
+        wait_every_sentence_acked(tmp_path, per_spout)
+        others = {w["id"]: w["pid"] for w in workers if w["id"] != victim["id"]}
+        now = {w["id"]: w["pid"] for w in client.status("wchung")["workers"] if w["id"] in others}
+        assert now == others, "a worker that kept beating was restarted"
+    finally:
+        if victim is not None and psutil.pid_exists(victim["pid"]):
+            os.kill(victim["pid"], signal.SIGKILL)
+        client.kill("wchung")
+        client.wait_removed("wchung", 30)
+
+
 def test_garbage_on_worker_ports_is_dropped_and_counted(client, cluster, tmp_path: Path) -> None:
     per_spout = 2000
     client.submit(TOPOLOGIES / "exact_wordcount.py", name="garbage",

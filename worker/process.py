@@ -530,18 +530,19 @@ class Worker:
         while not self._stop.wait(interval):
             if self.core_pin is None:  # every core was held (a stopping topology's workers): try again
                 self.core_pin = pin_worker(self.conf, again=True)
+            beat: dict[str, Any] | None
             try:
                 beat = self.heartbeat()
             except Exception:  # noqa: BLE001 - an executor's counters mid-change (a user gauge...): next beat
                 log.exception("cannot build a heartbeat; the next one is in %.1fs", interval)
-                continue
-            try:
+                beat = None
+            try:  # the supervisor kills a worker whose local beat goes stale: this thread is alive
                 tmp = beat_file.with_suffix(".tmp")
-                tmp.write_text(json.dumps(beat))
+                tmp.write_text(json.dumps(beat if beat is not None else {"worker_id": self.worker_id, "time": time.time()}))
                 tmp.replace(beat_file)
             except OSError:
                 log.exception("cannot write local heartbeat")
-            if self._zk is None:
+            if self._zk is None or beat is None:
                 continue
             try:
                 data = encode(beat)

@@ -4,8 +4,11 @@ recorded by ``cluster up`` that another process has now is never signalled."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
+import time
 import types
 from collections.abc import Iterator
 from pathlib import Path
@@ -126,3 +129,76 @@ def test_while_zookeeper_is_away_a_crashed_worker_is_restarted_without_a_sync(tm
     sup.zk = types.SimpleNamespace(connected=True)  # type: ignore[assignment]
     monkeypatch.setattr(sup, "sync", lambda: None)
     assert sup._pass(True, 1.0) is False, "back: synced again"
+
+
+def _hang_supervisor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **conf: Any) -> Supervisor:
+    monkeypatch.setenv("NSTORM_HOME", str(tmp_path))
+    sup = Supervisor("n9", "127.0.0.1", [(7005, 7105)], "127.0.0.1:1", conf=conf)
+    sup.registry = WorkerRegistry(tmp_path / "workers", "n9", "/nstorm")
+    started: list[int] = []
+    monkeypatch.setattr(sup, "_start_worker", lambda topology, port, restarts=0: started.append(port))
+    sup.started = started  # type: ignore[attr-defined]
+    return sup
+
+
+def _beat(path: Path, n: int) -> None:
+    path.write_text("{}")
+    os.utime(path, ns=(n * 10**9, n * 10**9))
+
+
+def test_a_worker_whose_heartbeat_goes_stale_is_killed_and_restarted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sleeper: subprocess.Popen[bytes]) -> None:
+    """Storm's supervisor restarts a worker whose local heartbeat is older than
+    supervisor.worker.timeout.secs; nstorm's wrote one that nobody read (a stopped worker, or one
+    stuck in C code holding the GIL, ran on forever doing nothing)."""
+    sup = _hang_supervisor(tmp_path, monkeypatch, **{"supervisor.worker.timeout.secs": 0.3})
+    beat = sup.registry.beat_file(7005)
+    _beat(beat, 1)  # left by the slot's previous worker: not a beat of this one
+    handle = sup.registry.record("t", 7005, sleeper)  # type: ignore[arg-type]
+    handle.beat_timeout = sup._beat_timeout({"topology.worker.timeout.secs": 0})
+    assert handle.beat_timeout == 0.3
+    sup.workers[("t", 7005)] = handle
+    _beat(beat, 2)  # its first beat
+    sup._reconcile({("t", 7005)})
+    assert handle.beat_at is not None and sleeper.poll() is None
+    beating = time.monotonic() + 0.6  # twice its timeout, beating: left alone
+    while time.monotonic() < beating:
+        _beat(beat, 3 + int(time.monotonic() * 100))
+        sup._reconcile({("t", 7005)})
+        assert sleeper.poll() is None and not handle.hung
+        time.sleep(0.05)
+    stale = time.monotonic() + 0.35
+    while time.monotonic() < stale:
+        time.sleep(0.05)
+    sup._reconcile({("t", 7005)})
+    assert handle.hung
+    assert sleeper.wait(5) == -signal.SIGKILL
+    handle.started_at -= 20  # not a worker that died young: restarted without a back-off
+    sup._reconcile({("t", 7005)})
+    assert sup.started == [7005]  # type: ignore[attr-defined]
+
+
+def test_a_worker_that_never_beats_is_killed_after_the_start_timeout(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sleeper: subprocess.Popen[bytes]) -> None:
+    sup = _hang_supervisor(tmp_path, monkeypatch, **{"supervisor.worker.start.timeout.secs": 0.2})
+    handle = sup.registry.record("t", 7005, sleeper)  # type: ignore[arg-type]
+    sup.workers[("t", 7005)] = handle
+    sup._reconcile({("t", 7005)})
+    assert not handle.hung  # its 30 s heartbeat timeout does not apply before the first beat
+    handle.started_at -= 0.3
+    sup._reconcile({("t", 7005)})
+    assert handle.hung and sleeper.wait(5) == -signal.SIGKILL
+
+
+def test_heartbeat_timeouts_are_checked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from nstorm.config import check_topology_conf
+    from nstorm.errors import ConfigError
+
+    monkeypatch.setenv("NSTORM_HOME", str(tmp_path))
+    with pytest.raises(ConfigError, match="supervisor.worker.timeout.secs"):
+        Supervisor("n9", "127.0.0.1", [(7005, 7105)], "127.0.0.1:1", conf={"supervisor.worker.timeout.secs": "soon"})
+    with pytest.raises(ConfigError, match="topology.worker.timeout.secs"):
+        check_topology_conf({"topology.worker.timeout.secs": -1})
+    sup = Supervisor("n9", "127.0.0.1", [(7005, 7105)], "127.0.0.1:1")
+    assert sup._beat_timeout({"topology.worker.timeout.secs": 5}) == 5.0
+    assert sup._beat_timeout(None) == 30.0
