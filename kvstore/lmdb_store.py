@@ -349,6 +349,7 @@ class LMDBPlanStore(PlanStore):
         self._lock = _acquire_writer_lock(path) if lock is None else lock
         try:
             self._env = self._open_writer_env()
+            self._identity = _file_identity(self._data_path)
             records = self.verify()
         except BaseException:
             env, self._env = self._env, None
@@ -561,7 +562,7 @@ class LMDBPlanStore(PlanStore):
                 txn.delete(key)
             return len(stale)
 
-        self._clear_stale_readers()
+        self.clear_stale_readers()
         pruned = self._write(write, f"put_plan({topology!r}, {version})")
         if pruned is None:
             log.debug("plan %s v%d unchanged", topology, version)
@@ -570,8 +571,14 @@ class LMDBPlanStore(PlanStore):
                 "stored plan %s v%d (%d bytes, pruned %d)", topology, version, len(data), pruned
             )
 
-    def _clear_stale_readers(self) -> None:
-        """Free slots of readers that died mid-transaction: they would pin old pages."""
+    def replaced(self) -> bool:
+        """True when the writer's files are no longer the ones at its path (the directory was
+        removed or swapped under it): what it writes nobody reads; the supervisor rebuilds."""
+        return not self.readonly and _file_identity(self._data_path) != self._identity
+
+    def clear_stale_readers(self) -> None:
+        """Free the slots of readers that died (a worker killed, or one that exits without closing):
+        they pin old pages, and once LMDB's reader table is full no one can read at all."""
         env = self._env
         if env is None or self.readonly:
             return

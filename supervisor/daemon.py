@@ -30,7 +30,7 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import ConnectionLoss, NodeExistsError, NoNodeError, SessionExpiredError
 from kazoo.handlers.threading import KazooTimeoutError
 
-from kvstore import LMDBPlanStore
+from kvstore import LMDBPlanStore, StoreCorruptError
 from nstorm.clusterstate import ClusterState
 from nstorm.config import merge_conf, positive_number
 from nstorm.curvekeys import checked_keys_dir
@@ -213,6 +213,7 @@ class Supervisor:
 
     def sync(self) -> None:
         """Mirror the plans of this node into LMDB and reconcile worker processes."""
+        self._check_store()
         assert self.zk is not None and self.store is not None and self.cluster is not None
         self._reregister_if_lost()
         desired: set[tuple[str, int]] = set()
@@ -240,6 +241,8 @@ class Supervisor:
                     self._nudge(name)
             except NoNodeError:
                 continue
+            except StoreCorruptError:
+                raise  # the pass rebuilds the store
             except Exception:
                 # Disk full, ZooKeeper gone while reading the code...: the workers running here
                 # keep the last plan in the store (as for a damaged plan), none is stopped for it.
@@ -269,6 +272,26 @@ class Supervisor:
             self.store.put_meta("synced", {"at": time.time()})
         self._desired = desired
         self._reconcile(desired)
+
+    def _check_store(self) -> None:
+        """Free the reader slots of workers that died (LMDB's table is full after ~126, and then
+        nothing reads); rebuild a store removed or swapped under this writer."""
+        if self.store is None:  # a rebuild failed (permissions, disk): try again each pass
+            self._rebuild_store("could not be opened")
+        assert self.store is not None
+        if self.store.replaced():
+            self._rebuild_store("its files were removed or replaced")
+        self.store.clear_stale_readers()
+
+    def _rebuild_store(self, why: str) -> None:
+        """Reopen the plan store (moved aside and started empty if corrupt) and write every plan
+        again on this pass: section 6, a corrupt or unreadable store is rebuilt from ZooKeeper."""
+        log.warning("plan store %s %s: rebuilding it from ZooKeeper", self.store_path, why)
+        if self.store is not None:
+            self.store.close()
+        self.store = None
+        self._stored_submission.clear()
+        self.store, _ = LMDBPlanStore.open_or_rebuild(self.store_path)
 
     def _nudge(self, name: str) -> None:
         """Tell the running workers of ``name`` that a new plan is in the store (SIGUSR1): they
@@ -463,6 +486,9 @@ class Supervisor:
             if not away:  # one line per outage; the workers go on without ZooKeeper
                 log.warning("ZooKeeper unreachable (%s); workers keep running, sync retried", type(exc).__name__)
             return True
+        except StoreCorruptError as exc:
+            self._rebuild_store(f"is damaged ({exc})")
+            return away
         except Exception:
             log.exception("sync failed; retrying in %.1fs", interval)
             return away

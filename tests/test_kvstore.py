@@ -475,3 +475,49 @@ def test_msgpack_not_pickle(store: LMDBPlanStore) -> None:
     env.close()
     assert msgpack.unpackb(raw, raw=False, strict_map_key=False) == plan_of(1)
     assert pointer == b"%020d" % 1
+
+
+# Forks `count` readers that each read once and vanish without closing (as a killed worker, or
+# one ending with os._exit); prints how many could read. It never opens the store itself.
+VANISHING_READERS = r"""
+import os, sys
+from kvstore import LMDBPlanStore
+
+path, count = sys.argv[1], int(sys.argv[2])
+ok = 0
+for _ in range(count):
+    pid = os.fork()
+    if pid == 0:
+        try:
+            LMDBPlanStore(path, readonly=True).latest("t")
+        except BaseException:
+            os._exit(1)
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    ok += status == 0
+print(ok)
+"""
+
+
+def test_readers_that_died_are_cleared_by_the_running_writer(path: Path) -> None:
+    """LMDB's reader table has 126 slots and a reader that dies without closing keeps its slot
+    (with no writer open, the 126th dead reader fills it: review, session 31). With the
+    supervisor's writer open, and its ``clear_stale_readers`` on every pass, 200 dead readers
+    leave the store readable."""
+    with LMDBPlanStore(path) as writer:
+        writer.put_plan("t", 1, plan_of(1))
+        for _ in range(2):  # 200 dead readers in all: more than the table holds
+            proc = python(VANISHING_READERS, path, 100)
+            out, err = proc.communicate(timeout=DEADLINE * 3)
+            assert out.strip() == "100", err
+            writer.clear_stale_readers()
+        assert writer.latest_version("t") == 1
+
+
+def test_a_writer_knows_when_its_files_were_removed(path: Path) -> None:
+    import shutil
+
+    with LMDBPlanStore(path) as writer:
+        assert not writer.replaced()
+        shutil.rmtree(path)
+        assert writer.replaced()

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from kvstore import LMDBPlanStore, StoreMissingError
+from kvstore import KVStoreError, LMDBPlanStore, StoreMissingError
 from nstorm.config import ENV_CPU_LIMIT
 from nstorm.errors import AuthError, NStormError, TopologyLoadError, UsageError
 from nstorm.loader import is_member_name, load_topology
@@ -131,6 +131,7 @@ class Worker:
         self.committed = 0  # the last commit passed on to the executors
         self.applied_once = False
         self.stats: StatsWindow | None = None  # rates, capacity, execute latency in heartbeats
+        self._store_trouble = False  # the plan store failed the last read (logged once)
         self.sched_batch = False  # its threads run under SCHED_BATCH (worker.sched.batch, if the kernel let it)
 
     @property
@@ -476,8 +477,16 @@ class Worker:
                         self.forward_dropped)
 
     def _read_plan(self, store: LMDBPlanStore) -> LocalPlan | None:
-        """The latest local plan of this worker's topology; None if there is none (or it is damaged)."""
-        latest = store.latest(self.topology)
+        """The latest local plan of this worker's topology; None if there is none (or it is damaged,
+        or the store is: its supervisor rebuilds it, and the next poll reads it again)."""
+        try:
+            latest = store.latest(self.topology)
+        except KVStoreError as exc:
+            if not self._store_trouble:  # once until it reads again: polls come every TW
+                log.warning("plan store unreadable (%s): the running plan stays, polling on", exc)
+            self._store_trouble = True
+            return None
+        self._store_trouble = False
         if latest is None:
             return None
         try:
@@ -609,8 +618,10 @@ class Worker:
         for _ in passes(self._stop, self._wake, interval):
             try:
                 version = store.latest_version(self.topology)
-            except Exception:  # noqa: BLE001 - a store being rebuilt: try again next cycle
-                log.warning("plan store unreadable", exc_info=True)
+            except Exception as exc:  # noqa: BLE001 - a store being rebuilt: try again next cycle
+                if not self._store_trouble:  # once until it reads again: polls come every TW
+                    log.warning("plan store unreadable (%s): polling on", exc)
+                self._store_trouble = True
                 continue
             if version is None:
                 if not self._store_synced(store):
@@ -634,6 +645,7 @@ class Worker:
             self._settle()
             self.migrations.report(zk, self.paths.migrations(self.topology))
         self.shutdown(left_plan=left)
+        store.close()  # its reader slot: the process ends with os._exit, which would leave it taken
         return 0
 
     def _join_checkpoints(self) -> None:

@@ -11,8 +11,10 @@ from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
 import typer
-from kazoo.exceptions import NoAuthError
+from kazoo.exceptions import ConnectionLoss, NoAuthError, SessionExpiredError
+from kazoo.handlers.threading import KazooTimeoutError
 from rich.console import Console
+from rich.markup import escape
 
 from nstorm.errors import NStormError
 
@@ -44,8 +46,10 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def exit_with_error(message: str, code: int = 1) -> None:
-    """One red line on stderr, then exit with ``code`` (2 for bad input)."""
-    err_console.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    """One red line on stderr, then exit with ``code`` (2 for bad input). The message is not
+    markup (a value in brackets stays as it is) and its line breaks become spaces."""
+    line = " ".join(str(message).split("\n")).strip()
+    err_console.print(f"[red]error:[/red] {escape(line)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -84,6 +88,8 @@ def cli_errors(fn: F) -> F:
             exit_with_error(str(exc), exc.exit_code)
         except NoAuthError:  # backstop: ZkPaths.ensure normally turns it into an AuthError first
             exit_with_error("ZooKeeper denied access: check NSTORM_ZK_AUTH / nstorm.zookeeper.auth", 2)
+        except (ConnectionLoss, SessionExpiredError, KazooTimeoutError) as exc:
+            exit_with_error(f"lost ZooKeeper during the command ({type(exc).__name__}): try again", 1)
         except KeyboardInterrupt:
             err_console.print("interrupted")
             raise typer.Exit(130) from None

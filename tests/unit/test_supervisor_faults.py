@@ -202,3 +202,37 @@ def test_heartbeat_timeouts_are_checked(tmp_path: Path, monkeypatch: pytest.Monk
     sup = Supervisor("n9", "127.0.0.1", [(7005, 7105)], "127.0.0.1:1")
     assert sup._beat_timeout({"topology.worker.timeout.secs": 5}) == 5.0
     assert sup._beat_timeout(None) == 30.0
+
+
+def test_a_plan_store_removed_or_damaged_under_a_running_supervisor_is_rebuilt(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Section 6: a corrupt or unreadable store is rebuilt from ZooKeeper. Only a starting
+    supervisor did; a running one wrote on into removed files (workers never saw a plan again)
+    or logged a damaged record on every pass."""
+    import shutil
+
+    from kvstore import LMDBPlanStore, StoreCorruptError
+
+    monkeypatch.setenv("NSTORM_HOME", str(tmp_path))
+    sup = Supervisor("n9", "127.0.0.1", [(7005, 7105)], "127.0.0.1:1")
+    sup.store, _ = LMDBPlanStore.open_or_rebuild(sup.store_path)
+    sup.store.put_plan("t", 1, {"version": 1})
+    sup._stored_submission["t"] = "s1"
+    shutil.rmtree(sup.store_path)
+    sup._check_store()
+    assert not sup.store.replaced() and sup.store.latest("t") is None and not sup._stored_submission
+    sup.store.put_plan("t", 2, {"version": 2})
+
+    class Zk:
+        connected = True
+
+    sup.zk = Zk()  # type: ignore[assignment]
+    old = sup.store
+
+    def damaged() -> None:
+        raise StoreCorruptError("plan/t/2: undecodable")
+
+    monkeypatch.setattr(sup, "sync", damaged)
+    assert sup._pass(False, 1.0) is False
+    assert sup.store is not old and sup.store is not None
+    sup.store.close()
