@@ -56,6 +56,12 @@ def test_a_plan_that_cannot_be_written_stops_no_running_worker(tmp_path: Path, m
         def get_meta(self, key: str) -> Any:
             return {"at": 0}
 
+        def replaced(self) -> bool:
+            return False
+
+        def clear_stale_readers(self) -> None:
+            pass
+
     sup.zk = object()  # type: ignore[assignment]
     sup.store = Store()  # type: ignore[assignment]
     sup.cluster = types.SimpleNamespace(children=lambda path, watch=False: ["t"],  # type: ignore[assignment]
