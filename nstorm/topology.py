@@ -284,10 +284,15 @@ class TopologyBuilder:
             if c.kind == "bolt" and not c.inputs:
                 msg = f"bolt {c.name!r} has no inputs: add a grouping"
                 raise TopologyError(msg)
+            seen: set[tuple[str, str]] = set()
             for inp in c.inputs:
                 if inp.component not in by_name:
                     msg = f"bolt {c.name!r} subscribes to unknown component {inp.component!r}"
                     raise TopologyError(msg)
+                if (inp.component, inp.stream) in seen:  # each tuple would come twice (Storm keeps one)
+                    msg = f"bolt {c.name!r} subscribes to stream {inp.stream!r} of {inp.component!r} twice"
+                    raise TopologyError(msg)
+                seen.add((inp.component, inp.stream))
                 streams = outputs[inp.component]
                 if inp.stream not in streams:
                     msg = (

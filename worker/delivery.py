@@ -224,6 +224,27 @@ class _Retired:
         return None
 
 
+class UnencodableError(TypeError):
+    """A tuple's value cannot cross a process (it has no msgpack form)."""
+
+
+def _type_name(value: Any) -> str:
+    kind = type(value)
+    return kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+
+
+def _first_unencodable(batch: Any) -> str:
+    """Which tuple of a batch ``(values, runs, streams)`` has no msgpack form, and its fields' types."""
+    encode = wire.batch_encoder()
+    for values in batch[0]:
+        try:
+            encode(values)
+        except (TypeError, ValueError, OverflowError):
+            kinds = ", ".join(_type_name(v) for v in values)
+            return f"a tuple with fields of types ({kinds}) cannot be sent to another worker"
+    return "a batch cannot be sent to another worker"
+
+
 class Courier:
     """One thread's deliveries: local queue puts, or its own sockets to other workers. See the
     module docstring.
@@ -249,6 +270,8 @@ class Courier:
         self.held = 0  # times a peer's full pipe made messages wait here
         self.messages = 0  # control messages sent (queue puts or zmq sends)
         self._encode = wire.batch_encoder()  # this thread's: an encoder's buffer is not to be shared
+        self.unencodable = 0  # tuples dropped because a value had no msgpack form
+        self.on_error: Callable[[str, BaseException], None] | None = None  # its executor's record_error
 
     # -- data -----------------------------------------------------------------------------
     def batch(self, dst: int, wid: str, batch: Any, n: int) -> int:
@@ -257,9 +280,24 @@ class Courier:
         if inbox is not None:
             inbox.put_data(self.src, batch, n)
             return 0
-        payload = self._encode(batch)
+        payload = self._encoded(batch, n, dst)
+        if payload is None:
+            return 0
         self._send(wid, wire.data_header(dst, self.src, 0, n, self.epoch), payload, n)
         return len(payload)
+
+    def _encoded(self, batch: Any, n: int, dst: int) -> bytes | None:
+        """The batch's wire bytes; None when a value has no msgpack form (an object, numpy's
+        scalars, an int beyond 64 bits): the batch is dropped and counted, its trees time out
+        and are replayed (with acking), the error goes to the sender's ``lastError`` (the same
+        value goes through within a worker, where nothing is encoded)."""
+        try:
+            return self._encode(batch)
+        except (TypeError, ValueError, OverflowError) as exc:
+            self.unencodable += n
+            if self.on_error is not None:
+                self.on_error(f"emit to task {dst}", UnencodableError(f"{_first_unencodable(batch)}: {exc}"))
+            return None
 
     def traced_batch(self, dst: int, wid: str, batch: Any, n: int, trace: Trace) -> int:
         """:meth:`batch` with a latency constraint's :class:`~worker.qos.Trace` (unless another batch
@@ -274,7 +312,9 @@ class Courier:
         if inbox is not None:
             inbox.put_data(self.src, Traced(batch, carried), n)
             return 0
-        payload = self._encode(batch)
+        payload = self._encoded(batch, n, dst)
+        if payload is None:
+            return 0
         header = wire.data_header(dst, self.src, 0, n, self.epoch, carried)
         self._send(wid, header, payload, n)
         return len(payload)

@@ -118,6 +118,9 @@ class Executor:
             self.loop()
         except Exception as exc:
             self.record_error("executor loop", exc)
+            failed = getattr(self.host, "executor_failed", None)
+            if failed is not None:  # Storm's answer: the worker ends and its supervisor restarts it
+                failed(self.executor_id)
         finally:
             try:
                 self.teardown()
@@ -205,6 +208,7 @@ class UserExecutor(Executor):
         self.spec = definition["components"][self.component]
         self.instance = cls()
         self.outbox = Outbox(host, task, self.component, definition)
+        self.outbox.courier.on_error = self.record_error  # a value with no wire form: lastError, not a dead loop
         self.routing = None
         comps = definition["components"]
         self.context = Context(
@@ -681,6 +685,8 @@ class UserExecutor(Executor):
         data["control_messages"] = outbox.courier.messages
         if outbox.courier.undelivered:
             data["undelivered"] = outbox.courier.undelivered
+        if outbox.courier.unencodable:
+            data["unencodable"] = outbox.courier.unencodable
         if self.handover.awaiting:
             data["awaiting_state"] = True
         if self.context.metrics:

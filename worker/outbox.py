@@ -258,6 +258,8 @@ class Outbox:
         except KeyError:
             msg = f"{self.component} emits on undeclared stream {stream!r}"
             raise ValueError(msg) from None
+        if not targets and self.direct_targets.get(stream):
+            self._not_direct(stream)
         out = []
         for t in targets:
             k = t.kind
@@ -424,14 +426,34 @@ class Outbox:
                 self.flush_buffer(buf)
         return True
 
-    def emit_direct(self, task: int, values: Sequence[Any], stream: str = "default", anchors: Any = None,
-                    **_: Any) -> None:
-        """Send to executor ``task`` (index within each direct-subscribing component); anchored
-        like :meth:`emit_anchored_general` (to the current tuple, or to ``anchors``)."""
+    def _not_direct(self, stream: str) -> None:
+        """Storm refuses a regular emit on a stream only direct groupings take, and the other way
+        round: the tuple would go nowhere, and a tracked one be acked as if delivered."""
+        if self.targets.get(stream):
+            msg = f"{self.component} emit_direct on stream {stream!r}, which no component takes with direct_grouping"
+        else:
+            msg = f"{self.component} emits on stream {stream!r}, which only direct_grouping takes: use emit_direct"
+        raise ValueError(msg)
+
+    def _direct(self, task: int, stream: str) -> list[tuple[str, list[Buffer]]]:
+        """The direct subscribers of ``stream``, ``task`` checked against each before any gets a copy."""
         direct = self.direct_targets.get(stream)
         if direct is None:
             msg = f"{self.component} emits on undeclared stream {stream!r}"
             raise ValueError(msg)
+        if not direct and self.targets.get(stream):
+            self._not_direct(stream)
+        for name, bufs in direct:
+            if not 0 <= task < len(bufs):
+                msg = f"emit_direct to task {task} of {name!r}, which has {len(bufs)} executors"
+                raise ValueError(msg)
+        return direct
+
+    def emit_direct(self, task: int, values: Sequence[Any], stream: str = "default", anchors: Any = None,
+                    **_: Any) -> None:
+        """Send to executor ``task`` (index within each direct-subscribing component); anchored
+        like :meth:`emit_anchored_general` (to the current tuple, or to ``anchors``)."""
+        direct = self._direct(task, stream)
         anchor_tups: Sequence[Any] = ()
         if self.acking:
             if anchors is not None:
@@ -439,22 +461,12 @@ class Outbox:
             elif self.auto_anchor:
                 cur = self.current
                 anchor_tups = (cur,) if cur is not None and cur.anchors else ()
-        for name, bufs in direct:
-            if not 0 <= task < len(bufs):
-                msg = f"emit_direct to task {task} of {name!r}, which has {len(bufs)} executors"
-                raise ValueError(msg)
+        for _name, bufs in direct:
             self._put(bufs[task], values, stream, anchor_entry(anchor_tups) if anchor_tups else None)
 
     def emit_direct_tracked(self, task: int, values: Sequence[Any], stream: str, group: SpoutGroup) -> int:
         """A spout's tracked direct emit: returns how many copies were buffered."""
-        direct = self.direct_targets.get(stream)
-        if direct is None:
-            msg = f"{self.component} emits on undeclared stream {stream!r}"
-            raise ValueError(msg)
-        for name, bufs in direct:
-            if not 0 <= task < len(bufs):
-                msg = f"emit_direct to task {task} of {name!r}, which has {len(bufs)} executors"
-                raise ValueError(msg)
+        direct = self._direct(task, stream)
         for _name, bufs in direct:
             self._put_grouped(bufs[task], values, stream, group)
         return len(direct)

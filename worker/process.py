@@ -127,11 +127,13 @@ class Worker:
         self.checkpoints: WorkerCheckpoints | None = None  # None: topology.state.provider=memory
         self.local: LocalPlan | None = None  # the plan applied last
         self.newer: list[list[bytes]] = []  # data frames of a newer epoch, until this worker rolls back
+        self.newer_bytes = 0  # their size: at most wire.MAX_FRAME_BYTES are kept
         self.ordered = 0  # the last checkpoint passed on to the spouts
         self.committed = 0  # the last commit passed on to the executors
         self.applied_once = False
         self.stats: StatsWindow | None = None  # rates, capacity, execute latency in heartbeats
         self._store_trouble = False  # the plan store failed the last read (logged once)
+        self.exit_code = 0  # 1 once an executor's loop failed (executor_failed)
         self.sched_batch = False  # its threads run under SCHED_BATCH (worker.sched.batch, if the kernel let it)
 
     @property
@@ -182,12 +184,24 @@ class Worker:
         """Keep a data message of a newer ``epoch`` until this worker rolls back; False (not kept)
         if it has rolled back meanwhile: a message kept after the rollback took the list would
         wait for the next one, and be dropped then."""
+        if self.checkpoints is None:  # no checkpoints, no rollbacks: no newer epoch exists (garbage)
+            self._drop_newer()
+            return True
+        size = sum(map(len, frames))
         with self.lock:
             if epoch <= self.epoch:
                 return False
+            if self.newer_bytes + size > wire.MAX_FRAME_BYTES:  # bounded: the acker replays what is dropped
+                self._drop_newer()
+                return True
             self.newer.append(frames)
+            self.newer_bytes += size
         self._wake.set()
         return True
+
+    def _drop_newer(self) -> None:
+        if self.transport is not None:
+            self.transport.dropped += 1
 
     def _send_gone(self, wid: str, task: int, entries: Any) -> None:
         self.courier.routing = self.routing
@@ -341,6 +355,7 @@ class Worker:
             self.stashed.clear()
             self.epoch = orders.epoch  # from here on, older frames are dropped as they come
             newer, self.newer = self.newer, []
+            self.newer_bytes = 0
             # Frames of this epoch that came before the rollback go to the stash first, ahead of
             # any a receiver stashes from now on (it waits for the lock): each channel's order,
             # barriers included, is kept into the new executors.
@@ -646,7 +661,7 @@ class Worker:
             self.migrations.report(zk, self.paths.migrations(self.topology))
         self.shutdown(left_plan=left)
         store.close()  # its reader slot: the process ends with os._exit, which would leave it taken
-        return 0
+        return self.exit_code
 
     def _join_checkpoints(self) -> None:
         """Before the first plan: the current epoch and its checkpoint, and whether this worker id
@@ -718,6 +733,16 @@ class Worker:
     def request_stop(self, *_: Any) -> None:
         self._stop.set()
         self._wake.set()
+
+    def executor_failed(self, executor_id: str) -> None:
+        """An executor's loop raised (not its user code, which is caught per call): its thread is
+        gone, its queue would fill and backpressure pause every spout. As in Storm, the worker
+        exits (code 1) and its supervisor starts it again; what was in flight is replayed."""
+        if self.state != "RUNNING":
+            return  # stopping anyway
+        log.error("executor %s stopped on an error: worker %s exits to be restarted", executor_id, self.worker_id)
+        self.exit_code = 1
+        self.request_stop()
 
     def shutdown(self, left_plan: bool = False) -> None:
         """Stop everything; ``left_plan``: the plan no longer has this worker (a later worker of

@@ -36,6 +36,8 @@ _ROOT_TASK_BITS = wire.ROOT_TASK_BITS
 _STAMP_ACKER_CHOICES = 1 << 7  # a stamped root has 7 bits to pick its acker with
 _SPOUT_CALLS = 256  # next_tuple calls per spout loop iteration at most
 _HELD_WHILE_AWAITING = (wire.ACKED, wire.FAILED, wire.CHECKPOINT, wire.COMMITTED)
+_FAILED_IDS_MAX = 100_000  # failed msg ids remembered for the replayed count
+_NOT_FAILED = object()
 
 
 class SpoutExecutor(UserExecutor):
@@ -56,7 +58,7 @@ class SpoutExecutor(UserExecutor):
         max_pending = self.conf.get("topology.max.spout.pending")
         self.max_pending = int(max_pending) if max_pending else 0
         self.replayed = 0
-        self.failed_ids: set[Any] = set()
+        self.failed_ids: dict[Any, None] = {}  # failed msg ids not emitted again yet, oldest first
         self.immediate_acks: list[Any] = []
         self.ack_buckets: dict[int, int] = {}
         self.held_control: list[tuple[int, Any]] = []
@@ -86,9 +88,8 @@ class SpoutExecutor(UserExecutor):
         group = self.group or self._open_group()
         outbox.emit_tracked(values, stream, group)
         # _track inlined: a call fewer a tracked tuple
-        if self.failed_ids and msg_id in self.failed_ids:
-            self.failed_ids.discard(msg_id)
-            self.replayed += 1
+        if self.failed_ids:
+            self._count_replay(msg_id)
         ids = group.msg_ids
         ids.append(msg_id)
         self.pending_n += 1
@@ -146,9 +147,8 @@ class SpoutExecutor(UserExecutor):
         return group
 
     def _track(self, msg_id: Any, group: SpoutGroup) -> None:
-        if self.failed_ids and msg_id in self.failed_ids:
-            self.failed_ids.discard(msg_id)
-            self.replayed += 1
+        if self.failed_ids:
+            self._count_replay(msg_id)
         ids = group.msg_ids
         ids.append(msg_id)
         self.pending_n += 1
@@ -238,11 +238,23 @@ class SpoutExecutor(UserExecutor):
 
     def _fail(self, msg_id: Any) -> None:
         self.failed += 1
+        failed = self.failed_ids
         try:
-            self.failed_ids.add(msg_id)
-        except TypeError:
+            failed[msg_id] = None
+        except TypeError:  # an unhashable msg id: not counted when replayed
             pass
+        else:
+            if len(failed) > _FAILED_IDS_MAX:  # a spout that never replays (or under new ids)
+                del failed[next(iter(failed))]
         self._call(self.instance.fail, msg_id)
+
+    def _count_replay(self, msg_id: Any) -> None:
+        """Count an emit of a msg id that failed before as a replay (``replayed``)."""
+        try:
+            if self.failed_ids.pop(msg_id, _NOT_FAILED) is not _NOT_FAILED:
+                self.replayed += 1
+        except TypeError:  # unhashable: never recorded as failed
+            pass
 
     def _fail_root(self, root: int) -> None:
         """Every tuple of the root's group failed (one failed or timed out): replay them all; with

@@ -188,6 +188,9 @@ class Transport:
             except (TypeError, ValueError):
                 self._drop("backpressure entry")
             return
+        if not wire.control_entries_ok(kind, entries):
+            self._drop(f"control {kind}: entries")
+            return
         inbox: Any = self.host.inbox(dst)
         if inbox is not None and inbox.put_control(kind, src, entries):
             return  # (refused: its executor handed over since the look-up; stashed for the new place)

@@ -38,6 +38,7 @@ without being told, and an acker entry that returns to zero is a complete tree.
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import chain
 from typing import Any
 
 import msgpack
@@ -56,6 +57,7 @@ __all__ = [
     "AckRun",
     "ROOT_TASK_BITS",
     "acker_index",
+    "control_entries_ok",
     "root_task",
     "DATA",
     "FAIL",
@@ -209,10 +211,34 @@ def decode_batch(batch: Any) -> tuple[Any, Any, Any]:
         if set(map(type, anchors)) - {tuple, list, type(None)}:
             msg = "a run's anchor must be nil or [root, edge, ...]"
             raise ValueError(msg)
+        anchors = [a for a in anchors if a]
+        if set(map(type, chain.from_iterable(anchors))) - {int} or any(len(a) % 2 for a in anchors):
+            msg = "a run's anchor must hold [root, edge] pairs of integers"
+            raise ValueError(msg)
     if streams is not None and not isinstance(streams, dict):
         msg = "batch streams must be nil or a map"
         raise ValueError(msg)
     return values, runs, streams
+
+
+_ROOT_LISTS = frozenset((FAIL, ACKED, FAILED))
+_INT_ENTRIES = frozenset((CHECKPOINT, COMMITTED, SHIFT_READY, SEALED))
+_MAP_ENTRIES = frozenset((STATE, READY, GONE, GROUPS, STATE_PART))
+
+
+def control_entries_ok(kind: int, entries: Any) -> bool:
+    """Whether a control message from the network has the shape its handler takes (decoded with
+    arrays as tuples): the handlers run in executors' loops, where garbage that raised would
+    end the executor. ACK ``[[root, xor], ...]``; FAIL, ACKED, FAILED ``[root, ...]``; ids as
+    ints; the hand-over messages as maps."""
+    if kind == ACK:
+        return (type(entries) is tuple and not set(map(type, entries)) - {tuple}
+                and not set(map(len, entries)) - {2} and not set(map(type, chain.from_iterable(entries))) - {int})
+    if kind in _ROOT_LISTS:
+        return type(entries) is tuple and not set(map(type, entries)) - {int}
+    if kind in _INT_ENTRIES:
+        return type(entries) is int
+    return kind in _MAP_ENTRIES and type(entries) is dict
 
 
 def run_around(runs: Any, index: int, n: int) -> tuple[int, int]:

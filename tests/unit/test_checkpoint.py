@@ -535,8 +535,24 @@ def test_a_frame_of_the_next_epoch_that_comes_while_its_worker_rolls_back_is_del
 
     worker = Worker("n1", 1, "t", tmp_path / "store", None, "/nstorm")
     worker.epoch = 2
+    worker.checkpoints = object()  # type: ignore[assignment]  # a worker of a topology with checkpoints
     assert not worker.hold_newer([b"h", b"p"], 2) and not worker.newer
     assert worker.hold_newer([b"h", b"p"], 3) and worker.newer == [[b"h", b"p"]]
+
+
+def test_frames_of_a_newer_epoch_are_kept_within_a_bound_and_only_with_checkpoints(tmp_path: Path) -> None:
+    """Review, session 31: any data frame with a larger epoch in its header was kept until a
+    rollback, which never comes without checkpoints: a peer could grow a worker's memory at will."""
+    from worker.process import Worker
+
+    worker = Worker("n1", 1, "t", tmp_path / "store", None, "/nstorm")
+    worker.transport = types.SimpleNamespace(dropped=0)  # type: ignore[assignment]
+    assert worker.hold_newer([b"h", b"p"], 99) and not worker.newer  # handled: dropped
+    worker.checkpoints = object()  # type: ignore[assignment]
+    big = b"x" * (wire.MAX_FRAME_BYTES // 2)
+    assert worker.hold_newer([b"h", big], 1) and len(worker.newer) == 1
+    assert worker.hold_newer([b"h", big], 1) and len(worker.newer) == 1  # beyond the bound: dropped
+    assert worker.transport.dropped == 2
 
 
 class _Nodes:

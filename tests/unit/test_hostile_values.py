@@ -1,0 +1,168 @@
+"""Values and frames that used to end an executor's thread (review, session 31).
+
+An executor whose loop raised stopped for good: nothing restarted it, its queue filled and
+backpressure paused every spout of the topology. A value with no msgpack form (numpy's scalars,
+an object, an int beyond 64 bits) raised in the flush that sends it to another worker, after
+the buffer was emptied; well-formed msgpack with the wrong contents (a float root, a string
+checkpoint id) raised in the executor that handled it. Now such a batch is dropped and counted
+(its trees time out and are replayed), and such a frame is dropped at the socket.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from nstorm import Bolt, Spout, TopologyBuilder
+from worker import wire
+from worker.spout import SpoutExecutor
+
+from fakes import FakeHost, plan_of
+
+
+class Numbers(Spout):
+    outputs = ("n",)
+
+    def open(self, conf: Any, context: Any) -> None:
+        self.acked: list[Any] = []
+        self.failed: list[Any] = []
+
+    def ack(self, msg_id: Any) -> None:
+        self.acked.append(msg_id)
+
+    def fail(self, msg_id: Any) -> None:
+        self.failed.append(msg_id)
+
+
+class Sink(Bolt):
+    outputs = ()
+
+
+def _spout(**conf: Any) -> tuple[FakeHost, SpoutExecutor]:
+    builder = TopologyBuilder("t")
+    builder.set_spout("numbers", Numbers)
+    builder.set_bolt("sink", Sink).shuffle_grouping("numbers")
+    definition = builder.build(workers=2).definition
+    places = {"numbers:0": "n1:1", "sink:0": "n2:1", "__acker:0": "n1:1"}  # the sink in another worker
+    host = FakeHost(plan_of(places), **conf)
+    ex = SpoutExecutor(host, "numbers:0", 0, Numbers, definition)  # type: ignore[arg-type]
+    ex.setup()
+    ex.refresh_routing()
+    return host, ex
+
+
+def test_a_value_with_no_wire_form_is_dropped_counted_and_replayed_not_fatal() -> None:
+    host, ex = _spout(**{"topology.acking.group.size": 4})
+    spout = ex.instance
+    for i in range(8):
+        spout.emit((object() if i == 1 else i,), msg_id=i)
+    ex._close_group()  # flushes what the full groups left: no exception, the loop goes on
+    ex.outbox.flush()
+    assert ex.pending_n == 8 and sorted(i for ids in ex.pending.values() for i in ids) == list(range(8))
+    counters = ex.counters()
+    assert counters["unencodable"] >= 1 and counters["errors"] >= 1
+    assert "cannot be sent to another worker" in ex.last_error and "object" in ex.last_error
+    ex._expire(10**9)  # the dropped tuples' trees time out and are failed: the spout replays them
+    assert sorted(spout.failed) == list(range(8)) and ex.pending_n == 0
+
+
+def test_an_int_beyond_64_bits_is_reported_not_fatal() -> None:
+    host, ex = _spout(acking=False)
+    ex.instance.emit((2**70,))
+    ex.outbox.flush()
+    assert ex.counters()["unencodable"] == 1 and "int" in ex.last_error
+
+
+@pytest.mark.parametrize(("kind", "entries"), [
+    (wire.ACK, ((1.5, 3),)), (wire.ACK, ((1, 2, 3),)), (wire.ACK, 7), (wire.ACK, (("a", 1),)),
+    (wire.FAIL, (1.5,)), (wire.ACKED, ((1, 2),)), (wire.FAILED, 5), (wire.ACKED, (True,)),
+    (wire.CHECKPOINT, "x"), (wire.COMMITTED, 1.0), (wire.SHIFT_READY, None), (wire.SEALED, "t"),
+    (wire.STATE, (1, 2)), (wire.READY, "n1:1"), (wire.GROUPS, 3), (99, ()),
+])
+def test_control_entries_of_the_wrong_shape_are_refused(kind: int, entries: Any) -> None:
+    assert not wire.control_entries_ok(kind, entries)
+
+
+@pytest.mark.parametrize(("kind", "entries"), [
+    (wire.ACK, ((1, 2), (3, 4))), (wire.ACK, ()), (wire.FAIL, (1, 2)), (wire.ACKED, (5,)), (wire.FAILED, ()),
+    (wire.CHECKPOINT, 3), (wire.COMMITTED, 2), (wire.SHIFT_READY, 4), (wire.SEALED, 1),
+    (wire.STATE, {"state": b""}), (wire.READY, {"worker": "n1:1"}), (wire.GONE, {"worker": "n1:1"}),
+    (wire.GROUPS, {"version": 1}), (wire.STATE_PART, {"id": 1}),
+])
+def test_control_entries_as_the_engine_sends_them_pass(kind: int, entries: Any) -> None:
+    frame = wire.pack([kind, 1, 0, entries])
+    _kind, _dst, _src, decoded = wire.unpack(frame)
+    assert wire.control_entries_ok(kind, decoded)
+
+
+@pytest.mark.parametrize("anchor", [[1.5, 3], [1, 2, 3], ["a", "b"], [True, 1]])
+def test_a_batch_whose_anchors_are_not_integer_pairs_is_garbage(anchor: list[Any]) -> None:
+    with pytest.raises(ValueError, match="anchor"):
+        wire.decode_batch(wire.pack_batch([[[1]], [1, anchor], None]))
+    values, runs, _ = wire.decode_batch(wire.pack_batch([[[1], [2]], [1, [5, 6, 7, 8], 1, None], None]))
+    assert len(values) == 2 and runs[1] == (5, 6, 7, 8)
+
+
+def test_a_bolt_that_subscribes_to_one_stream_twice_is_refused() -> None:
+    from nstorm import TopologyError
+
+    builder = TopologyBuilder("t")
+    builder.set_spout("numbers", Numbers)
+    builder.set_bolt("sink", Sink).shuffle_grouping("numbers").all_grouping("numbers")
+    with pytest.raises(TopologyError, match="twice"):
+        builder.build()
+
+
+def _direct_spout(direct: bool) -> SpoutExecutor:
+    builder = TopologyBuilder("t")
+    builder.set_spout("numbers", Numbers)
+    sink = builder.set_bolt("sink", Sink)
+    sink.direct_grouping("numbers") if direct else sink.shuffle_grouping("numbers")
+    definition = builder.build().definition
+    host = FakeHost(plan_of({"numbers:0": "n1:1", "sink:0": "n1:1", "__acker:0": "n1:1"}))
+    ex = SpoutExecutor(host, "numbers:0", 0, Numbers, definition)  # type: ignore[arg-type]
+    ex.setup()
+    ex.refresh_routing()
+    return ex
+
+
+def test_a_regular_emit_on_a_direct_stream_and_a_direct_emit_on_a_regular_one_are_errors() -> None:
+    """They went nowhere, and a tracked tuple was acked as if delivered (Storm raises)."""
+    ex = _direct_spout(direct=True)
+    with pytest.raises(ValueError, match="use emit_direct"):
+        ex.instance.emit((1,), msg_id=1)
+    assert ex.instance.acked == [] and ex.pending_n == 0
+    ex = _direct_spout(direct=False)
+    with pytest.raises(ValueError, match="direct_grouping"):
+        ex.instance.emit_direct(0, (1,), msg_id=1)
+
+
+def test_an_unhashable_msg_id_after_a_failure_is_tracked() -> None:
+    _host, ex = _spout()
+    ex._fail("a")
+    ex.instance.emit((1,), msg_id=["unhashable"])
+    ex.instance.emit((2,), msg_id="a")
+    ex._close_group()
+    assert ex.pending_n == 2 and ex.replayed == 1 and not ex.failed_ids
+
+
+def test_an_executor_whose_loop_fails_ends_its_worker_to_be_restarted(tmp_path: Any, monkeypatch: Any) -> None:
+    """Its thread ended and nothing restarted it: the worker ran on with a hole that filled up
+    (backpressure paused every spout). As Storm does, the worker now exits with code 1."""
+    from worker.process import Worker
+
+    host, ex = _spout()
+    died: list[str] = []
+    host.executor_failed = died.append  # type: ignore[attr-defined]
+
+    def broken() -> None:
+        raise RuntimeError("a bug in the engine")
+
+    monkeypatch.setattr(ex, "loop", broken)
+    ex._run()
+    assert died == ["numbers:0"] and "a bug in the engine" in ex.last_error
+    worker = Worker("n1", 1, "t", tmp_path / "store", None, "/nstorm")
+    worker.state = "RUNNING"
+    worker.executor_failed("numbers:0")
+    assert worker.exit_code == 1 and worker._stop.is_set()
