@@ -86,6 +86,12 @@ def test_ports_agree_with_the_defaults() -> None:
         assert service["expose"] == [f"{data[0]}-{data[-1]}", f"{ctl[0]}-{ctl[-1]}"]
 
 
+def test_every_service_restarts_on_failure() -> None:
+    """ZooKeeper, the UI and Redis had no restart policy: one that died stayed down."""
+    assert {name: s.get("restart") for name, s in COMPOSE["services"].items()} == dict.fromkeys(
+        COMPOSE["services"], "on-failure")
+
+
 def test_the_images_can_be_replaced() -> None:
     """Docker users keep the official images; where no registry answers, compose-check builds on a
     base made from Debian's packages and runs redis from the nstorm image (it has redis-server)."""
