@@ -29,6 +29,7 @@ from nstorm.config import check_security_conf
 from nstorm.errors import ClusterError
 from nstorm.home import home_dir, logs_dir, run_dir
 from nstorm.net import free_port
+from nstorm.signals import ignoring_signals
 from nstorm.uiauth import ui_auth_env
 from nstorm.zkauth import AUTH_KEY, credentials_env, without_secrets
 from nstorm.zkschema import ZkPaths, connect, decode
@@ -94,6 +95,7 @@ class LocalCluster:
         self.ui: subprocess.Popen[bytes] | None = None
         self.ui_url: str | None = None
         self.ui_port_taken = False  # the wanted port was taken: the UI runs on another
+        self.had_processes = False  # set by stop(): a start that failed early (no Java) had none to stop
         self._zk_data = Path()
 
     @property
@@ -242,7 +244,16 @@ class LocalCluster:
         return pids
 
     def stop(self, timeout: float = 15.0) -> None:
-        """Stop supervisors (they stop their workers), Nimbus, then ZooKeeper."""
+        """Stop supervisors (they stop their workers), Nimbus, then ZooKeeper.
+
+        Ctrl-C, SIGTERM and SIGHUP are ignored until it is done (it is bounded by ``timeout``):
+        one in the middle would leave the rest running, ZooKeeper in its own session above all.
+        """
+        with ignoring_signals():
+            self.had_processes = self.had_processes or bool(self.pids())
+            self._stop(timeout)
+
+    def _stop(self, timeout: float) -> None:
         procs = [*([self.ui] if self.ui is not None else []), *self.supervisors.values(), *self.nimbuses.values()]
         for proc in procs:
             if proc.poll() is None:

@@ -16,13 +16,17 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
-__all__ = ["relay_signals"]
+__all__ = ["STOP_SIGNALS", "ignoring_signals", "relay_signals"]
+
+#: What ends a command that owns processes: Ctrl-C, ``kill``, and the terminal closing.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 log = logging.getLogger(__name__)
 
@@ -59,3 +63,22 @@ def relay_signals(actions: Mapping[int, Callable[[], object]]) -> None:
     threading.Thread(target=relay, name="signals", daemon=True).start()
     for signum in table:
         signal.signal(signum, handler)
+
+
+@contextlib.contextmanager
+def ignoring_signals(signums: tuple[int, ...] = STOP_SIGNALS) -> Iterator[None]:
+    """Ignore ``signums`` while the block runs, then put the handlers back.
+
+    For a teardown that must finish (it is bounded): a second Ctrl-C, or a SIGTERM, in the middle
+    of it would leave behind the processes not stopped yet, such as a ZooKeeper in a session of its
+    own. Outside the main thread (where handlers cannot be set) it does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {signum: signal.signal(signum, signal.SIG_IGN) for signum in signums}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, signal.SIG_DFL if handler is None else handler)  # None: not set from Python

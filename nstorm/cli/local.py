@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 import signal
@@ -16,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from nstorm.cli.common import ConfOption, cli_errors, err_console
+from nstorm.signals import ignoring_signals
 from nstorm.window.status import describe_windows
 
 
@@ -100,8 +102,33 @@ class _Rates:
                      *(Text(line) for line in self.moves[-6:]))
 
 
-def _raise_interrupt(*_: Any) -> None:
-    raise KeyboardInterrupt
+class _Signalled(KeyboardInterrupt):
+    """SIGTERM or SIGHUP (the terminal closed): torn down like Ctrl-C, exit code 128 + the signal."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_interrupt(signum: int, _frame: Any) -> None:
+    raise _Signalled(signum)
+
+
+def _teardown(cluster: Any, interrupted: bool) -> None:
+    """Stop the cluster, whatever the terminal does: with it gone (SIGHUP), every line written
+    fails, and the cluster must stop all the same. Says "cluster stopped" only when something
+    had started (not when, say, Java is missing)."""
+    with contextlib.suppress(OSError):
+        if interrupted:
+            err_console.print("interrupted: tearing down")
+    try:
+        with err_console.status("stopping the cluster..."):
+            cluster.stop()
+    except OSError:
+        cluster.stop()  # idempotent: what the first call did not end
+    if cluster.had_processes:
+        with contextlib.suppress(OSError):
+            err_console.print("cluster stopped")
 
 
 def register(app: typer.Typer) -> None:
@@ -147,9 +174,10 @@ def register(app: typer.Typer) -> None:
         slots = slots or max(1, -(-workers // supervisors))
         # ZooKeeper ACLs and CurveZMQ are the daemons' settings (checked here: exit 2 on bad keys)
         cluster = LocalCluster(supervisors=supervisors, slots=slots, conf=security_conf(overrides), ui_port=ui_port)
-        signal.signal(signal.SIGTERM, _raise_interrupt)
+        previous = {signum: signal.signal(signum, _raise_interrupt) for signum in (signal.SIGTERM, signal.SIGHUP)}
         started = time.monotonic()
         name = topology.name
+        stopped_by: int | None = None
         try:
             with err_console.status("starting ZooKeeper, nimbus and supervisors..."):
                 cluster.start()
@@ -181,9 +209,12 @@ def register(app: typer.Typer) -> None:
                 moved = sum(1 for m in status["migrations"] if m.get("completed_at"))
                 err_console.print(f"done: {s['acked']:,} spout tuples acked, {s['failed']:,} failed, "
                                   f"{moved} live migrations")
-        except KeyboardInterrupt:
-            err_console.print("interrupted: tearing down")
+        except KeyboardInterrupt as exc:
+            stopped_by = exc.signum if isinstance(exc, _Signalled) else signal.SIGINT
         finally:
-            with err_console.status("stopping the cluster..."):
-                cluster.stop()
-            err_console.print("cluster stopped")
+            with ignoring_signals():  # a second Ctrl-C must not cut the teardown short
+                _teardown(cluster, stopped_by is not None)
+            for signum, handler in previous.items():
+                signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+        if stopped_by is not None:
+            raise typer.Exit(128 + stopped_by)  # the shell's convention: 130 after Ctrl-C

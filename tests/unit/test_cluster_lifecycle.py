@@ -69,3 +69,138 @@ def test_zookeeper_run_exits_0_when_asked_to_stop(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(_FakeZooKeeper, "start", lambda self: actions[signal.SIGTERM]())  # SIGTERM at once
     result = CliRunner().invoke(app, ["zookeeper", "run", "--port", "2181"])
     assert result.exit_code == 0, result.output
+
+
+WORDCOUNT = str(Path(__file__).parents[2] / "topologies" / "wordcount.py")
+
+
+class _FakeCluster:
+    """``LocalCluster`` for ``nstorm local``: ``on_start`` and ``on_stop`` say what happens then."""
+
+    on_start: Any = staticmethod(lambda cluster: None)
+    on_stop: Any = staticmethod(lambda cluster: None)
+    last: _FakeCluster | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.spawned = False
+        self.had_processes = False
+        self.stopped = False
+        type(self).last = self
+
+    def start(self) -> None:
+        type(self).on_start(self)
+
+    def stop(self) -> None:
+        self.had_processes = self.had_processes or self.spawned
+        type(self).on_stop(self)
+        self.stopped = True
+
+
+def _signal_self(signum: int) -> None:
+    """Send ``signum`` to this process and give its handler the bytecodes to run in (it raises)."""
+    import os
+    import time
+
+    os.kill(os.getpid(), signum)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+@pytest.fixture
+def fake_cluster(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The fake, and the test process's handlers put back (a SIGHUP the command did not handle
+    raises here rather than ending pytest)."""
+    import signal
+
+    def hangup(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    signal.signal(signal.SIGHUP, hangup)
+    handlers = {s: signal.getsignal(s) for s in saved}
+    monkeypatch.setattr("nstorm.localcluster.LocalCluster", _FakeCluster)
+    yield _FakeCluster
+    after = {s: signal.getsignal(s) for s in saved}
+    for signum, handler in saved.items():
+        signal.signal(signum, handler)
+    assert after == handlers, "nstorm local put back the handlers it found"
+
+
+def test_local_says_cluster_stopped_only_when_something_started(fake_cluster: Any,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    from nstorm.errors import ZooKeeperError
+
+    def no_java(cluster: _FakeCluster) -> None:
+        raise ZooKeeperError("Java not found: install Java 17 or set JAVA_HOME")
+
+    monkeypatch.setattr(fake_cluster, "on_start", no_java)
+    result = CliRunner().invoke(app, ["local", WORDCOUNT, "--ui-port", "0"])
+    assert result.exit_code == 1, result.output
+    assert _lines(result.output) == ["error: Java not found: install Java 17 or set JAVA_HOME"]
+
+
+@pytest.mark.parametrize(("signame", "code"), [("SIGINT", 130), ("SIGTERM", 143), ("SIGHUP", 129)])
+def test_local_tears_down_on_ctrl_c_sigterm_and_sighup_and_exits_128_plus_the_signal(
+        fake_cluster: Any, monkeypatch: pytest.MonkeyPatch, signame: str, code: int) -> None:
+    """SIGHUP (the terminal closed) had no handler: the command died and left its ZooKeeper, in a
+    session of its own, running; Ctrl-C and SIGTERM exited 0."""
+    import signal
+
+    def start(cluster: _FakeCluster) -> None:
+        cluster.spawned = True
+        _signal_self(getattr(signal, signame))
+        raise AssertionError(f"{signame} did not interrupt the start")
+
+    monkeypatch.setattr(fake_cluster, "on_start", start)
+    result = CliRunner().invoke(app, ["local", WORDCOUNT, "--ui-port", "0"])
+    assert result.exit_code == code, result.output
+    assert fake_cluster.last.stopped
+    assert _lines(result.output) == ["interrupted: tearing down", "cluster stopped"]
+
+
+def test_signals_during_the_teardown_do_not_cut_it_short(fake_cluster: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second Ctrl-C, or a SIGTERM, during "stopping the cluster..." left ZooKeeper running."""
+    import os
+    import signal
+
+    def start(cluster: _FakeCluster) -> None:
+        cluster.spawned = True
+        raise KeyboardInterrupt
+
+    def stop(cluster: _FakeCluster) -> None:
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            os.kill(os.getpid(), signum)
+            for _ in range(10_000):  # bytecodes: a handler would run between two of them
+                pass
+
+    monkeypatch.setattr(fake_cluster, "on_start", start)
+    monkeypatch.setattr(fake_cluster, "on_stop", stop)
+    result = CliRunner().invoke(app, ["local", WORDCOUNT, "--ui-port", "0"])
+    assert fake_cluster.last.stopped, result.output
+    assert result.exit_code == 130, result.output
+
+
+def test_ignoring_signals_ignores_them_and_puts_the_handlers_back() -> None:
+    import os
+    import signal
+    import time
+
+    from nstorm.signals import ignoring_signals
+
+    got: list[int] = []
+    old = signal.signal(signal.SIGUSR2, lambda signum, frame: got.append(signum))
+    try:
+        with ignoring_signals((signal.SIGUSR2,)):
+            os.kill(os.getpid(), signal.SIGUSR2)
+            assert signal.getsignal(signal.SIGUSR2) is signal.SIG_IGN
+            for _ in range(10_000):  # bytecodes: a handler would run between two of them
+                pass
+        assert not got
+        os.kill(os.getpid(), signal.SIGUSR2)
+        deadline = time.monotonic() + 5
+        while not got and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert got == [signal.SIGUSR2]  # the one sent after the block only
+    finally:
+        signal.signal(signal.SIGUSR2, old)
