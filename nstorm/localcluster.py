@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,7 @@ import psutil
 
 from nstorm.config import check_security_conf
 from nstorm.errors import ClusterError
-from nstorm.home import home_dir, logs_dir, run_dir
+from nstorm.home import home_dir, logs_dir, run_dir, try_home_lock
 from nstorm.net import free_port
 from nstorm.signals import ignoring_signals
 from nstorm.uiauth import ui_auth_env
@@ -35,11 +35,12 @@ from nstorm.zkauth import AUTH_KEY, credentials_env, without_secrets
 from nstorm.zkschema import ZkPaths, connect, decode
 from nstorm.zookeeper import EmbeddedZooKeeper
 
-__all__ = ["LocalCluster", "cluster_down", "cluster_status"]
+__all__ = ["LocalCluster", "cluster_down", "cluster_running", "cluster_status", "home_cluster"]
 
 log = logging.getLogger(__name__)
 
 _STATE_FILE = "cluster.json"
+_LOCK_FILE = "cluster.lock"
 
 
 def _conf_args(conf: Mapping[str, Any]) -> list[str]:
@@ -333,14 +334,55 @@ def _recorded_daemon(pid: int, root: str) -> psutil.Process | None:
     return proc if ours else None
 
 
+@contextlib.contextmanager
+def home_cluster(command: str) -> Iterator[None]:
+    """Hold this home's cluster for ``command`` (``local`` while it runs, ``cluster up`` while it
+    starts): one at a time.
+
+    Both name their supervisors n1, n2... under the root /nstorm, and a supervisor's plan store and
+    worker records are ``$NSTORM_HOME/supervisor/<node>``: a second cluster in the home would share
+    them, adopt the first's workers or drop their plans, and end them at its teardown.
+
+    :raises ClusterError: another command holds it (one line naming it and the way out).
+    """
+    path = run_dir() / _LOCK_FILE
+    with try_home_lock(path) as held:
+        if not held:
+            try:
+                holder = path.read_text().strip()
+            except OSError:
+                holder = ""
+            msg = (f"{holder or 'another nstorm local or cluster up'} runs in this NSTORM_HOME ({home_dir()}): "
+                   "wait for it to end, or set NSTORM_HOME to another directory")
+            raise ClusterError(msg)
+        path.write_text(f"nstorm {command} (pid {os.getpid()})\n")
+        yield
+
+
+def _read_state() -> dict[str, Any] | None:
+    """What ``cluster up`` recorded (``cluster.json``), or None."""
+    path = run_dir() / _STATE_FILE
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _alive_daemons(state: dict[str, Any]) -> dict[str, bool]:
+    return {name: _recorded_daemon(pid, state["root"]) is not None for name, pid in state["pids"].items()}
+
+
+def cluster_running() -> bool:
+    """True while a daemon recorded by ``cluster up`` runs (what ``cluster status`` calls running);
+    asks no ZooKeeper, so it answers at once."""
+    state = _read_state()
+    return state is not None and any(_alive_daemons(state).values())
+
+
 def cluster_status() -> dict[str, Any]:
     """What ``nstorm cluster status`` shows: the daemons recorded by ``cluster up``."""
-    path = run_dir() / _STATE_FILE
-    if not path.exists():
+    state = _read_state()
+    if state is None:
         return {"running": False, "daemons": {}}
-    state = json.loads(path.read_text())
-    daemons = {name: {"pid": pid, "alive": _recorded_daemon(pid, state["root"]) is not None}
-               for name, pid in state["pids"].items()}
+    alive = _alive_daemons(state)
+    daemons = {name: {"pid": pid, "alive": alive[name]} for name, pid in state["pids"].items()}
     supervisors: list[str] = []
     try:
         zk = connect(state["zk"], timeout=3)

@@ -26,12 +26,10 @@ def up(
     """Start ZooKeeper, Nimbus and supervisors in the background (pids under $NSTORM_HOME/run)."""
     from nstorm.background import start_background
     from nstorm.config import check_security_conf, parse_conf_options
-    from nstorm.localcluster import LocalCluster, cluster_status
+    from nstorm.localcluster import LocalCluster, cluster_running, home_cluster
 
     overrides = parse_conf_options(conf or [])
     check_security_conf(overrides)  # bad credentials or missing keys: exit 2 before anything starts
-    if cluster_status()["running"]:
-        exit_with_error("a cluster is already running here: 'nstorm cluster down' first", 1)
     from nstorm import netns as nets
     from nstorm.errors import UsageError
 
@@ -40,29 +38,32 @@ def up(
         raise UsageError(msg)
     if link_rate:
         nets.check_rate(link_rate)  # before any namespace is made
-    nodes: list = []
-    hosts = None
-    if netns:
-        if nets.available():
-            nodes = nets.create(supervisors, link_rate)
-        else:
-            typer.echo("--netns needs root and iproute2: falling back to 127.0.0.x addresses", err=True)
-            hosts = [f"127.0.0.{10 + i}" for i in range(1, supervisors + 1)]
-    address = start_background(host=nets.host_address() if nodes else "127.0.0.1")
-    cluster = LocalCluster(supervisors, slots, zk_address=address, root=zk_root, conf=overrides,
-                           detach=True, port_base=port_base, hosts=hosts, netns=nodes, ui_port=ui_port)
-    try:
-        cluster.start()
-    except BaseException:
-        if nodes:
-            nets.destroy()
-        raise
-    cluster.save_state()
-    where = f" in namespaces {', '.join(n.namespace + ' ' + n.address for n in nodes)}" if nodes else ""
-    typer.echo(f"cluster up: ZooKeeper {address}, nimbus, {supervisors} supervisor(s) x {slots} slots{where}")
-    if cluster.ui_url:
-        taken = f" (port {ui_port} is taken)" if cluster.ui_port_taken else ""
-        typer.echo(f"UI: {cluster.ui_url}{taken}")
+    with home_cluster("cluster up"):  # not while `nstorm local` runs here: they would share the supervisors' stores
+        if cluster_running():
+            exit_with_error("a cluster is already running here: 'nstorm cluster down' first", 1)
+        nodes: list = []
+        hosts = None
+        if netns:
+            if nets.available():
+                nodes = nets.create(supervisors, link_rate)
+            else:
+                typer.echo("--netns needs root and iproute2: falling back to 127.0.0.x addresses", err=True)
+                hosts = [f"127.0.0.{10 + i}" for i in range(1, supervisors + 1)]
+        address = start_background(host=nets.host_address() if nodes else "127.0.0.1")
+        cluster = LocalCluster(supervisors, slots, zk_address=address, root=zk_root, conf=overrides,
+                               detach=True, port_base=port_base, hosts=hosts, netns=nodes, ui_port=ui_port)
+        try:
+            cluster.start()
+        except BaseException:
+            if nodes:
+                nets.destroy()
+            raise
+        cluster.save_state()
+        where = f" in namespaces {', '.join(n.namespace + ' ' + n.address for n in nodes)}" if nodes else ""
+        typer.echo(f"cluster up: ZooKeeper {address}, nimbus, {supervisors} supervisor(s) x {slots} slots{where}")
+        if cluster.ui_url:
+            taken = f" (port {ui_port} is taken)" if cluster.ui_port_taken else ""
+            typer.echo(f"UI: {cluster.ui_url}{taken}")
 
 
 @app.command()

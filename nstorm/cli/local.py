@@ -157,9 +157,10 @@ def register(app: typer.Typer) -> None:
             security_conf,
         )
         from nstorm.constraints import check_submit as check_constraints
-        from nstorm.errors import UsageError
+        from nstorm.errors import ClusterError, UsageError
+        from nstorm.home import home_dir
         from nstorm.loader import load_topology
-        from nstorm.localcluster import LocalCluster
+        from nstorm.localcluster import LocalCluster, cluster_running, home_cluster
         from nstorm.zkauth import AUTH_KEY
 
         overrides = parse_conf_options(conf or [])
@@ -174,47 +175,52 @@ def register(app: typer.Typer) -> None:
         slots = slots or max(1, -(-workers // supervisors))
         # ZooKeeper ACLs and CurveZMQ are the daemons' settings (checked here: exit 2 on bad keys)
         cluster = LocalCluster(supervisors=supervisors, slots=slots, conf=security_conf(overrides), ui_port=ui_port)
-        previous = {signum: signal.signal(signum, _raise_interrupt) for signum in (signal.SIGTERM, signal.SIGHUP)}
-        started = time.monotonic()
-        name = topology.name
-        stopped_by: int | None = None
-        try:
-            with err_console.status("starting ZooKeeper, nimbus and supervisors..."):
-                cluster.start()
-            err_console.print(f"cluster up in {time.monotonic() - started:.1f}s: ZooKeeper {cluster.address}, "
-                              f"{supervisors} supervisor(s) x {slots} slots")
-            ui_line = ""
-            if cluster.ui_url:
-                taken = f" (port {ui_port} is taken)" if cluster.ui_port_taken else ""
-                ui_line = f"UI: {cluster.ui_url}topology/{name}{taken}"
-                err_console.print(ui_line, highlight=False, soft_wrap=True)
-            with ClusterClient(cluster.address, auth=overrides.get(AUTH_KEY)) as client:
-                info = client.submit(file, conf=overrides)
-                name = info["name"]
-                with err_console.status(f"starting {info['executors']} executors on {info['workers']} workers..."):
-                    client.wait_running(name, timeout=60)
-                rates = _Rates()
-                rates.ui_line = ui_line
-                mover = _Mover(client, name, migrate_every)
-                rates.moves = mover.lines
-                t0 = time.monotonic()
-                status = client.status(name)
-                with Live(rates.view(status, 0), console=err_console, refresh_per_second=2) as live:
-                    while not duration or time.monotonic() - t0 < duration:
-                        time.sleep(1.0)
-                        mover.step(time.monotonic() - t0)
-                        status = client.status(name)
-                        live.update(rates.view(status, time.monotonic() - t0))
-                s = status["spouts"]
-                moved = sum(1 for m in status["migrations"] if m.get("completed_at"))
-                err_console.print(f"done: {s['acked']:,} spout tuples acked, {s['failed']:,} failed, "
-                                  f"{moved} live migrations")
-        except KeyboardInterrupt as exc:
-            stopped_by = exc.signum if isinstance(exc, _Signalled) else signal.SIGINT
-        finally:
-            with ignoring_signals():  # a second Ctrl-C must not cut the teardown short
-                _teardown(cluster, stopped_by is not None)
-            for signum, handler in previous.items():
-                signal.signal(signum, signal.SIG_DFL if handler is None else handler)
-        if stopped_by is not None:
-            raise typer.Exit(128 + stopped_by)  # the shell's convention: 130 after Ctrl-C
+        with home_cluster("local"):  # one cluster a home: they would share the supervisors' stores
+            if cluster_running():
+                msg = (f"a `nstorm cluster up` cluster runs in this NSTORM_HOME ({home_dir()}): "
+                       "`nstorm cluster down` first, or set NSTORM_HOME to another directory")
+                raise ClusterError(msg)
+            previous = {signum: signal.signal(signum, _raise_interrupt) for signum in (signal.SIGTERM, signal.SIGHUP)}
+            started = time.monotonic()
+            name = topology.name
+            stopped_by: int | None = None
+            try:
+                with err_console.status("starting ZooKeeper, nimbus and supervisors..."):
+                    cluster.start()
+                err_console.print(f"cluster up in {time.monotonic() - started:.1f}s: ZooKeeper {cluster.address}, "
+                                  f"{supervisors} supervisor(s) x {slots} slots")
+                ui_line = ""
+                if cluster.ui_url:
+                    taken = f" (port {ui_port} is taken)" if cluster.ui_port_taken else ""
+                    ui_line = f"UI: {cluster.ui_url}topology/{name}{taken}"
+                    err_console.print(ui_line, highlight=False, soft_wrap=True)
+                with ClusterClient(cluster.address, auth=overrides.get(AUTH_KEY)) as client:
+                    info = client.submit(file, conf=overrides)
+                    name = info["name"]
+                    with err_console.status(f"starting {info['executors']} executors on {info['workers']} workers..."):
+                        client.wait_running(name, timeout=60)
+                    rates = _Rates()
+                    rates.ui_line = ui_line
+                    mover = _Mover(client, name, migrate_every)
+                    rates.moves = mover.lines
+                    t0 = time.monotonic()
+                    status = client.status(name)
+                    with Live(rates.view(status, 0), console=err_console, refresh_per_second=2) as live:
+                        while not duration or time.monotonic() - t0 < duration:
+                            time.sleep(1.0)
+                            mover.step(time.monotonic() - t0)
+                            status = client.status(name)
+                            live.update(rates.view(status, time.monotonic() - t0))
+                    s = status["spouts"]
+                    moved = sum(1 for m in status["migrations"] if m.get("completed_at"))
+                    err_console.print(f"done: {s['acked']:,} spout tuples acked, {s['failed']:,} failed, "
+                                      f"{moved} live migrations")
+            except KeyboardInterrupt as exc:
+                stopped_by = exc.signum if isinstance(exc, _Signalled) else signal.SIGINT
+            finally:
+                with ignoring_signals():  # a second Ctrl-C must not cut the teardown short
+                    _teardown(cluster, stopped_by is not None)
+                for signum, handler in previous.items():
+                    signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+            if stopped_by is not None:
+                raise typer.Exit(128 + stopped_by)  # the shell's convention: 130 after Ctrl-C

@@ -204,3 +204,78 @@ def test_ignoring_signals_ignores_them_and_puts_the_handlers_back() -> None:
         assert got == [signal.SIGUSR2]  # the one sent after the block only
     finally:
         signal.signal(signal.SIGUSR2, old)
+
+
+@pytest.fixture
+def recorded_cluster(home: Path) -> Any:
+    """A `cluster up` cluster of this home as `cluster status` sees it: cluster.json naming a live
+    "nimbus" (a sleeping process whose command line is one)."""
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "-m", "nimbus", "--root", "/nstorm"])
+    try:
+        (home / "run").mkdir(exist_ok=True)
+        (home / "run" / "cluster.json").write_text(json.dumps(
+            {"zk": "127.0.0.1:1", "root": "/nstorm", "pids": {"nimbus": proc.pid}, "netns": False, "ui": None}))
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_local_refuses_to_run_beside_a_cluster_up_cluster_of_its_home(fake_cluster: Any, recorded_cluster: Any,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both are supervisors n1.. under /nstorm with their stores in $NSTORM_HOME/supervisor/n1: the
+    demo's supervisor adopted the cluster's workers or dropped their plans, and its teardown
+    killed them."""
+    def start(cluster: _FakeCluster) -> None:
+        raise AssertionError("nothing starts")
+
+    monkeypatch.setattr(fake_cluster, "on_start", start)
+    result = CliRunner().invoke(app, ["local", WORDCOUNT, "--ui-port", "0"])
+    assert result.exit_code == 1, result.output
+    [line] = _lines(result.output)
+    assert "a `nstorm cluster up` cluster runs in this NSTORM_HOME" in line and "nstorm cluster down" in line
+    assert "another directory" in line
+    assert recorded_cluster.poll() is None
+
+
+def test_a_second_local_or_a_cluster_up_in_the_home_is_refused(fake_cluster: Any,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two clusters in one home (two `nstorm local`, or `cluster up` during one) share the
+    supervisors' stores the same way."""
+    import os
+
+    from nstorm.localcluster import home_cluster
+
+    def start(cluster: _FakeCluster) -> None:
+        raise AssertionError("nothing starts")
+
+    def no_zookeeper(**kwargs: Any) -> str:
+        raise AssertionError("no ZooKeeper starts")
+
+    monkeypatch.setattr(fake_cluster, "on_start", start)
+    monkeypatch.setattr("nstorm.background.start_background", no_zookeeper)
+    with home_cluster("local"):
+        for args in (["local", WORDCOUNT, "--ui-port", "0"], ["cluster", "up", "--ui-port", "0"]):
+            result = CliRunner().invoke(app, args)
+            assert result.exit_code == 1, result.output
+            [line] = _lines(result.output)
+            assert f"nstorm local (pid {os.getpid()}) runs in this NSTORM_HOME" in line, line
+            assert "another directory" in line
+
+
+def test_the_home_is_free_again_once_local_ended(fake_cluster: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from nstorm.errors import ZooKeeperError
+    from nstorm.home import run_dir, try_home_lock
+
+    def start(cluster: _FakeCluster) -> None:
+        raise ZooKeeperError("Java not found")
+
+    monkeypatch.setattr(fake_cluster, "on_start", start)
+    result = CliRunner().invoke(app, ["local", WORDCOUNT, "--ui-port", "0", "--duration", "0.1"])
+    assert fake_cluster.last.stopped, result.output
+    with try_home_lock(run_dir() / "cluster.lock") as held:
+        assert held
