@@ -35,7 +35,7 @@ from nstorm.zkauth import AUTH_KEY, credentials_env, without_secrets
 from nstorm.zkschema import ZkPaths, connect, decode
 from nstorm.zookeeper import EmbeddedZooKeeper
 
-__all__ = ["LocalCluster", "cluster_down", "cluster_running", "cluster_status", "home_cluster"]
+__all__ = ["LocalCluster", "cluster_down", "cluster_running", "cluster_status", "forget_cluster", "home_cluster"]
 
 log = logging.getLogger(__name__)
 
@@ -174,6 +174,8 @@ class LocalCluster:
                 self.start_supervisor(f"n{i + 1}", self.hosts[i])
             if self.wanted_ui_port:
                 self.start_ui(self.wanted_ui_port)
+            if self.detach:  # recorded now: `cluster down` ends them even if this process is killed
+                self.save_state()
             self.wait_supervisors(set(self.supervisors), timeout)
             if self.ui is not None:
                 self.wait_ui(timeout)
@@ -400,11 +402,22 @@ def cluster_status() -> dict[str, Any]:
             "supervisors": supervisors, "ui": state.get("ui")}
 
 
-def cluster_down(timeout: float = 15.0) -> bool:
-    """End the daemons recorded by ``cluster up``; True if there was a cluster."""
+def forget_cluster() -> None:
+    """Remove the record of ``cluster up`` (its daemons were stopped)."""
+    (run_dir() / _STATE_FILE).unlink(missing_ok=True)
+
+
+def cluster_down(timeout: float = 15.0) -> str | None:
+    """End the daemons recorded by ``cluster up``, then this home's background ZooKeeper.
+
+    :returns: ``"cluster"``, ``"zookeeper"`` when no cluster was recorded but a background
+        ZooKeeper ran (left by a ``cluster up`` killed before it recorded anything), else None.
+    """
+    from nstorm.background import stop_background
+
     path = run_dir() / _STATE_FILE
     if not path.exists():
-        return False
+        return "zookeeper" if stop_background() else None
     state = json.loads(path.read_text())
     pids = state["pids"]
     order = ([n for n in pids if n == "ui"] + [n for n in pids if n.startswith("supervisor")]
@@ -423,12 +436,10 @@ def cluster_down(timeout: float = 15.0) -> bool:
     for proc in alive:
         proc.kill()
     _kill_orphan_workers(state["root"])
-    from nstorm.background import stop_background
-
     stop_background()
     if state.get("netns"):
         from nstorm.netns import destroy
 
         destroy()
     path.unlink(missing_ok=True)
-    return True
+    return "cluster"

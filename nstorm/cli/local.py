@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import math
 import random
-import signal
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -17,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from nstorm.cli.common import ConfOption, cli_errors, err_console
-from nstorm.signals import ignoring_signals
+from nstorm.signals import ignoring_signals, interrupt_exit_code, interrupting_signals
 from nstorm.window.status import describe_windows
 
 
@@ -102,18 +101,6 @@ class _Rates:
                      *(Text(line) for line in self.moves[-6:]))
 
 
-class _Signalled(KeyboardInterrupt):
-    """SIGTERM or SIGHUP (the terminal closed): torn down like Ctrl-C, exit code 128 + the signal."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-
-
-def _raise_interrupt(signum: int, _frame: Any) -> None:
-    raise _Signalled(signum)
-
-
 def _teardown(cluster: Any, interrupted: bool) -> None:
     """Stop the cluster, whatever the terminal does: with it gone (SIGHUP), every line written
     fails, and the cluster must stop all the same. Says "cluster stopped" only when something
@@ -175,15 +162,15 @@ def register(app: typer.Typer) -> None:
         slots = slots or max(1, -(-workers // supervisors))
         # ZooKeeper ACLs and CurveZMQ are the daemons' settings (checked here: exit 2 on bad keys)
         cluster = LocalCluster(supervisors=supervisors, slots=slots, conf=security_conf(overrides), ui_port=ui_port)
-        with home_cluster("local"):  # one cluster a home: they would share the supervisors' stores
+        stopped_by: int | None = None  # the exit code after Ctrl-C, SIGTERM or SIGHUP
+        # One cluster a home (they would share the supervisors' stores); the signals tear it down.
+        with home_cluster("local"), interrupting_signals():
             if cluster_running():
                 msg = (f"a `nstorm cluster up` cluster runs in this NSTORM_HOME ({home_dir()}): "
                        "`nstorm cluster down` first, or set NSTORM_HOME to another directory")
                 raise ClusterError(msg)
-            previous = {signum: signal.signal(signum, _raise_interrupt) for signum in (signal.SIGTERM, signal.SIGHUP)}
             started = time.monotonic()
             name = topology.name
-            stopped_by: int | None = None
             try:
                 with err_console.status("starting ZooKeeper, nimbus and supervisors..."):
                     cluster.start()
@@ -215,12 +202,10 @@ def register(app: typer.Typer) -> None:
                     moved = sum(1 for m in status["migrations"] if m.get("completed_at"))
                     err_console.print(f"done: {s['acked']:,} spout tuples acked, {s['failed']:,} failed, "
                                       f"{moved} live migrations")
-            except KeyboardInterrupt as exc:
-                stopped_by = exc.signum if isinstance(exc, _Signalled) else signal.SIGINT
+            except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, SIGHUP (the terminal closed)
+                stopped_by = interrupt_exit_code(exc)
             finally:
                 with ignoring_signals():  # a second Ctrl-C must not cut the teardown short
                     _teardown(cluster, stopped_by is not None)
-                for signum, handler in previous.items():
-                    signal.signal(signum, signal.SIG_DFL if handler is None else handler)
-            if stopped_by is not None:
-                raise typer.Exit(128 + stopped_by)  # the shell's convention: 130 after Ctrl-C
+        if stopped_by is not None:
+            raise typer.Exit(stopped_by)

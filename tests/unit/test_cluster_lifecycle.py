@@ -109,15 +109,16 @@ def _signal_self(signum: int) -> None:
 
 @pytest.fixture
 def fake_cluster(monkeypatch: pytest.MonkeyPatch) -> Any:
-    """The fake, and the test process's handlers put back (a SIGHUP the command did not handle
-    raises here rather than ending pytest)."""
+    """The fake, and the test process's handlers put back (a SIGTERM or SIGHUP the command did not
+    handle raises here rather than ending pytest)."""
     import signal
 
-    def hangup(signum: int, frame: Any) -> None:
+    def not_handled(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
 
     saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-    signal.signal(signal.SIGHUP, hangup)
+    signal.signal(signal.SIGTERM, not_handled)
+    signal.signal(signal.SIGHUP, not_handled)
     handlers = {s: signal.getsignal(s) for s in saved}
     monkeypatch.setattr("nstorm.localcluster.LocalCluster", _FakeCluster)
     yield _FakeCluster
@@ -279,3 +280,141 @@ def test_the_home_is_free_again_once_local_ended(fake_cluster: Any, monkeypatch:
     assert fake_cluster.last.stopped, result.output
     with try_home_lock(run_dir() / "cluster.lock") as held:
         assert held
+
+
+@pytest.fixture
+def background(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """This home's background ZooKeeper, faked: ``running`` before the command, what was called."""
+    calls: dict[str, Any] = {"running": False, "started": 0, "stopped": 0, "destroyed": 0}
+
+    def start_background(host: str = "127.0.0.1", **kwargs: Any) -> str:
+        calls["started"] += 1
+        calls["running"] = True
+        return f"{host}:2181"
+
+    def stop_background() -> bool:
+        calls["stopped"] += 1
+        was, calls["running"] = calls["running"], False
+        return was
+
+    monkeypatch.setattr("nstorm.background.start_background", start_background)
+    monkeypatch.setattr("nstorm.background.stop_background", stop_background)
+    monkeypatch.setattr("nstorm.background.background_status",
+                        lambda: {"running": calls["running"], "pid": 7 if calls["running"] else None, "address": None})
+    return calls
+
+
+def _spawned_and_recorded(cluster: _FakeCluster) -> None:
+    """What LocalCluster.start does before it waits: daemons spawned, recorded in cluster.json."""
+    import json
+
+    from nstorm.home import run_dir
+
+    cluster.spawned = True
+    (run_dir() / "cluster.json").write_text(json.dumps({"zk": "127.0.0.1:2181", "root": "/nstorm", "pids": {}}))
+
+
+@pytest.mark.parametrize(("how", "code"), [("fails", 1), ("SIGINT", 130), ("SIGTERM", 143), ("SIGHUP", 129)])
+def test_a_cluster_up_that_fails_or_is_interrupted_stops_what_it_started(
+        fake_cluster: Any, background: dict[str, Any], monkeypatch: pytest.MonkeyPatch, home: Path,
+        how: str, code: int) -> None:
+    """Its background ZooKeeper was left running, and `cluster down` then said "no cluster
+    recorded here" and left it too."""
+    import signal
+
+    from nstorm.errors import ClusterError
+
+    def start(cluster: _FakeCluster) -> None:
+        _spawned_and_recorded(cluster)
+        if how == "fails":
+            raise ClusterError("supervisors ['n2'] did not register within 60s")
+        _signal_self(getattr(signal, how))
+        raise AssertionError(f"{how} did not interrupt the start")
+
+    monkeypatch.setattr(fake_cluster, "on_start", start)
+    result = CliRunner().invoke(app, ["cluster", "up", "--ui-port", "0"])
+    assert result.exit_code == code, result.output
+    assert len(_lines(result.output)) == 1 and "Traceback" not in result.output, result.output
+    assert fake_cluster.last.stopped
+    assert background["started"] == 1 and not background["running"], "its ZooKeeper is stopped"
+    assert not (home / "run" / "cluster.json").exists()
+
+
+def test_a_failed_cluster_up_leaves_a_zookeeper_it_did_not_start(fake_cluster: Any, background: dict[str, Any],
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from nstorm.errors import ClusterError
+
+    def start(cluster: _FakeCluster) -> None:
+        raise ClusterError("a daemon exited during start-up")
+
+    background["running"] = True  # `nstorm zookeeper start` ran before
+    monkeypatch.setattr(fake_cluster, "on_start", start)
+    result = CliRunner().invoke(app, ["cluster", "up", "--ui-port", "0"])
+    assert result.exit_code == 1, result.output
+    assert background["running"] and background["stopped"] == 0
+
+
+def test_a_cluster_up_with_netns_whose_zookeeper_fails_removes_the_namespaces(
+        fake_cluster: Any, background: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    from nstorm import netns
+    from nstorm.errors import ZooKeeperError
+
+    def no_java(**kwargs: Any) -> str:
+        raise ZooKeeperError("Java not found: install Java 17 or set JAVA_HOME")
+
+    made: list[int] = []
+    monkeypatch.setattr(netns, "available", lambda: True)
+    monkeypatch.setattr(netns, "create", lambda count, rate: made.append(count) or [])
+    monkeypatch.setattr(netns, "destroy", lambda: made.clear() or True)
+    monkeypatch.setattr("nstorm.background.start_background", no_java)
+    result = CliRunner().invoke(app, ["cluster", "up", "--netns", "--supervisors", "2", "--ui-port", "0"])
+    assert result.exit_code == 1, result.output
+    assert _lines(result.output) == ["error: Java not found: install Java 17 or set JAVA_HOME"]
+    assert made == [], "the namespaces are removed"
+
+
+def test_cluster_down_with_no_cluster_recorded_stops_a_background_zookeeper(background: dict[str, Any]) -> None:
+    background["running"] = True  # left by a `cluster up` killed before it recorded its daemons
+    result = CliRunner().invoke(app, ["cluster", "down"])
+    assert result.exit_code == 0, result.output
+    assert _lines(result.output) == ["no cluster recorded here; stopped its ZooKeeper"]
+    assert not background["running"]
+    result = CliRunner().invoke(app, ["cluster", "down"])
+    assert _lines(result.output) == ["no cluster recorded here"]
+
+
+def test_a_detached_cluster_is_recorded_before_it_waits_for_its_supervisors(
+        home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A `cluster up` killed (SIGKILL) while it waited left daemons that no record named."""
+    import json
+
+    from nstorm.errors import ClusterError
+    from nstorm.localcluster import LocalCluster
+
+    class Proc:
+        def __init__(self, pid: int) -> None:
+            self.pid = pid
+            self.ended = False
+
+        def poll(self) -> int | None:
+            return 0 if self.ended else None
+
+        def send_signal(self, signum: int) -> None:
+            self.ended = True
+
+        def wait(self, timeout: float | None = None) -> int:
+            return 0
+
+    pids = iter(range(90001, 90100))
+    cluster = LocalCluster(2, 1, zk_address="127.0.0.1:1", detach=True)
+    monkeypatch.setattr(cluster, "_spawn", lambda *args, **kwargs: Proc(next(pids)))
+    recorded: list[dict[str, Any]] = []
+
+    def wait_supervisors(nodes: set[str], timeout: float) -> None:
+        recorded.append(json.loads((home / "run" / "cluster.json").read_text()))
+        raise ClusterError("supervisors ['n2'] did not register within 60s")
+
+    monkeypatch.setattr(cluster, "wait_supervisors", wait_supervisors)
+    with pytest.raises(ClusterError):
+        cluster.start()
+    assert recorded and set(recorded[0]["pids"]) == {"nimbus", "supervisor-n1", "supervisor-n2"}
