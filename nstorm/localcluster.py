@@ -35,12 +35,51 @@ from nstorm.zkauth import AUTH_KEY, credentials_env, without_secrets
 from nstorm.zkschema import ZkPaths, connect, decode
 from nstorm.zookeeper import EmbeddedZooKeeper
 
-__all__ = ["LocalCluster", "cluster_down", "cluster_running", "cluster_status", "forget_cluster", "home_cluster"]
+__all__ = ["LocalCluster", "check_port_layout", "cluster_down", "cluster_running", "cluster_status", "forget_cluster",
+           "home_cluster", "supervisor_port_base"]
 
 log = logging.getLogger(__name__)
 
 _STATE_FILE = "cluster.json"
 _LOCK_FILE = "cluster.lock"
+
+
+#: With a port base, supervisor n<i> takes its slots from ``port_base + 100 * (i - 1)``, and a
+#: slot's control port is its data port + 1000 (``supervisor.daemon.pick_slots``).
+NODE_PORT_STRIDE = 100
+CONTROL_PORT_OFFSET = 1000
+MAX_PORTED_SUPERVISORS = CONTROL_PORT_OFFSET // NODE_PORT_STRIDE
+
+
+def supervisor_port_base(port_base: int, node: str) -> int:
+    """Supervisor ``node``'s (n1, n2...) first data port; 0 (free ports) when ``port_base`` is 0."""
+    return port_base + NODE_PORT_STRIDE * (int(node.lstrip("n") or 1) - 1) if port_base else 0
+
+
+def check_port_layout(supervisors: int, slots: int, port_base: int) -> None:
+    """Every node's data and control ports apart and below 65536, or a UsageError naming the option.
+
+    Past 100 slots a node's ports run into the next node's, past 10 nodes the data ports run into
+    n1's control ports, and a base too high gives ports no system has.
+    """
+    from nstorm.errors import UsageError
+
+    if not port_base:
+        return  # free ports, each picked apart from the others
+    if slots > NODE_PORT_STRIDE:
+        msg = (f"--slots {slots} with --port-base: at most {NODE_PORT_STRIDE} (each node has "
+               f"{NODE_PORT_STRIDE} ports from its base), or --port-base 0 for free ports")
+        raise UsageError(msg)
+    if supervisors > MAX_PORTED_SUPERVISORS:
+        msg = (f"--supervisors {supervisors} with --port-base: at most {MAX_PORTED_SUPERVISORS} (their worker "
+               f"ports would reach the control ports, base + {CONTROL_PORT_OFFSET}), or --port-base 0 for free ports")
+        raise UsageError(msg)
+    last = port_base + NODE_PORT_STRIDE * (supervisors - 1) + slots - 1 + CONTROL_PORT_OFFSET
+    if last > 65535:
+        highest = port_base - (last - 65535)
+        msg = (f"--port-base {port_base}: the last control port would be {last} (> 65535); "
+               f"at most {highest} for {supervisors} supervisor(s) x {slots} slots")
+        raise UsageError(msg)
 
 
 def _conf_args(conf: Mapping[str, Any]) -> list[str]:
@@ -130,7 +169,7 @@ class LocalCluster:
         return self.nimbuses[name]
 
     def start_supervisor(self, node: str, host: str = "127.0.0.1") -> subprocess.Popen[bytes]:
-        base = self.port_base + 100 * (int(node.lstrip("n") or 1) - 1) if self.port_base else 0
+        base = supervisor_port_base(self.port_base, node)
         net = next((n for n in self.netns if n.node == node), None)
         proc = self._spawn(
             f"supervisor-{node}",

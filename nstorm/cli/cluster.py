@@ -29,7 +29,7 @@ def up(
     """Start ZooKeeper, Nimbus and supervisors in the background (pids under $NSTORM_HOME/run)."""
     from nstorm.background import background_status, start_background
     from nstorm.config import check_security_conf, parse_conf_options
-    from nstorm.localcluster import LocalCluster, cluster_running, home_cluster
+    from nstorm.localcluster import LocalCluster, check_port_layout, cluster_running, home_cluster
     from nstorm.signals import ignoring_signals, interrupting_signals
 
     overrides = parse_conf_options(conf or [])
@@ -42,6 +42,7 @@ def up(
         raise UsageError(msg)
     if link_rate:
         nets.check_rate(link_rate)  # before any namespace is made
+    check_port_layout(supervisors, slots, port_base)
     with home_cluster("cluster up"):  # not while `nstorm local` runs here: they would share the supervisors' stores
         if cluster_running():
             exit_with_error("a cluster is already running here: 'nstorm cluster down' first", 1)

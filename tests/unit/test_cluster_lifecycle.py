@@ -121,6 +121,7 @@ def fake_cluster(monkeypatch: pytest.MonkeyPatch) -> Any:
     signal.signal(signal.SIGHUP, not_handled)
     handlers = {s: signal.getsignal(s) for s in saved}
     monkeypatch.setattr("nstorm.localcluster.LocalCluster", _FakeCluster)
+    monkeypatch.setattr(_FakeCluster, "last", None)
     yield _FakeCluster
     after = {s: signal.getsignal(s) for s in saved}
     for signum, handler in saved.items():
@@ -418,3 +419,40 @@ def test_a_detached_cluster_is_recorded_before_it_waits_for_its_supervisors(
     with pytest.raises(ClusterError):
         cluster.start()
     assert recorded and set(recorded[0]["pids"]) == {"nimbus", "supervisor-n1", "supervisor-n2"}
+
+
+@pytest.mark.parametrize("port_base", [1024, 6700, 63536])
+@pytest.mark.parametrize("slots", [1, 4, 100])
+@pytest.mark.parametrize("supervisors", [1, 2, 10])
+def test_the_port_layouts_cluster_up_accepts_give_every_port_once(supervisors: int, slots: int, port_base: int) -> None:
+    """--supervisors 11 gave n11 the control ports of n1, --slots 101 a port of the next node, and
+    --port-base 65000 ports above 65535."""
+    from nstorm.localcluster import check_port_layout, supervisor_port_base
+    from supervisor.daemon import pick_slots
+
+    check_port_layout(supervisors, slots, port_base)
+    ports = [p for i in range(1, supervisors + 1)
+             for slot in pick_slots(slots, supervisor_port_base(port_base, f"n{i}"), "127.0.0.1") for p in slot]
+    assert len(ports) == len(set(ports)) == 2 * supervisors * slots
+    assert min(ports) >= port_base and max(ports) <= 65535
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--supervisors", "11"], "--supervisors 11 with --port-base: at most 10"),
+    (["--slots", "101"], "--slots 101 with --port-base: at most 100"),
+    (["--port-base", "65000"], "--port-base 65000: the last control port would be 66103 (> 65535); at most 64432"),
+    (["--port-base", "63537", "--supervisors", "10", "--slots", "100"], "at most 63536"),
+])
+def test_cluster_up_refuses_a_port_layout_whose_ports_collide_or_overflow(
+        args: list[str], needle: str, fake_cluster: Any, background: dict[str, Any]) -> None:
+    result = CliRunner().invoke(app, ["cluster", "up", *args])
+    assert result.exit_code == 2, result.output
+    [line] = _lines(result.output)
+    assert needle in line, line
+    assert background["started"] == 0 and fake_cluster.last is None, "nothing started"
+
+
+def test_free_ports_take_no_layout() -> None:
+    from nstorm.localcluster import check_port_layout
+
+    check_port_layout(64, 1024, 0)
