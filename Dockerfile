@@ -3,6 +3,9 @@
 # BASE is the official Python image by default. Where no image registry answers,
 # scripts/build-base-image makes a base from Debian's packages (Python 3.11, Java 17,
 # redis-server) and scripts/compose-check passes it: --build-arg BASE=localhost/nstorm-base:...
+#
+# No USER: the daemons run as root, which supervisors need to set workers' cgroup CPU limits
+# (supervisor.worker.cpu.limit). docker-compose.yml publishes ZooKeeper and the UI on 127.0.0.1 only.
 ARG BASE=python:3.11-slim
 FROM ${BASE}
 # Java for the embedded ZooKeeper (a base that has it, the local one, skips this). Debian 13

@@ -14,7 +14,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["home_dir", "home_lock", "logs_dir", "metrics_dir", "run_dir", "supervisor_dir", "zk_address_file"]
+__all__ = ["home_dir", "home_lock", "logs_dir", "metrics_dir", "run_dir", "supervisor_dir", "try_home_lock",
+           "zk_address_file"]
 
 
 def home_dir() -> Path:
@@ -47,6 +48,26 @@ def home_lock(path: Path) -> Iterator[None]:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def try_home_lock(path: Path) -> Iterator[bool]:
+    """Like :func:`home_lock`, without waiting: yields False, holding nothing, when another process
+    holds it (a command that would share the home's files refuses rather than waits).
+
+    The lock goes with this process's open file: children started with ``close_fds`` (the
+    default) do not hold it, and it is let go when the process ends, however it ends.
+    """
+    with open(path, "a+b") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
 

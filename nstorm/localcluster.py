@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,18 +27,59 @@ import psutil
 
 from nstorm.config import check_security_conf
 from nstorm.errors import ClusterError
-from nstorm.home import home_dir, logs_dir, run_dir
+from nstorm.home import home_dir, logs_dir, run_dir, try_home_lock
 from nstorm.net import free_port
+from nstorm.signals import ignoring_signals
 from nstorm.uiauth import ui_auth_env
 from nstorm.zkauth import AUTH_KEY, credentials_env, without_secrets
 from nstorm.zkschema import ZkPaths, connect, decode
 from nstorm.zookeeper import EmbeddedZooKeeper
 
-__all__ = ["LocalCluster", "cluster_down", "cluster_status"]
+__all__ = ["LocalCluster", "check_port_layout", "cluster_down", "cluster_running", "cluster_status", "forget_cluster",
+           "home_cluster", "supervisor_port_base"]
 
 log = logging.getLogger(__name__)
 
 _STATE_FILE = "cluster.json"
+_LOCK_FILE = "cluster.lock"
+
+
+#: With a port base, supervisor n<i> takes its slots from ``port_base + 100 * (i - 1)``, and a
+#: slot's control port is its data port + 1000 (``supervisor.daemon.pick_slots``).
+NODE_PORT_STRIDE = 100
+CONTROL_PORT_OFFSET = 1000
+MAX_PORTED_SUPERVISORS = CONTROL_PORT_OFFSET // NODE_PORT_STRIDE
+
+
+def supervisor_port_base(port_base: int, node: str) -> int:
+    """Supervisor ``node``'s (n1, n2...) first data port; 0 (free ports) when ``port_base`` is 0."""
+    return port_base + NODE_PORT_STRIDE * (int(node.lstrip("n") or 1) - 1) if port_base else 0
+
+
+def check_port_layout(supervisors: int, slots: int, port_base: int) -> None:
+    """Every node's data and control ports apart and below 65536, or a UsageError naming the option.
+
+    Past 100 slots a node's ports run into the next node's, past 10 nodes the data ports run into
+    n1's control ports, and a base too high gives ports no system has.
+    """
+    from nstorm.errors import UsageError
+
+    if not port_base:
+        return  # free ports, each picked apart from the others
+    if slots > NODE_PORT_STRIDE:
+        msg = (f"--slots {slots} with --port-base: at most {NODE_PORT_STRIDE} (each node has "
+               f"{NODE_PORT_STRIDE} ports from its base), or --port-base 0 for free ports")
+        raise UsageError(msg)
+    if supervisors > MAX_PORTED_SUPERVISORS:
+        msg = (f"--supervisors {supervisors} with --port-base: at most {MAX_PORTED_SUPERVISORS} (their worker "
+               f"ports would reach the control ports, base + {CONTROL_PORT_OFFSET}), or --port-base 0 for free ports")
+        raise UsageError(msg)
+    last = port_base + NODE_PORT_STRIDE * (supervisors - 1) + slots - 1 + CONTROL_PORT_OFFSET
+    if last > 65535:
+        highest = port_base - (last - 65535)
+        msg = (f"--port-base {port_base}: the last control port would be {last} (> 65535); "
+               f"at most {highest} for {supervisors} supervisor(s) x {slots} slots")
+        raise UsageError(msg)
 
 
 def _conf_args(conf: Mapping[str, Any]) -> list[str]:
@@ -94,6 +135,7 @@ class LocalCluster:
         self.ui: subprocess.Popen[bytes] | None = None
         self.ui_url: str | None = None
         self.ui_port_taken = False  # the wanted port was taken: the UI runs on another
+        self.had_processes = False  # set by stop(): a start that failed early (no Java) had none to stop
         self._zk_data = Path()
 
     @property
@@ -127,7 +169,7 @@ class LocalCluster:
         return self.nimbuses[name]
 
     def start_supervisor(self, node: str, host: str = "127.0.0.1") -> subprocess.Popen[bytes]:
-        base = self.port_base + 100 * (int(node.lstrip("n") or 1) - 1) if self.port_base else 0
+        base = supervisor_port_base(self.port_base, node)
         net = next((n for n in self.netns if n.node == node), None)
         proc = self._spawn(
             f"supervisor-{node}",
@@ -171,6 +213,8 @@ class LocalCluster:
                 self.start_supervisor(f"n{i + 1}", self.hosts[i])
             if self.wanted_ui_port:
                 self.start_ui(self.wanted_ui_port)
+            if self.detach:  # recorded now: `cluster down` ends them even if this process is killed
+                self.save_state()
             self.wait_supervisors(set(self.supervisors), timeout)
             if self.ui is not None:
                 self.wait_ui(timeout)
@@ -242,7 +286,16 @@ class LocalCluster:
         return pids
 
     def stop(self, timeout: float = 15.0) -> None:
-        """Stop supervisors (they stop their workers), Nimbus, then ZooKeeper."""
+        """Stop supervisors (they stop their workers), Nimbus, then ZooKeeper.
+
+        Ctrl-C, SIGTERM and SIGHUP are ignored until it is done (it is bounded by ``timeout``):
+        one in the middle would leave the rest running, ZooKeeper in its own session above all.
+        """
+        with ignoring_signals():
+            self.had_processes = self.had_processes or bool(self.pids())
+            self._stop(timeout)
+
+    def _stop(self, timeout: float) -> None:
         procs = [*([self.ui] if self.ui is not None else []), *self.supervisors.values(), *self.nimbuses.values()]
         for proc in procs:
             if proc.poll() is None:
@@ -322,14 +375,55 @@ def _recorded_daemon(pid: int, root: str) -> psutil.Process | None:
     return proc if ours else None
 
 
+@contextlib.contextmanager
+def home_cluster(command: str) -> Iterator[None]:
+    """Hold this home's cluster for ``command`` (``local`` while it runs, ``cluster up`` while it
+    starts): one at a time.
+
+    Both name their supervisors n1, n2... under the root /nstorm, and a supervisor's plan store and
+    worker records are ``$NSTORM_HOME/supervisor/<node>``: a second cluster in the home would share
+    them, adopt the first's workers or drop their plans, and end them at its teardown.
+
+    :raises ClusterError: another command holds it (one line naming it and the way out).
+    """
+    path = run_dir() / _LOCK_FILE
+    with try_home_lock(path) as held:
+        if not held:
+            try:
+                holder = path.read_text().strip()
+            except OSError:
+                holder = ""
+            msg = (f"{holder or 'another nstorm local or cluster up'} runs in this NSTORM_HOME ({home_dir()}): "
+                   "wait for it to end, or set NSTORM_HOME to another directory")
+            raise ClusterError(msg)
+        path.write_text(f"nstorm {command} (pid {os.getpid()})\n")
+        yield
+
+
+def _read_state() -> dict[str, Any] | None:
+    """What ``cluster up`` recorded (``cluster.json``), or None."""
+    path = run_dir() / _STATE_FILE
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _alive_daemons(state: dict[str, Any]) -> dict[str, bool]:
+    return {name: _recorded_daemon(pid, state["root"]) is not None for name, pid in state["pids"].items()}
+
+
+def cluster_running() -> bool:
+    """True while a daemon recorded by ``cluster up`` runs (what ``cluster status`` calls running);
+    asks no ZooKeeper, so it answers at once."""
+    state = _read_state()
+    return state is not None and any(_alive_daemons(state).values())
+
+
 def cluster_status() -> dict[str, Any]:
     """What ``nstorm cluster status`` shows: the daemons recorded by ``cluster up``."""
-    path = run_dir() / _STATE_FILE
-    if not path.exists():
+    state = _read_state()
+    if state is None:
         return {"running": False, "daemons": {}}
-    state = json.loads(path.read_text())
-    daemons = {name: {"pid": pid, "alive": _recorded_daemon(pid, state["root"]) is not None}
-               for name, pid in state["pids"].items()}
+    alive = _alive_daemons(state)
+    daemons = {name: {"pid": pid, "alive": alive[name]} for name, pid in state["pids"].items()}
     supervisors: list[str] = []
     try:
         zk = connect(state["zk"], timeout=3)
@@ -347,11 +441,22 @@ def cluster_status() -> dict[str, Any]:
             "supervisors": supervisors, "ui": state.get("ui")}
 
 
-def cluster_down(timeout: float = 15.0) -> bool:
-    """End the daemons recorded by ``cluster up``; True if there was a cluster."""
+def forget_cluster() -> None:
+    """Remove the record of ``cluster up`` (its daemons were stopped)."""
+    (run_dir() / _STATE_FILE).unlink(missing_ok=True)
+
+
+def cluster_down(timeout: float = 15.0) -> str | None:
+    """End the daemons recorded by ``cluster up``, then this home's background ZooKeeper.
+
+    :returns: ``"cluster"``, ``"zookeeper"`` when no cluster was recorded but a background
+        ZooKeeper ran (left by a ``cluster up`` killed before it recorded anything), else None.
+    """
+    from nstorm.background import stop_background
+
     path = run_dir() / _STATE_FILE
     if not path.exists():
-        return False
+        return "zookeeper" if stop_background() else None
     state = json.loads(path.read_text())
     pids = state["pids"]
     order = ([n for n in pids if n == "ui"] + [n for n in pids if n.startswith("supervisor")]
@@ -370,12 +475,10 @@ def cluster_down(timeout: float = 15.0) -> bool:
     for proc in alive:
         proc.kill()
     _kill_orphan_workers(state["root"])
-    from nstorm.background import stop_background
-
     stop_background()
     if state.get("netns"):
         from nstorm.netns import destroy
 
         destroy()
     path.unlink(missing_ok=True)
-    return True
+    return "cluster"

@@ -16,13 +16,18 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
-__all__ = ["relay_signals"]
+__all__ = ["STOP_SIGNALS", "StopSignal", "ignoring_signals", "interrupt_exit_code", "interrupting_signals",
+           "relay_signals"]
+
+#: What ends a command that owns processes: Ctrl-C, ``kill``, and the terminal closing.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 log = logging.getLogger(__name__)
 
@@ -59,3 +64,52 @@ def relay_signals(actions: Mapping[int, Callable[[], object]]) -> None:
     threading.Thread(target=relay, name="signals", daemon=True).start()
     for signum in table:
         signal.signal(signum, handler)
+
+
+@contextlib.contextmanager
+def ignoring_signals(signums: tuple[int, ...] = STOP_SIGNALS) -> Iterator[None]:
+    """Ignore ``signums`` while the block runs, then put the handlers back.
+
+    For a teardown that must finish (it is bounded): a second Ctrl-C, or a SIGTERM, in the middle
+    of it would leave behind the processes not stopped yet, such as a ZooKeeper in a session of its
+    own. Outside the main thread (where handlers cannot be set) it does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {signum: signal.signal(signum, signal.SIG_IGN) for signum in signums}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, signal.SIG_DFL if handler is None else handler)  # None: not set from Python
+
+
+class StopSignal(KeyboardInterrupt):
+    """SIGTERM or SIGHUP raised as Ctrl-C's KeyboardInterrupt is, so one teardown serves all three."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_stop_signal(signum: int, _frame: object) -> None:
+    raise StopSignal(signum)
+
+
+@contextlib.contextmanager
+def interrupting_signals() -> Iterator[None]:
+    """While the block runs, SIGTERM and SIGHUP (the terminal closed) raise :class:`StopSignal` in
+    the main thread, as Ctrl-C raises KeyboardInterrupt: a command that started processes ends
+    them in its ``finally`` instead of dying at once and leaving them. Handlers are put back after."""
+    previous = {signum: signal.signal(signum, _raise_stop_signal) for signum in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+
+
+def interrupt_exit_code(exc: KeyboardInterrupt) -> int:
+    """The shell's convention: 128 + the signal (130 after Ctrl-C, 143 after SIGTERM)."""
+    return 128 + (exc.signum if isinstance(exc, StopSignal) else signal.SIGINT)

@@ -278,6 +278,11 @@ class EmbeddedZooKeeper:
         return self._process is not None and self._process.poll() is None
 
     @property
+    def exit_code(self) -> int | None:
+        """The JVM's exit code once it has exited on its own (None while it runs, or when not started)."""
+        return self._process.poll() if self._process is not None else None
+
+    @property
     def config_file(self) -> Path:
         """The generated ``zoo.cfg`` (its path is on the JVM's command line)."""
         return self.data_dir / "zoo.cfg"

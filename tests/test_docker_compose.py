@@ -72,7 +72,7 @@ def test_every_command_is_an_existing_nstorm_command(command: list[str]) -> None
 
 def test_ports_agree_with_the_defaults() -> None:
     zk = COMPOSE["services"]["zookeeper"]
-    assert "2181:2181" in zk["ports"]
+    assert "127.0.0.1:2181:2181" in zk["ports"]
     assert all("zookeeper:2181" in " ".join(c) or "127.0.0.1:2181" in " ".join(c) or c[1] == "zookeeper"
                for c in _commands())
     base = DEFAULTS["supervisor.slots.port.base"]
@@ -84,6 +84,21 @@ def test_ports_agree_with_the_defaults() -> None:
         data = [p for p, _ in pick_slots(slots, base, "x")]
         ctl = [c for _, c in pick_slots(slots, base, "x")]
         assert service["expose"] == [f"{data[0]}-{data[-1]}", f"{ctl[0]}-{ctl[-1]}"]
+
+
+def test_zookeeper_and_the_ui_are_published_on_this_host_only() -> None:
+    """Both were published on every interface, without authentication: anyone reaching the
+    host's port 2181 could submit code that the supervisors run."""
+    published = {name: s["ports"] for name, s in COMPOSE["services"].items() if "ports" in s}
+    assert published == {"zookeeper": ["127.0.0.1:2181:2181"], "ui": ["127.0.0.1:8080:8080"]}
+    check = _compose_check()
+    assert check.PUBLISHED == {name: int(ports[0].rsplit(":", 1)[1]) for name, ports in published.items()}
+
+
+def test_every_service_restarts_on_failure() -> None:
+    """ZooKeeper, the UI and Redis had no restart policy: one that died stayed down."""
+    assert {name: s.get("restart") for name, s in COMPOSE["services"].items()} == dict.fromkeys(
+        COMPOSE["services"], "on-failure")
 
 
 def test_the_images_can_be_replaced() -> None:

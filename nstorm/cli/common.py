@@ -90,9 +90,11 @@ def cli_errors(fn: F) -> F:
             exit_with_error("ZooKeeper denied access: check NSTORM_ZK_AUTH / nstorm.zookeeper.auth", 2)
         except (ConnectionLoss, SessionExpiredError, KazooTimeoutError) as exc:
             exit_with_error(f"lost ZooKeeper during the command ({type(exc).__name__}): try again", 1)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP where a command turns them into one
+            from nstorm.signals import interrupt_exit_code
+
             err_console.print("interrupted")
-            raise typer.Exit(130) from None
+            raise typer.Exit(interrupt_exit_code(exc)) from None
 
     return wrapper  # type: ignore[return-value]
 

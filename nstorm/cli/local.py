@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
-import signal
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from nstorm.cli.common import ConfOption, cli_errors, err_console
+from nstorm.signals import ignoring_signals, interrupt_exit_code, interrupting_signals
 from nstorm.window.status import describe_windows
 
 
@@ -100,8 +101,21 @@ class _Rates:
                      *(Text(line) for line in self.moves[-6:]))
 
 
-def _raise_interrupt(*_: Any) -> None:
-    raise KeyboardInterrupt
+def _teardown(cluster: Any, interrupted: bool) -> None:
+    """Stop the cluster, whatever the terminal does: with it gone (SIGHUP), every line written
+    fails, and the cluster must stop all the same. Says "cluster stopped" only when something
+    had started (not when, say, Java is missing)."""
+    with contextlib.suppress(OSError):
+        if interrupted:
+            err_console.print("interrupted: tearing down")
+    try:
+        with err_console.status("stopping the cluster..."):
+            cluster.stop()
+    except OSError:
+        cluster.stop()  # idempotent: what the first call did not end
+    if cluster.had_processes:
+        with contextlib.suppress(OSError):
+            err_console.print("cluster stopped")
 
 
 def register(app: typer.Typer) -> None:
@@ -130,9 +144,10 @@ def register(app: typer.Typer) -> None:
             security_conf,
         )
         from nstorm.constraints import check_submit as check_constraints
-        from nstorm.errors import UsageError
+        from nstorm.errors import ClusterError, UsageError
+        from nstorm.home import home_dir
         from nstorm.loader import load_topology
-        from nstorm.localcluster import LocalCluster
+        from nstorm.localcluster import LocalCluster, cluster_running, home_cluster
         from nstorm.zkauth import AUTH_KEY
 
         overrides = parse_conf_options(conf or [])
@@ -147,43 +162,50 @@ def register(app: typer.Typer) -> None:
         slots = slots or max(1, -(-workers // supervisors))
         # ZooKeeper ACLs and CurveZMQ are the daemons' settings (checked here: exit 2 on bad keys)
         cluster = LocalCluster(supervisors=supervisors, slots=slots, conf=security_conf(overrides), ui_port=ui_port)
-        signal.signal(signal.SIGTERM, _raise_interrupt)
-        started = time.monotonic()
-        name = topology.name
-        try:
-            with err_console.status("starting ZooKeeper, nimbus and supervisors..."):
-                cluster.start()
-            err_console.print(f"cluster up in {time.monotonic() - started:.1f}s: ZooKeeper {cluster.address}, "
-                              f"{supervisors} supervisor(s) x {slots} slots")
-            ui_line = ""
-            if cluster.ui_url:
-                taken = f" (port {ui_port} is taken)" if cluster.ui_port_taken else ""
-                ui_line = f"UI: {cluster.ui_url}topology/{name}{taken}"
-                err_console.print(ui_line, highlight=False, soft_wrap=True)
-            with ClusterClient(cluster.address, auth=overrides.get(AUTH_KEY)) as client:
-                info = client.submit(file, conf=overrides)
-                name = info["name"]
-                with err_console.status(f"starting {info['executors']} executors on {info['workers']} workers..."):
-                    client.wait_running(name, timeout=60)
-                rates = _Rates()
-                rates.ui_line = ui_line
-                mover = _Mover(client, name, migrate_every)
-                rates.moves = mover.lines
-                t0 = time.monotonic()
-                status = client.status(name)
-                with Live(rates.view(status, 0), console=err_console, refresh_per_second=2) as live:
-                    while not duration or time.monotonic() - t0 < duration:
-                        time.sleep(1.0)
-                        mover.step(time.monotonic() - t0)
-                        status = client.status(name)
-                        live.update(rates.view(status, time.monotonic() - t0))
-                s = status["spouts"]
-                moved = sum(1 for m in status["migrations"] if m.get("completed_at"))
-                err_console.print(f"done: {s['acked']:,} spout tuples acked, {s['failed']:,} failed, "
-                                  f"{moved} live migrations")
-        except KeyboardInterrupt:
-            err_console.print("interrupted: tearing down")
-        finally:
-            with err_console.status("stopping the cluster..."):
-                cluster.stop()
-            err_console.print("cluster stopped")
+        stopped_by: int | None = None  # the exit code after Ctrl-C, SIGTERM or SIGHUP
+        # One cluster a home (they would share the supervisors' stores); the signals tear it down.
+        with home_cluster("local"), interrupting_signals():
+            if cluster_running():
+                msg = (f"a `nstorm cluster up` cluster runs in this NSTORM_HOME ({home_dir()}): "
+                       "`nstorm cluster down` first, or set NSTORM_HOME to another directory")
+                raise ClusterError(msg)
+            started = time.monotonic()
+            name = topology.name
+            try:
+                with err_console.status("starting ZooKeeper, nimbus and supervisors..."):
+                    cluster.start()
+                err_console.print(f"cluster up in {time.monotonic() - started:.1f}s: ZooKeeper {cluster.address}, "
+                                  f"{supervisors} supervisor(s) x {slots} slots")
+                ui_line = ""
+                if cluster.ui_url:
+                    taken = f" (port {ui_port} is taken)" if cluster.ui_port_taken else ""
+                    ui_line = f"UI: {cluster.ui_url}topology/{name}{taken}"
+                    err_console.print(ui_line, highlight=False, soft_wrap=True)
+                with ClusterClient(cluster.address, auth=overrides.get(AUTH_KEY)) as client:
+                    info = client.submit(file, conf=overrides)
+                    name = info["name"]
+                    with err_console.status(f"starting {info['executors']} executors on {info['workers']} workers..."):
+                        client.wait_running(name, timeout=60)
+                    rates = _Rates()
+                    rates.ui_line = ui_line
+                    mover = _Mover(client, name, migrate_every)
+                    rates.moves = mover.lines
+                    t0 = time.monotonic()
+                    status = client.status(name)
+                    with Live(rates.view(status, 0), console=err_console, refresh_per_second=2) as live:
+                        while not duration or time.monotonic() - t0 < duration:
+                            time.sleep(1.0)
+                            mover.step(time.monotonic() - t0)
+                            status = client.status(name)
+                            live.update(rates.view(status, time.monotonic() - t0))
+                    s = status["spouts"]
+                    moved = sum(1 for m in status["migrations"] if m.get("completed_at"))
+                    err_console.print(f"done: {s['acked']:,} spout tuples acked, {s['failed']:,} failed, "
+                                      f"{moved} live migrations")
+            except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, SIGHUP (the terminal closed)
+                stopped_by = interrupt_exit_code(exc)
+            finally:
+                with ignoring_signals():  # a second Ctrl-C must not cut the teardown short
+                    _teardown(cluster, stopped_by is not None)
+        if stopped_by is not None:
+            raise typer.Exit(stopped_by)

@@ -51,10 +51,15 @@ def run(
     port: Annotated[int, typer.Option(min=1, max=65535, help="client port")] = 2181,
     host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
 ) -> None:
-    """Run ZooKeeper in the foreground until Ctrl-C or SIGTERM (for containers)."""
+    """Run ZooKeeper in the foreground until Ctrl-C or SIGTERM (for containers).
+
+    Exits 0 when asked to stop, 1 when the JVM died on its own: a container's restart policy
+    (``on-failure``) then starts it again.
+    """
     import signal
     import threading
 
+    from nstorm.errors import ZooKeeperError
     from nstorm.home import home_dir, logs_dir
     from nstorm.signals import relay_signals
     from nstorm.zookeeper import EmbeddedZooKeeper
@@ -64,13 +69,19 @@ def run(
     relay_signals({signal.SIGTERM: stop.set})
     zk.start()
     typer.echo(f"ZooKeeper on {zk.address} (pid {zk.pid})", err=True)
+    died: int | None = None
     try:
-        while not stop.wait(1.0) and zk.running:
-            pass
+        while not stop.wait(1.0):
+            died = zk.exit_code
+            if died is not None:
+                break
     except KeyboardInterrupt:
         pass
     finally:
         zk.stop()
+    if died is not None:
+        msg = f"ZooKeeper exited on its own with code {died}; see {zk.log_file}"
+        raise ZooKeeperError(msg)
 
 
 @app.command()
