@@ -178,3 +178,17 @@ def test_rebalance_options_that_do_not_go_together_are_refused_before_anything_i
         args: list[str], needle: str) -> None:
     """``-e`` with ``--move`` sent the rescale alone and dropped the moves, exit 0."""
     _one_line_exit_2(["rebalance", "wc", *args, "--zk", "127.0.0.1:1"], needle)
+
+
+@pytest.mark.parametrize(("body", "needle"), [
+    ("import sys\n    sys.exit(0)", "make_topology(conf) line 3 called sys.exit(0)"),
+    ("raise SystemExit('boom')", "called sys.exit('boom')"),
+    ("raise GeneratorExit('x')", "raised GeneratorExit: x"),
+    ("raise ValueError('first\\nsecond')", "raised ValueError: first second"),
+])
+def test_a_make_topology_that_exits_or_raises_is_one_line_and_exit_2(tmp_path: Path, body: str, needle: str) -> None:
+    """``sys.exit(0)`` in ``make_topology`` ended ``submit`` silently with exit 0, nothing submitted;
+    ``SystemExit("boom")`` exited 1, other BaseExceptions printed a traceback."""
+    path = tmp_path / "factory.py"
+    path.write_text(f"def make_topology(conf):\n    {body}\n")
+    _one_line_exit_2(["submit", str(path), "--zk", "127.0.0.1:1"], needle)
