@@ -27,9 +27,11 @@ def up(
     from nstorm.background import start_background
     from nstorm.config import check_security_conf, parse_conf_options
     from nstorm.localcluster import LocalCluster, cluster_status
+    from nstorm.zkschema import check_zk_root
 
     overrides = parse_conf_options(conf or [])
     check_security_conf(overrides)  # bad credentials or missing keys: exit 2 before anything starts
+    check_zk_root(zk_root)
     if cluster_status()["running"]:
         exit_with_error("a cluster is already running here: 'nstorm cluster down' first", 1)
     from nstorm import netns as nets

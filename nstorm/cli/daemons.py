@@ -24,9 +24,10 @@ def register(app: typer.Typer) -> None:
         from nstorm.config import check_security_conf, parse_conf_options
         from nstorm.home import logs_dir
         from nstorm.logs import setup_daemon_logging
-        from nstorm.zkschema import resolve_zk_address
+        from nstorm.zkschema import check_zk_root, resolve_zk_address
 
         check_daemon_id("--id", nimbus_id, empty_ok=True)
+        check_zk_root(zk_root)
         overrides = parse_conf_options(conf or [])
         check_security_conf(overrides)
         address = resolve_zk_address(zk)
@@ -52,10 +53,11 @@ def register(app: typer.Typer) -> None:
         from nstorm.config import check_security_conf, parse_conf_options
         from nstorm.home import logs_dir
         from nstorm.logs import setup_daemon_logging
-        from nstorm.zkschema import resolve_zk_address
+        from nstorm.zkschema import check_zk_root, resolve_zk_address
         from supervisor.daemon import Supervisor, pick_slots
 
         check_daemon_id("--node-id", node_id)
+        check_zk_root(zk_root)
         overrides = parse_conf_options(conf or [])
         check_security_conf(overrides)  # exit 2 before anything starts
         address = resolve_zk_address(zk)
@@ -97,10 +99,11 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(0 if probe(host, port) else 1)
         from nstorm.home import logs_dir
         from nstorm.logs import setup_daemon_logging
-        from nstorm.zkschema import resolve_zk_address
+        from nstorm.zkschema import check_zk_root, resolve_zk_address
         from ui.server import serve
 
         check_security_conf(overrides)  # malformed credentials: exit 2 before anything starts
+        check_zk_root(zk_root)
         address = resolve_zk_address(zk)
         setup_daemon_logging("ui", "ui")
 

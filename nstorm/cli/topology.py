@@ -20,6 +20,7 @@ from nstorm.cli.common import (
     print_json,
     quiet_kazoo,
 )
+from nstorm.topology import check_topology_name
 from nstorm.window.status import describe_windows
 
 JsonOption = Annotated[bool, typer.Option("--json", help="print JSON")]
@@ -95,6 +96,7 @@ def register(app: typer.Typer) -> None:
         name: str, as_json: JsonOption = False, zk: ZkOption = None, zk_root: ZkRootOption = "/nstorm"
     ) -> None:
         """Workers, executors and counters of a topology."""
+        check_topology_name(name)  # before connecting: exit 2 whether ZooKeeper is up or not
         with _client(zk, zk_root) as client:
             info = client.status(name)
         if as_json:
@@ -148,6 +150,7 @@ def register(app: typer.Typer) -> None:
     @cli_errors
     def activate(name: str, zk: ZkOption = None, zk_root: ZkRootOption = "/nstorm") -> None:
         """Resume a deactivated topology's spouts."""
+        check_topology_name(name)
         with _client(zk, zk_root) as client:
             client.activate(name)
         typer.echo(f"{name}: activate requested")
@@ -156,6 +159,7 @@ def register(app: typer.Typer) -> None:
     @cli_errors
     def deactivate(name: str, zk: ZkOption = None, zk_root: ZkRootOption = "/nstorm") -> None:
         """Pause a topology's spouts (bolts keep draining)."""
+        check_topology_name(name)
         with _client(zk, zk_root) as client:
             client.deactivate(name)
         typer.echo(f"{name}: deactivate requested")
@@ -180,6 +184,7 @@ def register(app: typer.Typer) -> None:
         from nstorm.errors import UsageError
         from nstorm.rescale import parse_parallelism
 
+        check_topology_name(name)
         changes = parse_parallelism(parallelism or [])
         if not math.isfinite(timeout) or timeout < 0:
             msg = f"--timeout must be a finite number of seconds >= 0, got {timeout}"
@@ -225,6 +230,7 @@ def register(app: typer.Typer) -> None:
         """Deactivate a topology, wait, then end its workers and remove it."""
         from nstorm.errors import ClusterError
 
+        check_topology_name(name)
         with _client(zk, zk_root) as client:
             client.kill(name, wait)
             if not client.wait_removed(name, wait + 30):

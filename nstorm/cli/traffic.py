@@ -68,8 +68,10 @@ def register(app: typer.Typer) -> None:
         """Communication matrix, inter-node ratio and worker load over a window (a PySpark job)."""
         from nstorm.client import ClusterClient
         from nstorm.errors import UsageError
+        from nstorm.topology import check_topology_name
         from scheduler_otd.traffic import TrafficJob
 
+        check_topology_name(name)
         if window <= 0:
             msg = f"--window must be > 0, got {window}"
             raise UsageError(msg)

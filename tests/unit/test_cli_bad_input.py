@@ -192,3 +192,42 @@ def test_a_make_topology_that_exits_or_raises_is_one_line_and_exit_2(tmp_path: P
     path = tmp_path / "factory.py"
     path.write_text(f"def make_topology(conf):\n    {body}\n")
     _one_line_exit_2(["submit", str(path), "--zk", "127.0.0.1:1"], needle)
+
+
+@pytest.mark.parametrize("args", [
+    ["status", ".."], ["kill", "."], ["activate", "a/.."], ["deactivate", ".."], ["rebalance", "..", "--random", "1"],
+    ["traffic", "a/b"], ["status", "summary"],
+])
+def test_a_topology_name_that_is_not_one_is_exit_2_before_connecting(args: list[str]) -> None:
+    """It became a ZooKeeper path: kazoo's ValueError("relative paths not allowed"), a traceback."""
+    _one_line_exit_2([*args, "--zk", "127.0.0.1:1"], "is invalid")
+
+
+@pytest.mark.parametrize("name", ["..", ".", "a/..", "", "a b"])
+def test_the_client_refuses_a_name_that_is_not_one_and_not_found_stays_for_an_unknown_one(name: str) -> None:
+    from nstorm.errors import NotFoundError
+
+    class Cluster:
+        def topology(self, name: str) -> None:
+            assert ".." not in name, "a bad name reached ZooKeeper"
+
+    client = object.__new__(ClusterClient)
+    client.cluster = Cluster()  # type: ignore[assignment]
+    for call in (client.status, client.activate, client.deactivate, client.kill):
+        with pytest.raises(UsageError, match="is invalid"):
+            call(name)
+    with pytest.raises(NotFoundError, match="no topology named 'wordcount'"):
+        client.status("wordcount")
+
+
+@pytest.mark.parametrize("root", ["/a/../b", "nstorm", "/a/./b", "//", "/a//b", "", "/x\n"])
+@pytest.mark.parametrize("command", [["list"], ["status", "wc"], ["nimbus"], ["supervisor"], ["ui"]])
+def test_a_zk_root_that_is_not_an_absolute_path_is_exit_2_before_anything(root: str, command: list[str]) -> None:
+    _one_line_exit_2([*command, "--zk-root", root, "--zk", "127.0.0.1:1"], "ZooKeeper root")
+
+
+@pytest.mark.parametrize("root", ["/", "/nstorm", "/a/b-c_1", "/nstorm/"])
+def test_zk_roots_that_are_paths_pass(root: str) -> None:
+    from nstorm.zkschema import ZkPaths
+
+    assert ZkPaths(root).topology("wc").endswith("/topologies/wc")
