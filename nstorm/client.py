@@ -137,10 +137,10 @@ class ClusterClient:
             definition["name"] = check_topology_name(name)
         if "topology.workers" in conf:
             definition["workers"] = check_workers(conf["topology.workers"])
+        check_topology_conf(merge_conf(definition.get("conf"), conf))  # the known settings' kinds, as local does
         state = state_config(merge_conf(definition.get("conf"), conf))  # ConfigError: exit 2, one line
         check_windows(definition, merge_conf(definition.get("conf"), conf))
         check_constraints(definition, merge_conf(definition.get("conf"), conf))  # TopologyError: exit 2
-        check_topology_conf(merge_conf(definition.get("conf"), conf))  # the other known settings' kinds
         if state.durable:
             for cname, comp in definition["components"].items():
                 if comp["kind"] != "spout" and int(comp["parallelism"]) > state.max_parallelism:

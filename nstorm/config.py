@@ -191,9 +191,14 @@ _INTEGERS = frozenset((
     "topology.acking.group.size", "topology.max.spout.pending", "topology.batch.size",
     "topology.backpressure.high.batches", "topology.backpressure.low.batches", "topology.hash.seed",
     "topology.max.parallelism", "topology.window.max.tuples", "topology.state.max.rollbacks", "worker.gc.threshold",
-    "otd.history.size",
+    "otd.history.size", "topology.acker.executors",
 ))
 _NULLABLE = frozenset(("topology.max.spout.pending",))  # None: unbounded
+# Settings whose default None stands for something computed (a directory under $NSTORM_HOME, one
+# acker per worker): a value given must be of this kind, or a worker's Path()/int() fails on it.
+_NONE_DEFAULT_KINDS: dict[str, type] = {
+    "topology.state.dir": str, "nstorm.metrics.dir": str, "topology.acker.executors": int,
+}
 _CHECKED_PREFIXES = ("topology.", "worker.", "otd.")
 _FLAG_WORDS = ("true", "false", "1", "0")  # what every reader of a flag takes as such
 
@@ -246,17 +251,20 @@ def positive_number(conf: Mapping[str, Any], key: str) -> float:
 def check_topology_conf(conf: Mapping[str, Any]) -> None:
     """Fail at submit, not in the workers, on a known topology setting of the wrong kind: a
     number that is not one (or not finite, or negative, or 0 where 0 means nothing), a fraction
-    where a count is meant, a flag that is not true or false. Keys it does not know (the
-    topology's own) and settings whose default is None pass; numbers may come as strings of
-    digits (what ``int()``/``float()`` in the workers take).
+    where a count is meant, a flag that is not true or false, a directory that is not a string.
+    Keys it does not know (the topology's own) pass, and so does None for a setting whose default
+    is None; numbers may come as strings of digits (what ``int()``/``float()`` in the workers take).
 
     :raises ConfigError: one line naming the key, the value and what is expected.
     """
     for key, value in conf.items():
-        if not key.startswith(_CHECKED_PREFIXES) or key not in DEFAULTS:
+        if key not in DEFAULTS or not (key.startswith(_CHECKED_PREFIXES) or key in _NONE_DEFAULT_KINDS):
             continue
         default = DEFAULTS[key]
-        if default is None or (value is None and key in _NULLABLE):
+        if default is None:
+            _check_none_default(key, value)
+            continue
+        if value is None and key in _NULLABLE:
             continue
         if isinstance(default, bool):
             if not is_flag(value):
@@ -267,6 +275,18 @@ def check_topology_conf(conf: Mapping[str, Any]) -> None:
         elif isinstance(default, str) and not isinstance(value, str):
             msg = f"{key}={value!r}: expected a string"
             raise ConfigError(msg)
+
+
+def _check_none_default(key: str, value: Any) -> None:
+    """A setting whose default is None: unset (None) passes, else it must be of its kind."""
+    kind = _NONE_DEFAULT_KINDS.get(key)
+    if value is None or kind is None:
+        return
+    if kind is int:
+        _check_number(key, value)
+    elif not isinstance(value, str):
+        msg = f"{key}={value!r}: expected a string (a directory)"
+        raise ConfigError(msg)
 
 
 def _check_number(key: str, value: Any) -> None:

@@ -46,13 +46,17 @@ def register(app: typer.Typer) -> None:
         zk_root: ZkRootOption = "/nstorm",
     ) -> None:
         """Validate a topology file and submit it to the cluster."""
-        from nstorm.config import merge_conf, parse_conf_options
+        from nstorm.config import check_topology_conf, merge_conf, parse_conf_options
         from nstorm.constraints import check_submit as check_constraints
         from nstorm.loader import load_topology
+        from nstorm.state.config import state_config
 
         overrides = parse_conf_options(conf or [])
         topology = load_topology(file, overrides)  # bad input fails here, before touching the cluster
-        check_constraints(topology.definition, merge_conf(topology.conf, overrides))  # ... and here
+        settings = merge_conf(topology.conf, overrides)
+        check_topology_conf(settings)  # ... and here (the client checks again: it is an API too)
+        state_config(settings)
+        check_constraints(topology.definition, settings)
         with _client(zk, zk_root, overrides.get("nstorm.zookeeper.auth")) as client:
             info = client.submit(file, name=name, conf=overrides)
         typer.echo(f"submitted {info['name']}: {info['executors']} executors on {info['workers']} workers")

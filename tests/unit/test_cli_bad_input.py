@@ -63,6 +63,8 @@ def test_a_kill_or_a_stop_mode_wait_that_is_not_finite_is_refused(wait: float, m
     ("topology.hash.seed", "abc"), ("topology.chaining", "maybe"), ("topology.batch.max.latency.ms", math.nan),
     ("worker.heartbeat.interval.secs", 0), ("worker.lazy.kill.ms", 10**400), ("topology.scheduler", 3),
     ("topology.hash.seed", 2**32), ("worker.gc.threshold", 2**40), ("otd.autoscale", "on"),
+    ("topology.state.dir", 123), ("topology.state.dir", ["a"]), ("nstorm.metrics.dir", 5),
+    ("topology.acker.executors", "abc"), ("topology.acker.executors", -1), ("topology.acker.executors", 1.5),
 ])
 def test_a_known_setting_of_the_wrong_kind_is_refused_at_submit(key: str, value: Any) -> None:
     """The workers used to fail at ``int()``/``float()`` of it, over and over, after the submit."""
@@ -83,7 +85,8 @@ def test_settings_of_the_right_kind_pass() -> None:
         "topology.max.spout.pending": None, "topology.max.spout.pending.x": "anything", "wordcount.spouts": "x",
         "topology.batch.size": "100", "worker.lazy.kill.ms": 0, "topology.batch.adaptive": "false",
         "worker.sched.batch": 0, "topology.batch.max.latency.ms": 0, "worker.metrics.interval.secs": 0,
-        "topology.window.max.tuples": 0, "topology.latency.control": 1, "topology.hash.seed": 2**32 - 1}))
+        "topology.window.max.tuples": 0, "topology.latency.control": 1, "topology.hash.seed": 2**32 - 1,
+        "topology.state.dir": "/tmp/s", "nstorm.metrics.dir": None, "topology.acker.executors": 0}))
 
 
 @pytest.mark.parametrize(("args", "needle"), [
@@ -231,3 +234,15 @@ def test_zk_roots_that_are_paths_pass(root: str) -> None:
     from nstorm.zkschema import ZkPaths
 
     assert ZkPaths(root).topology("wc").endswith("/topologies/wc")
+
+
+@pytest.mark.parametrize("value", ["123", "[1]", "true"])
+def test_a_state_dir_that_is_not_a_string_is_one_line_at_submit(value: str) -> None:
+    """``Path(123)`` in nstorm/state/config.py was a TypeError traceback."""
+    from nstorm.config import merge_conf
+    from nstorm.state.config import state_config
+
+    _one_line_exit_2(["submit", WORDCOUNT, "-c", f"topology.state.dir={value}", "--zk", "127.0.0.1:1"],
+                     "topology.state.dir=")
+    with pytest.raises(ConfigError, match="^topology.state.dir="):
+        state_config(merge_conf({"topology.state.provider": "lmdb", "topology.state.dir": 123}))
