@@ -184,6 +184,7 @@ def merge_conf(*layers: Mapping[str, Any] | None) -> dict[str, Any]:
 _POSITIVE = frozenset((
     "topology.message.timeout.secs", "topology.batch.size", "topology.backpressure.high.batches",
     "worker.sync.interval.ms", "worker.heartbeat.interval.secs", "worker.gil.switch.interval.ms",
+    "otd.period.secs",
 ))
 _MAXIMUM = {"topology.hash.seed": 2**32 - 1, "worker.gc.threshold": 2**31 - 1}  # PYTHONHASHSEED; a C int
 # ... and those that count something: whole numbers.
@@ -193,6 +194,9 @@ _INTEGERS = frozenset((
     "topology.max.parallelism", "topology.window.max.tuples", "topology.state.max.rollbacks", "worker.gc.threshold",
     "otd.history.size", "topology.acker.executors",
 ))
+# Settings a reader compares with fixed words (scheduler_otd/runner.py: == "otd"): any other value
+# would silently mean the first.
+_CHOICES: dict[str, tuple[str, ...]] = {"topology.scheduler": ("static", "otd")}
 _NULLABLE = frozenset(("topology.max.spout.pending",))  # None: unbounded
 # Settings whose default None stands for something computed (a directory under $NSTORM_HOME, one
 # acker per worker): a value given must be of this kind, or a worker's Path()/int() fails on it.
@@ -251,7 +255,8 @@ def positive_number(conf: Mapping[str, Any], key: str) -> float:
 def check_topology_conf(conf: Mapping[str, Any]) -> None:
     """Fail at submit, not in the workers, on a known topology setting of the wrong kind: a
     number that is not one (or not finite, or negative, or 0 where 0 means nothing), a fraction
-    where a count is meant, a flag that is not true or false, a directory that is not a string.
+    where a count is meant, a flag that is not true or false, a directory that is not a string, a
+    word that is not one of its choices (``topology.scheduler``).
     Keys it does not know (the topology's own) pass, and so does None for a setting whose default
     is None; numbers may come as strings of digits (what ``int()``/``float()`` in the workers take).
 
@@ -274,6 +279,9 @@ def check_topology_conf(conf: Mapping[str, Any]) -> None:
             _check_number(key, value)
         elif isinstance(default, str) and not isinstance(value, str):
             msg = f"{key}={value!r}: expected a string"
+            raise ConfigError(msg)
+        elif key in _CHOICES and value not in _CHOICES[key]:
+            msg = f"{key}={value!r}: expected one of {', '.join(_CHOICES[key])}"
             raise ConfigError(msg)
 
 

@@ -65,6 +65,7 @@ def test_a_kill_or_a_stop_mode_wait_that_is_not_finite_is_refused(wait: float, m
     ("topology.hash.seed", 2**32), ("worker.gc.threshold", 2**40), ("otd.autoscale", "on"),
     ("topology.state.dir", 123), ("topology.state.dir", ["a"]), ("nstorm.metrics.dir", 5),
     ("topology.acker.executors", "abc"), ("topology.acker.executors", -1), ("topology.acker.executors", 1.5),
+    ("topology.scheduler", "OTD"), ("topology.scheduler", "bogus"), ("otd.period.secs", 0),
 ])
 def test_a_known_setting_of_the_wrong_kind_is_refused_at_submit(key: str, value: Any) -> None:
     """The workers used to fail at ``int()``/``float()`` of it, over and over, after the submit."""
@@ -86,7 +87,8 @@ def test_settings_of_the_right_kind_pass() -> None:
         "topology.batch.size": "100", "worker.lazy.kill.ms": 0, "topology.batch.adaptive": "false",
         "worker.sched.batch": 0, "topology.batch.max.latency.ms": 0, "worker.metrics.interval.secs": 0,
         "topology.window.max.tuples": 0, "topology.latency.control": 1, "topology.hash.seed": 2**32 - 1,
-        "topology.state.dir": "/tmp/s", "nstorm.metrics.dir": None, "topology.acker.executors": 0}))
+        "topology.state.dir": "/tmp/s", "nstorm.metrics.dir": None, "topology.acker.executors": 0,
+        "topology.scheduler": "otd", "otd.period.secs": 0.5}))
 
 
 @pytest.mark.parametrize(("args", "needle"), [
@@ -246,3 +248,9 @@ def test_a_state_dir_that_is_not_a_string_is_one_line_at_submit(value: str) -> N
                      "topology.state.dir=")
     with pytest.raises(ConfigError, match="^topology.state.dir="):
         state_config(merge_conf({"topology.state.provider": "lmdb", "topology.state.dir": 123}))
+
+
+def test_a_scheduler_that_is_not_static_or_otd_is_one_line_at_submit() -> None:
+    """``-c topology.scheduler=OTD`` ran the static scheduler without a word."""
+    _one_line_exit_2(["submit", WORDCOUNT, "-c", "topology.scheduler=OTD", "--zk", "127.0.0.1:1"],
+                     "expected one of static, otd")
