@@ -15,7 +15,7 @@ from typing import Any
 
 from nstorm.errors import ConfigError
 
-__all__ = ["DEFAULTS", "ENV_CPU_LIMIT", "SECURITY_KEYS", "check_security_conf", "check_topology_conf", "flag", "merge_conf", "parse_conf_options", "security_conf"]
+__all__ = ["DEFAULTS", "ENV_CPU_LIMIT", "SECURITY_KEYS", "check_security_conf", "check_directory", "check_topology_conf", "daemon_flag", "flag", "merge_conf", "parse_conf_options", "security_conf"]
 
 DEFAULTS: dict[str, Any] = {
     # ZooKeeper
@@ -236,8 +236,9 @@ def check_workers(workers: Any) -> int:
     return workers
 
 
-def positive_number(conf: Mapping[str, Any], key: str) -> float:
-    """``conf[key]`` as a finite number above 0 (a daemon's setting, checked as it starts).
+def positive_number(conf: Mapping[str, Any], key: str, zero_ok: bool = False) -> float:
+    """``conf[key]`` as a finite number above 0 (or 0 too, with ``zero_ok``): a daemon's setting,
+    checked as it starts, not in ``float()`` after it has connected.
 
     :raises ConfigError: one line naming the setting.
     """
@@ -246,10 +247,34 @@ def positive_number(conf: Mapping[str, Any], key: str) -> float:
         number = float(value) if not isinstance(value, bool) else math.nan  # type: ignore[arg-type]
     except (TypeError, ValueError):
         number = math.nan
-    if not math.isfinite(number) or number <= 0:
-        msg = f"-c {key}={value!r}: expected a number > 0"
+    if not math.isfinite(number) or number < 0 or (number == 0 and not zero_ok):
+        msg = f"-c {key}={value!r}: expected a number {'>=' if zero_ok else '>'} 0"
         raise ConfigError(msg)
     return number
+
+
+def daemon_flag(conf: Mapping[str, Any], key: str, default: bool) -> bool:
+    """A daemon's on/off setting read as :func:`flag` does (``bool("false")`` is True), checked as
+    the daemon starts: anything but true, false, 1 or 0 is refused.
+
+    :raises ConfigError: one line naming the setting.
+    """
+    value = conf.get(key, default)
+    if not is_flag(value):
+        msg = f"-c {key}={value!r}: expected true or false"
+        raise ConfigError(msg)
+    return flag(conf, key, default)
+
+
+def check_directory(conf: Mapping[str, Any], key: str) -> None:
+    """A directory setting whose default is None: unset, or a string (``Path(5)`` fails later).
+
+    :raises ConfigError: one line naming the setting.
+    """
+    value = conf.get(key)
+    if value is not None and not isinstance(value, str):
+        msg = f"-c {key}={value!r}: expected a string (a directory)"
+        raise ConfigError(msg)
 
 
 def check_topology_conf(conf: Mapping[str, Any]) -> None:

@@ -20,8 +20,8 @@ def register(app: typer.Typer) -> None:
         nimbus_id: Annotated[str, typer.Option("--id", help="names the log (nimbus-ID.log) when several run (HA)")] = "",
     ) -> None:
         """Run Nimbus in the foreground (log: $NSTORM_HOME/logs/nimbus.log). Several may run: one leads."""
-        from nimbus.daemon import Nimbus
-        from nstorm.config import check_security_conf, parse_conf_options
+        from nimbus.daemon import Nimbus, check_nimbus_conf
+        from nstorm.config import check_security_conf, merge_conf, parse_conf_options
         from nstorm.home import logs_dir
         from nstorm.logs import setup_daemon_logging
         from nstorm.zkschema import check_zk_root, resolve_zk_address
@@ -30,6 +30,7 @@ def register(app: typer.Typer) -> None:
         check_zk_root(zk_root)
         overrides = parse_conf_options(conf or [])
         check_security_conf(overrides)
+        check_nimbus_conf(merge_conf(overrides))  # exit 2 before anything starts
         address = resolve_zk_address(zk)
         name = f"nimbus-{nimbus_id}" if nimbus_id else "nimbus"
         typer.echo(f"nimbus on {address}{zk_root}; log {logs_dir() / (name + '.log')}", err=True)
@@ -50,16 +51,17 @@ def register(app: typer.Typer) -> None:
         conf: ConfOption = None,
     ) -> None:
         """Run a supervisor in the foreground (log: $NSTORM_HOME/logs/supervisor-ID.log)."""
-        from nstorm.config import check_security_conf, parse_conf_options
+        from nstorm.config import check_security_conf, merge_conf, parse_conf_options
         from nstorm.home import logs_dir
         from nstorm.logs import setup_daemon_logging
         from nstorm.zkschema import check_zk_root, resolve_zk_address
-        from supervisor.daemon import Supervisor, pick_slots
+        from supervisor.daemon import Supervisor, check_supervisor_conf, pick_slots
 
         check_daemon_id("--node-id", node_id)
         check_zk_root(zk_root)
         overrides = parse_conf_options(conf or [])
         check_security_conf(overrides)  # exit 2 before anything starts
+        check_supervisor_conf(merge_conf(overrides))
         address = resolve_zk_address(zk)
         typer.echo(f"supervisor {node_id} on {address}{zk_root}; log {logs_dir() / f'supervisor-{node_id}.log'}", err=True)
         setup_daemon_logging(f"supervisor-{node_id}", f"supervisor {node_id}")

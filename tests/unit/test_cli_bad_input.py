@@ -254,3 +254,38 @@ def test_a_scheduler_that_is_not_static_or_otd_is_one_line_at_submit() -> None:
     """``-c topology.scheduler=OTD`` ran the static scheduler without a word."""
     _one_line_exit_2(["submit", WORDCOUNT, "-c", "topology.scheduler=OTD", "--zk", "127.0.0.1:1"],
                      "expected one of static, otd")
+
+
+@pytest.mark.parametrize(("command", "setting"), [
+    ("supervisor", "supervisor.sync.interval.ms=abc"), ("supervisor", "nimbus.supervisor.timeout.secs=0"),
+    ("supervisor", "nstorm.zookeeper.session.timeout.secs=nan"), ("supervisor", "supervisor.worker.cpu.limit=abc"),
+    ("supervisor", "supervisor.worker.cpu.limit=-1"), ("supervisor", "supervisor.sync.watch=maybe"),
+    ("supervisor", "supervisor.worker.timeout.secs=abc"),
+    ("nimbus", "nimbus.monitor.interval.secs=abc"),
+    ("nimbus", "nstorm.zookeeper.session.timeout.secs=-1"), ("nimbus", "nimbus.spread.grace.secs=abc"),
+    ("nimbus", "otd.spark.eager=maybe"), ("nimbus", "nstorm.metrics.dir=5"), ("nimbus", "otd.spark.master=3"),
+])
+def test_a_daemon_checks_its_own_settings_before_it_starts(command: str, setting: str) -> None:
+    """They failed in ``float()`` inside run(), after connecting: a traceback."""
+    _one_line_exit_2([command, "-c", setting, "--zk", "127.0.0.1:1"], f"{setting.partition('=')[0]}=")
+
+
+def test_a_supervisor_takes_its_sync_watch_as_a_flag() -> None:
+    """``-c supervisor.sync.watch=false`` (a string) turned the watch on: ``bool("false")``."""
+    from nstorm.config import daemon_flag, merge_conf
+    from supervisor.daemon import check_supervisor_conf
+
+    check_supervisor_conf(merge_conf({"supervisor.sync.watch": "false", "supervisor.worker.cpu.limit": 0,
+                                      "nimbus.supervisor.timeout.secs": "5"}))
+    assert daemon_flag({"supervisor.sync.watch": "false"}, "supervisor.sync.watch", True) is False
+    assert daemon_flag({}, "supervisor.sync.watch", True) is True
+    assert daemon_flag({"supervisor.sync.watch": 0}, "supervisor.sync.watch", True) is False
+
+
+def test_nimbus_settings_of_the_right_kind_pass() -> None:
+    from nimbus.daemon import check_nimbus_conf
+    from nstorm.config import DEFAULTS, merge_conf
+
+    check_nimbus_conf(DEFAULTS)
+    check_nimbus_conf(merge_conf({"nimbus.spread.grace.secs": 0, "otd.spark.eager": "false",
+                                  "nstorm.metrics.dir": "/tmp/m"}))
