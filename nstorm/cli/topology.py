@@ -232,9 +232,12 @@ def register(app: typer.Typer) -> None:
         zk_root: ZkRootOption = "/nstorm",
     ) -> None:
         """Deactivate a topology, wait, then end its workers and remove it."""
-        from nstorm.errors import ClusterError
+        from nstorm.errors import ClusterError, UsageError
 
         check_topology_name(name)
+        if not math.isfinite(wait) or wait < 0:  # before connecting: exit 2 whether ZooKeeper is up or not
+            msg = f"--wait must be a finite number of seconds >= 0, got {wait}"
+            raise UsageError(msg)
         with _client(zk, zk_root) as client:
             client.kill(name, wait)
             if not client.wait_removed(name, wait + 30):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -72,8 +73,8 @@ def register(app: typer.Typer) -> None:
         from scheduler_otd.traffic import TrafficJob
 
         check_topology_name(name)
-        if window <= 0:
-            msg = f"--window must be > 0, got {window}"
+        if not math.isfinite(window) or window <= 0:  # nan passed "<= 0"
+            msg = f"--window must be a finite number of seconds > 0, got {window}"
             raise UsageError(msg)
         quiet_kazoo()
         with ClusterClient(zk, zk_root) as client:

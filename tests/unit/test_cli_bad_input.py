@@ -289,3 +289,14 @@ def test_nimbus_settings_of_the_right_kind_pass() -> None:
     check_nimbus_conf(DEFAULTS)
     check_nimbus_conf(merge_conf({"nimbus.spread.grace.secs": 0, "otd.spark.eager": "false",
                                   "nstorm.metrics.dir": "/tmp/m"}))
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["traffic", "wc", "--window", "nan"], "--window"), (["traffic", "wc", "--window", "inf"], "--window"),
+    (["traffic", "wc", "--window", "0"], "--window"),
+    (["kill", "wc", "--wait", "-1"], "--wait"), (["kill", "wc", "--wait", "nan"], "--wait"),
+])
+def test_traffic_windows_and_kill_waits_are_checked_before_connecting(args: list[str], needle: str) -> None:
+    """``--window nan`` passed the ``<= 0`` check; ``kill --wait -1`` was checked only after
+    connecting, so exit 1 instead of 2 with ZooKeeper down."""
+    _one_line_exit_2([*args, "--zk", "127.0.0.1:1"], needle)
