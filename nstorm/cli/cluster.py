@@ -6,7 +6,14 @@ from typing import Annotated
 
 import typer
 
-from nstorm.cli.common import ConfOption, ZkRootOption, cli_errors, exit_with_error, print_json
+from nstorm.cli.common import (
+    ConfOption,
+    ZkRootOption,
+    cli_errors,
+    exit_with_error,
+    print_json,
+    zk_root_of,
+)
 
 app = typer.Typer(no_args_is_help=True, help="A background cluster on this machine: ZooKeeper, Nimbus, supervisors.")
 
@@ -20,18 +27,17 @@ def up(
     netns: Annotated[bool, typer.Option(help="each supervisor in its own network namespace (10.77.0.x)")] = False,
     link_rate: Annotated[str | None, typer.Option(help="with --netns: limit each node's link, e.g. 20mbit")] = None,
     ui_port: Annotated[int, typer.Option(min=0, max=65535, help="the web UI's port (a free one if taken; 0: no UI)")] = 8080,
-    zk_root: ZkRootOption = "/nstorm",
+    zk_root: ZkRootOption = None,
     conf: ConfOption = None,
 ) -> None:
     """Start ZooKeeper, Nimbus and supervisors in the background (pids under $NSTORM_HOME/run)."""
     from nstorm.background import start_background
     from nstorm.config import check_security_conf, parse_conf_options
     from nstorm.localcluster import LocalCluster, cluster_status
-    from nstorm.zkschema import check_zk_root
 
     overrides = parse_conf_options(conf or [])
     check_security_conf(overrides)  # bad credentials or missing keys: exit 2 before anything starts
-    check_zk_root(zk_root)
+    zk_root = zk_root_of(zk_root, overrides)
     if cluster_status()["running"]:
         exit_with_error("a cluster is already running here: 'nstorm cluster down' first", 1)
     from nstorm import netns as nets

@@ -300,3 +300,98 @@ def test_traffic_windows_and_kill_waits_are_checked_before_connecting(args: list
     """``--window nan`` passed the ``<= 0`` check; ``kill --wait -1`` was checked only after
     connecting, so exit 1 instead of 2 with ZooKeeper down."""
     _one_line_exit_2([*args, "--zk", "127.0.0.1:1"], needle)
+
+
+class _Daemon:
+    """Stands in for a daemon class: records how the CLI built it, runs nothing."""
+
+    built: list[tuple[Any, ...]] = []
+
+    def __init__(self, *args: Any) -> None:
+        _Daemon.built.append(args)
+
+    def install_signal_handlers(self) -> None:
+        pass
+
+    def run(self) -> int:
+        return 0
+
+
+@pytest.fixture
+def no_daemon(monkeypatch: Any) -> list[tuple[Any, ...]]:
+    import nimbus.daemon
+    import nstorm.logs
+    import supervisor.daemon
+
+    monkeypatch.delenv("NSTORM_ZK", raising=False)
+    monkeypatch.delenv("NSTORM_ZK_ROOT", raising=False)
+    monkeypatch.setattr(nimbus.daemon, "Nimbus", _Daemon)
+    monkeypatch.setattr(supervisor.daemon, "Supervisor", _Daemon)
+    monkeypatch.setattr(nstorm.logs, "setup_daemon_logging", lambda *a, **k: None)
+    _Daemon.built = []
+    return _Daemon.built
+
+
+def test_daemons_take_servers_root_and_port_base_from_their_settings(no_daemon: list[tuple[Any, ...]]) -> None:
+    """``nstorm.zookeeper.servers``, ``nstorm.zookeeper.root`` and ``supervisor.slots.port.base``
+    were in DEFAULTS and read by nothing."""
+    conf = ["-c", "nstorm.zookeeper.servers=10.0.0.9:2181", "-c", "nstorm.zookeeper.root=/other",
+            "-c", "supervisor.slots.port.base=7000"]
+    assert CliRunner().invoke(app, ["nimbus", *conf]).exit_code == 0
+    assert CliRunner().invoke(app, ["supervisor", "--node-id", "n1", "--slots", "2", *conf]).exit_code == 0
+    (n_address, n_root, _), (_, _, slots, s_address, s_root, _) = no_daemon
+    assert (n_address, n_root, s_address, s_root) == ("10.0.0.9:2181", "/other", "10.0.0.9:2181", "/other")
+    assert slots == [(7000, 8000), (7001, 8001)]
+
+
+def test_options_win_over_settings(no_daemon: list[tuple[Any, ...]], monkeypatch: Any) -> None:
+    conf = ["-c", "nstorm.zookeeper.servers=10.0.0.9:2181", "-c", "nstorm.zookeeper.root=/other",
+            "-c", "supervisor.slots.port.base=7000"]
+    args = ["supervisor", "--node-id", "n1", "--slots", "1", "--zk", "h:1", "--zk-root", "/mine", "--port-base", "7100"]
+    assert CliRunner().invoke(app, [*args, *conf]).exit_code == 0
+    monkeypatch.setenv("NSTORM_ZK", "e:2")
+    monkeypatch.setenv("NSTORM_ZK_ROOT", "/env")
+    assert CliRunner().invoke(app, ["nimbus", *conf]).exit_code == 0
+    (_, _, slots, address, root, _), (n_address, n_root, _) = no_daemon
+    assert (address, root, slots, n_address, n_root) == ("h:1", "/mine", [(7100, 8100)], "e:2", "/env")
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["nimbus", "-c", "nstorm.zookeeper.servers=2181"], "nstorm.zookeeper.servers=2181"),
+    (["nimbus", "-c", "nstorm.zookeeper.root=/a/../b"], "ZooKeeper root '/a/../b'"),
+    (["supervisor", "-c", "supervisor.slots.port.base=abc"], "supervisor.slots.port.base='abc'"),
+    (["supervisor", "-c", "supervisor.slots.port.base=70000"], "supervisor.slots.port.base=70000"),
+    (["supervisor", "--port-base", "65000"], "first worker port 65000"),
+    (["submit", WORDCOUNT, "-c", "nstorm.zookeeper.root=x"], "ZooKeeper root 'x'"),
+])
+def test_cluster_settings_of_the_wrong_kind_are_one_line(no_daemon: list[tuple[Any, ...]], args: list[str],
+                                                         needle: str) -> None:
+    _one_line_exit_2(args, needle)
+    assert no_daemon == []
+
+
+def test_submit_connects_where_its_settings_say(monkeypatch: Any) -> None:
+    import nstorm.client
+
+    seen: list[tuple[Any, ...]] = []
+
+    class Client:
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            seen.append((*args, kwargs.get("auth")))
+
+        def __enter__(self) -> Client:
+            return self
+
+        def __exit__(self, *_: Any) -> None:
+            pass
+
+        def submit(self, *_: Any, **__: Any) -> dict[str, Any]:
+            return {"name": "wc", "executors": 1, "workers": 1}
+
+    monkeypatch.delenv("NSTORM_ZK", raising=False)
+    monkeypatch.delenv("NSTORM_ZK_ROOT", raising=False)
+    monkeypatch.setattr(nstorm.client, "ClusterClient", Client)
+    result = CliRunner().invoke(app, ["submit", WORDCOUNT, "-c", "nstorm.zookeeper.servers=z:1",
+                                      "-c", "nstorm.zookeeper.root=/r", "-c", "nstorm.zookeeper.auth=u:p"])
+    assert result.exit_code == 0, result.output
+    assert seen == [("z:1", "/r", "u:p")]
