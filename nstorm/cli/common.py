@@ -34,12 +34,12 @@ err_console = Console(stderr=True)
 
 ZkOption = Annotated[
     str | None,
-    typer.Option("--zk", envvar="NSTORM_ZK", help="ZooKeeper HOST:PORT [default: -c nstorm.zookeeper.servers where "
-                 "the command takes -c, else the embedded one of $NSTORM_HOME]"),
+    typer.Option("--zk", envvar="NSTORM_ZK", help="ZooKeeper HOST:PORT (default: -c nstorm.zookeeper.servers where "
+                 "the command takes -c, else the embedded one of $NSTORM_HOME)"),
 ]
 ZkRootOption = Annotated[
     str | None, typer.Option("--zk-root", envvar="NSTORM_ZK_ROOT", help="ZooKeeper root node of the cluster "
-                             "[default: -c nstorm.zookeeper.root where the command takes -c, else /nstorm]")
+                             "(default: -c nstorm.zookeeper.root where the command takes -c, else /nstorm)")
 ]
 ConfOption = Annotated[
     list[str] | None,

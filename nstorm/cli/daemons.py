@@ -70,7 +70,7 @@ def register(app: typer.Typer) -> None:
         host: Annotated[str, typer.Option(help="address workers bind and peers reach")] = "127.0.0.1",
         slots: Annotated[int, typer.Option(min=1, help="worker slots")] = 4,
         port_base: Annotated[int | None, typer.Option(
-            min=0, max=65535, help="first worker port (0: free ports) [default: supervisor.slots.port.base, 6700]")] = None,
+            min=0, max=65535, help="first worker port (0: free ports; default: supervisor.slots.port.base, 6700)")] = None,
         zk: ZkOption = None,
         zk_root: ZkRootOption = None,
         conf: ConfOption = None,
