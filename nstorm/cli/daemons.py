@@ -104,9 +104,9 @@ def register(app: typer.Typer) -> None:
     @cli_errors
     def ui(
         host: Annotated[str | None, typer.Option(
-            help="address to listen on (0.0.0.0: every interface) [default: nstorm.ui.host, 127.0.0.1]")] = None,
+            help="address to listen on (0.0.0.0: every interface; default: nstorm.ui.host, 127.0.0.1)")] = None,
         port: Annotated[int | None, typer.Option(
-            min=0, max=65535, help="port (0: a free one) [default: nstorm.ui.port, 8080]")] = None,
+            min=0, max=65535, help="port (0: a free one; default: nstorm.ui.port, 8080)")] = None,
         ping: Annotated[bool, typer.Option("--ping", help="only check that a UI answers on --host/--port (exit 0 or 1)")] = False,
         zk: ZkOption = None,
         zk_root: ZkRootOption = None,

@@ -180,7 +180,7 @@ def register(app: typer.Typer) -> None:
         mode: Annotated[str, typer.Option(help="thread (N-Storm, live), process (restart affected workers) or stop (Storm)")] = "thread",
         move: Annotated[list[str] | None, typer.Option("--move", help="EXECUTOR=WORKER, e.g. count:3=n2:6701 (repeatable)")] = None,
         random_count: Annotated[int, typer.Option("--random", help="move M random executors, keeping placement even")] = 0,
-        wait: Annotated[float | None, typer.Option(help="stop mode: seconds deactivated before the stop [default: message timeout]")] = None,
+        wait: Annotated[float | None, typer.Option(help="stop mode: seconds deactivated before the stop (default: the message timeout)")] = None,
         timeout: Annotated[float, typer.Option(help="seconds to wait for the moves to complete")] = 120.0,
         parallelism: Annotated[list[str] | None, typer.Option("--parallelism", "-e", help="COMPONENT=N: change a component's executors, live in thread mode (repeatable; Storm's -e)")] = None,
         workers: Annotated[int | None, typer.Option("--workers", "-n", help="with --parallelism: this many workers (more than now: new ones from free slots)")] = None,
