@@ -42,8 +42,9 @@ from nimbus.scheduler import EvenScheduler, Scheduler
 from nimbus.watchdog import StallWatchdog
 from nstorm.chaining import every_pointwise_pair, kept_chains
 from nstorm.clusterstate import ClusterState
-from nstorm.config import flag, merge_conf
+from nstorm.config import check_directory, daemon_flag, flag, merge_conf, positive_number
 from nstorm.constraints import input_components
+from nstorm.errors import ConfigError
 from nstorm.moves import MODES, RebalanceError, validate_moves
 from nstorm.plan import Plan, PlanError, Slot, interleave_slots
 from nstorm.records import MigrationRecord, MoveMode, TopologyStatus
@@ -72,6 +73,22 @@ def _plan_workers(plan: Plan) -> set[str]:
     return held
 
 
+def check_nimbus_conf(conf: Mapping[str, Any]) -> None:
+    """Nimbus's own settings, checked as it is built: it reads them in ``float()`` (or ``bool()``)
+    only after it has connected and leads, where a bad one was a traceback.
+
+    :raises ConfigError: one line naming the setting.
+    """
+    for key in ("nstorm.zookeeper.session.timeout.secs", "nimbus.monitor.interval.secs"):
+        positive_number(conf, key)
+    positive_number(conf, "nimbus.spread.grace.secs", zero_ok=True)
+    daemon_flag(conf, "otd.spark.eager", False)
+    check_directory(conf, "nstorm.metrics.dir")  # the OTD runner's (scheduler_otd/runner.py)
+    if not isinstance(conf.get("otd.spark.master"), str):
+        msg = f"-c otd.spark.master={conf.get('otd.spark.master')!r}: expected a Spark master URL such as local[2]"
+        raise ConfigError(msg)
+
+
 class Nimbus:
     """The coordinator. See the module docstring."""
 
@@ -80,6 +97,7 @@ class Nimbus:
         self.zk_address = zk_address
         self.paths = ZkPaths(zk_root)
         self.conf = merge_conf(conf)
+        check_nimbus_conf(self.conf)
         self.scheduler = scheduler or EvenScheduler()
         self.state = "STARTING"
         self.zk: KazooClient | None = None

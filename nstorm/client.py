@@ -33,7 +33,7 @@ from nstorm.rescale import validate_rescale
 from nstorm.stall import find_stall
 from nstorm.state.config import state_config
 from nstorm.state.record import CheckpointRecord
-from nstorm.topology import BAD_TOPOLOGY_NAME, valid_topology_name
+from nstorm.topology import check_topology_name
 from nstorm.window.checks import check_submit as check_windows
 from nstorm.window.status import merge_window_status
 from nstorm.zkauth import without_secrets
@@ -119,7 +119,9 @@ class ClusterClient:
         self.close()
 
     def _require(self, name: str) -> dict[str, Any]:
-        topo = self.cluster.topology(name)
+        """The submission record of ``name``: a name that is not one is bad input (exit 2), not
+        a ZooKeeper path (``..``) nor kazoo's traceback; a valid unknown one is NotFoundError."""
+        topo = self.cluster.topology(check_topology_name(name))
         if topo is None:
             msg = f"no topology named {name!r} (see 'nstorm list')"
             raise NotFoundError(msg)
@@ -132,16 +134,13 @@ class ClusterClient:
         topology = load_topology(path, conf)
         definition = dict(topology.definition)
         if name is not None:
-            if not valid_topology_name(name):
-                msg = f"topology name {name!r} is invalid: {BAD_TOPOLOGY_NAME}"
-                raise UsageError(msg)
-            definition["name"] = name
+            definition["name"] = check_topology_name(name)
         if "topology.workers" in conf:
             definition["workers"] = check_workers(conf["topology.workers"])
+        check_topology_conf(merge_conf(definition.get("conf"), conf))  # the known settings' kinds, as local does
         state = state_config(merge_conf(definition.get("conf"), conf))  # ConfigError: exit 2, one line
         check_windows(definition, merge_conf(definition.get("conf"), conf))
         check_constraints(definition, merge_conf(definition.get("conf"), conf))  # TopologyError: exit 2
-        check_topology_conf(merge_conf(definition.get("conf"), conf))  # the other known settings' kinds
         if state.durable:
             for cname, comp in definition["components"].items():
                 if comp["kind"] != "spout" and int(comp["parallelism"]) > state.max_parallelism:

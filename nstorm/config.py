@@ -15,7 +15,7 @@ from typing import Any
 
 from nstorm.errors import ConfigError
 
-__all__ = ["DEFAULTS", "ENV_CPU_LIMIT", "SECURITY_KEYS", "check_security_conf", "check_topology_conf", "flag", "merge_conf", "parse_conf_options", "security_conf"]
+__all__ = ["DEFAULTS", "ENV_CPU_LIMIT", "SECURITY_KEYS", "check_security_conf", "check_directory", "check_topology_conf", "daemon_flag", "flag", "merge_conf", "parse_conf_options", "security_conf"]
 
 DEFAULTS: dict[str, Any] = {
     # ZooKeeper
@@ -184,6 +184,7 @@ def merge_conf(*layers: Mapping[str, Any] | None) -> dict[str, Any]:
 _POSITIVE = frozenset((
     "topology.message.timeout.secs", "topology.batch.size", "topology.backpressure.high.batches",
     "worker.sync.interval.ms", "worker.heartbeat.interval.secs", "worker.gil.switch.interval.ms",
+    "otd.period.secs",
 ))
 _MAXIMUM = {"topology.hash.seed": 2**32 - 1, "worker.gc.threshold": 2**31 - 1}  # PYTHONHASHSEED; a C int
 # ... and those that count something: whole numbers.
@@ -191,9 +192,17 @@ _INTEGERS = frozenset((
     "topology.acking.group.size", "topology.max.spout.pending", "topology.batch.size",
     "topology.backpressure.high.batches", "topology.backpressure.low.batches", "topology.hash.seed",
     "topology.max.parallelism", "topology.window.max.tuples", "topology.state.max.rollbacks", "worker.gc.threshold",
-    "otd.history.size",
+    "otd.history.size", "topology.acker.executors",
 ))
+# Settings a reader compares with fixed words (scheduler_otd/runner.py: == "otd"): any other value
+# would silently mean the first.
+_CHOICES: dict[str, tuple[str, ...]] = {"topology.scheduler": ("static", "otd")}
 _NULLABLE = frozenset(("topology.max.spout.pending",))  # None: unbounded
+# Settings whose default None stands for something computed (a directory under $NSTORM_HOME, one
+# acker per worker): a value given must be of this kind, or a worker's Path()/int() fails on it.
+_NONE_DEFAULT_KINDS: dict[str, type] = {
+    "topology.state.dir": str, "nstorm.metrics.dir": str, "topology.acker.executors": int,
+}
 _CHECKED_PREFIXES = ("topology.", "worker.", "otd.")
 _FLAG_WORDS = ("true", "false", "1", "0")  # what every reader of a flag takes as such
 
@@ -227,8 +236,9 @@ def check_workers(workers: Any) -> int:
     return workers
 
 
-def positive_number(conf: Mapping[str, Any], key: str) -> float:
-    """``conf[key]`` as a finite number above 0 (a daemon's setting, checked as it starts).
+def positive_number(conf: Mapping[str, Any], key: str, zero_ok: bool = False) -> float:
+    """``conf[key]`` as a finite number above 0 (or 0 too, with ``zero_ok``): a daemon's setting,
+    checked as it starts, not in ``float()`` after it has connected.
 
     :raises ConfigError: one line naming the setting.
     """
@@ -237,26 +247,54 @@ def positive_number(conf: Mapping[str, Any], key: str) -> float:
         number = float(value) if not isinstance(value, bool) else math.nan  # type: ignore[arg-type]
     except (TypeError, ValueError):
         number = math.nan
-    if not math.isfinite(number) or number <= 0:
-        msg = f"-c {key}={value!r}: expected a number > 0"
+    if not math.isfinite(number) or number < 0 or (number == 0 and not zero_ok):
+        msg = f"-c {key}={value!r}: expected a number {'>=' if zero_ok else '>'} 0"
         raise ConfigError(msg)
     return number
+
+
+def daemon_flag(conf: Mapping[str, Any], key: str, default: bool) -> bool:
+    """A daemon's on/off setting read as :func:`flag` does (``bool("false")`` is True), checked as
+    the daemon starts: anything but true, false, 1 or 0 is refused.
+
+    :raises ConfigError: one line naming the setting.
+    """
+    value = conf.get(key, default)
+    if not is_flag(value):
+        msg = f"-c {key}={value!r}: expected true or false"
+        raise ConfigError(msg)
+    return flag(conf, key, default)
+
+
+def check_directory(conf: Mapping[str, Any], key: str) -> None:
+    """A directory setting whose default is None: unset, or a string (``Path(5)`` fails later).
+
+    :raises ConfigError: one line naming the setting.
+    """
+    value = conf.get(key)
+    if value is not None and not isinstance(value, str):
+        msg = f"-c {key}={value!r}: expected a string (a directory)"
+        raise ConfigError(msg)
 
 
 def check_topology_conf(conf: Mapping[str, Any]) -> None:
     """Fail at submit, not in the workers, on a known topology setting of the wrong kind: a
     number that is not one (or not finite, or negative, or 0 where 0 means nothing), a fraction
-    where a count is meant, a flag that is not true or false. Keys it does not know (the
-    topology's own) and settings whose default is None pass; numbers may come as strings of
-    digits (what ``int()``/``float()`` in the workers take).
+    where a count is meant, a flag that is not true or false, a directory that is not a string, a
+    word that is not one of its choices (``topology.scheduler``).
+    Keys it does not know (the topology's own) pass, and so does None for a setting whose default
+    is None; numbers may come as strings of digits (what ``int()``/``float()`` in the workers take).
 
     :raises ConfigError: one line naming the key, the value and what is expected.
     """
     for key, value in conf.items():
-        if not key.startswith(_CHECKED_PREFIXES) or key not in DEFAULTS:
+        if key not in DEFAULTS or not (key.startswith(_CHECKED_PREFIXES) or key in _NONE_DEFAULT_KINDS):
             continue
         default = DEFAULTS[key]
-        if default is None or (value is None and key in _NULLABLE):
+        if default is None:
+            _check_none_default(key, value)
+            continue
+        if value is None and key in _NULLABLE:
             continue
         if isinstance(default, bool):
             if not is_flag(value):
@@ -267,6 +305,21 @@ def check_topology_conf(conf: Mapping[str, Any]) -> None:
         elif isinstance(default, str) and not isinstance(value, str):
             msg = f"{key}={value!r}: expected a string"
             raise ConfigError(msg)
+        elif key in _CHOICES and value not in _CHOICES[key]:
+            msg = f"{key}={value!r}: expected one of {', '.join(_CHOICES[key])}"
+            raise ConfigError(msg)
+
+
+def _check_none_default(key: str, value: Any) -> None:
+    """A setting whose default is None: unset (None) passes, else it must be of its kind."""
+    kind = _NONE_DEFAULT_KINDS.get(key)
+    if value is None or kind is None:
+        return
+    if kind is int:
+        _check_number(key, value)
+    elif not isinstance(value, str):
+        msg = f"{key}={value!r}: expected a string (a directory)"
+        raise ConfigError(msg)
 
 
 def _check_number(key: str, value: Any) -> None:

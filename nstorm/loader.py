@@ -59,12 +59,17 @@ def _exec_file(path: Path, module_name: str) -> types.ModuleType:
         sys.modules.pop(module_name, None)
         if isinstance(exc, KeyboardInterrupt):
             raise
-        tb = traceback.extract_tb(exc.__traceback__)
-        where = next((f"line {f.lineno}" for f in reversed(tb) if f.filename == str(path)), "")
-        what = f"called sys.exit({exc.code!r})" if isinstance(exc, SystemExit) else f"raised {type(exc).__name__}: {exc}"
-        msg = f"{path.name} {where} {what}".replace("  ", " ")
-        raise TopologyLoadError(msg) from None
+        raise TopologyLoadError(_failure(path, path.name, exc)) from None
     return module
+
+
+def _failure(path: Path, what_ran: str, exc: BaseException) -> str:
+    """One line for code of a topology file that raised or exited: ``sys.exit()`` in it must not
+    end the CLI (silently, with its code) nor any other BaseException print a traceback."""
+    tb = traceback.extract_tb(exc.__traceback__)
+    where = next((f"line {f.lineno}" for f in reversed(tb) if f.filename == str(path)), "")
+    what = f"called sys.exit({exc.code!r})" if isinstance(exc, SystemExit) else f"raised {type(exc).__name__}: {exc}"
+    return f"{what_ran} {where} {what}".replace("  ", " ")
 
 
 def load_topology(
@@ -89,9 +94,10 @@ def load_topology(
             topology = factory(dict(conf or {}))
         except NStormError:
             raise
-        except Exception as exc:
-            msg = f"{path.name}: make_topology(conf) raised {type(exc).__name__}: {exc}"
-            raise TopologyLoadError(msg) from None
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:
+            raise TopologyLoadError(_failure(path, f"{path.name}: make_topology(conf)", exc)) from None
     elif hasattr(module, "topology"):
         topology = module.topology
     else:

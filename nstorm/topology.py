@@ -31,6 +31,7 @@ __all__ = [
     "BoltDeclarer",
     "Topology",
     "TopologyBuilder",
+    "check_topology_name",
     "is_acker",
     "normalize_outputs",
 ]
@@ -60,6 +61,18 @@ BAD_TOPOLOGY_NAME = "use letters, digits, '_' and '-' (and not 'summary')"
 def valid_topology_name(name: object) -> bool:
     """A topology name: letters, digits, '_' and '-', not a name the REST API's routes take."""
     return isinstance(name, str) and bool(_NAME.match(name)) and name not in RESERVED_NAMES
+
+
+def check_topology_name(name: object) -> str:
+    """``name`` if it is a topology name: any other would make a ZooKeeper path of the
+    cluster's tree (``..``) or one kazoo refuses with a traceback.
+
+    :raises TopologyError: one line naming it (exit code 2).
+    """
+    if not valid_topology_name(name):
+        msg = f"topology name {name!r} is invalid: {BAD_TOPOLOGY_NAME}"
+        raise TopologyError(msg)
+    return name  # type: ignore[return-value]
 
 
 def normalize_outputs(outputs: Any, owner: str) -> dict[str, list[str]]:

@@ -41,6 +41,7 @@ __all__ = [
     "INACTIVE",
     "KILLED",
     "ZkPaths",
+    "check_zk_root",
     "auth_error",
     "connect",
     "decode",
@@ -67,11 +68,31 @@ def decode(raw: bytes | None) -> Any:
     return json.loads(raw.decode())
 
 
+def check_zk_root(root: object) -> str:
+    """``root`` if it is an absolute ZooKeeper path without '.', '..' or empty parts: kazoo
+    refuses the others only at the first read, with a traceback.
+
+    :raises UsageError: one line naming the root.
+    """
+    from nstorm.errors import UsageError
+
+    parts = root.strip("/").split("/") if isinstance(root, str) else []
+    if (not isinstance(root, str) or not root.startswith("/") or "//" in root
+            or (root != "/" and any(p in ("", ".", "..") for p in parts))
+            or any(ord(c) < 32 or ord(c) == 127 for c in root)):
+        msg = f"ZooKeeper root {root!r} (--zk-root): expected an absolute path such as /nstorm, without '.' or '..' parts"
+        raise UsageError(msg)
+    return root
+
+
 @dataclass(frozen=True)
 class ZkPaths:
-    """Paths of the nstorm tree under ``root``."""
+    """Paths of the nstorm tree under ``root`` (checked: a bad one fails here, before any read)."""
 
     root: str = "/nstorm"
+
+    def __post_init__(self) -> None:
+        check_zk_root(self.root)
 
     def _p(self, *parts: str) -> str:
         return "/".join([self.root.rstrip("/"), *parts])

@@ -96,7 +96,7 @@ class OtdRunner:
         return result
 
     def _run(self) -> None:
-        if self.conf.get("otd.spark.eager"):
+        if flag(self.conf, "otd.spark.eager"):  # "false" is off (Nimbus checks it is a flag)
             self._start_spark()
         while not self._stop.wait(0.5):
             try:

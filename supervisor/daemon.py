@@ -32,7 +32,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 
 from kvstore import LMDBPlanStore, StoreCorruptError
 from nstorm.clusterstate import ClusterState
-from nstorm.config import merge_conf, positive_number
+from nstorm.config import daemon_flag, merge_conf, positive_number
 from nstorm.curvekeys import checked_keys_dir
 from nstorm.home import home_dir, home_lock, logs_dir, supervisor_dir
 from nstorm.loader import unpack_archive
@@ -64,6 +64,20 @@ def _started_after(proc: WorkerHandle | None, when: float | None) -> bool:
         return False
 
 
+def check_supervisor_conf(conf: Mapping[str, Any]) -> None:
+    """A supervisor's own settings, checked as it is built (and by ``nstorm supervisor`` before it
+    prints a word): run() reads some only after it has connected, where a bad one was a traceback.
+
+    :raises ConfigError: one line naming the setting.
+    """
+    for key in ("supervisor.worker.timeout.secs", "supervisor.worker.start.timeout.secs",
+                "supervisor.sync.interval.ms", "nimbus.supervisor.timeout.secs", "nstorm.zookeeper.session.timeout.secs"):
+        positive_number(conf, key)
+    if conf.get("supervisor.worker.cpu.limit") is not None:  # None (or 0): uncapped
+        positive_number(conf, "supervisor.worker.cpu.limit", zero_ok=True)
+    daemon_flag(conf, "supervisor.sync.watch", True)
+
+
 class Supervisor:
     """The node daemon. See the module docstring."""
 
@@ -85,6 +99,7 @@ class Supervisor:
         self.curve_keys = checked_keys_dir(self.conf)  # ConfigError now, not in every worker later
         self.beat_timeout = positive_number(self.conf, "supervisor.worker.timeout.secs")
         self.start_timeout = positive_number(self.conf, "supervisor.worker.start.timeout.secs")
+        check_supervisor_conf(self.conf)
         self.state = "STARTING"
         self.dir = supervisor_dir(node)
         self.store_path = self.dir / "store"
@@ -101,7 +116,7 @@ class Supervisor:
         self._restarted: set[tuple[str, int, int]] = set()  # process-mode restarts already done
         self._desired: set[tuple[str, int]] | None = None  # the worker slots the last sync wanted
         # N-Storm+ reacts to a plan change through a watch at once; without it only TS applies.
-        self._use_watch = bool(self.conf.get("supervisor.sync.watch", True))
+        self._use_watch = daemon_flag(self.conf, "supervisor.sync.watch", True)  # bool("false") was True
         self._lost = False
         self.cpu = CpuLimiter(self.conf.get("supervisor.worker.cpu.limit"), node, str(home_dir()))
 

@@ -6,7 +6,14 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from nstorm.cli.common import ConfOption, ZkRootOption, cli_errors, exit_with_error, print_json
+from nstorm.cli.common import (
+    ConfOption,
+    ZkRootOption,
+    cli_errors,
+    exit_with_error,
+    print_json,
+    zk_root_of,
+)
 
 if TYPE_CHECKING:
     from nstorm.localcluster import LocalCluster
@@ -23,7 +30,7 @@ def up(
     netns: Annotated[bool, typer.Option(help="each supervisor in its own network namespace (10.77.0.x)")] = False,
     link_rate: Annotated[str | None, typer.Option(help="with --netns: limit each node's link, e.g. 20mbit")] = None,
     ui_port: Annotated[int, typer.Option(min=0, max=65535, help="the web UI's port (a free one if taken; 0: no UI)")] = 8080,
-    zk_root: ZkRootOption = "/nstorm",
+    zk_root: ZkRootOption = None,
     conf: ConfOption = None,
 ) -> None:
     """Start ZooKeeper, Nimbus and supervisors in the background (pids under $NSTORM_HOME/run)."""
@@ -34,6 +41,7 @@ def up(
 
     overrides = parse_conf_options(conf or [])
     check_security_conf(overrides)  # bad credentials or missing keys: exit 2 before anything starts
+    zk_root = zk_root_of(zk_root, overrides)
     from nstorm import netns as nets
     from nstorm.errors import UsageError
 

@@ -7,7 +7,7 @@ import json
 import logging
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Annotated, Any, TypeVar
 
 import typer
@@ -26,16 +26,20 @@ __all__ = [
     "err_console",
     "exit_with_error",
     "print_json",
+    "zk_root_of",
+    "zk_servers_of",
 ]
 
 err_console = Console(stderr=True)
 
 ZkOption = Annotated[
     str | None,
-    typer.Option("--zk", envvar="NSTORM_ZK", help="ZooKeeper HOST:PORT [default: the embedded one of $NSTORM_HOME]"),
+    typer.Option("--zk", envvar="NSTORM_ZK", help="ZooKeeper HOST:PORT (default: -c nstorm.zookeeper.servers where "
+                 "the command takes -c, else the embedded one of $NSTORM_HOME)"),
 ]
 ZkRootOption = Annotated[
-    str, typer.Option("--zk-root", envvar="NSTORM_ZK_ROOT", help="ZooKeeper root node of the cluster")
+    str | None, typer.Option("--zk-root", envvar="NSTORM_ZK_ROOT", help="ZooKeeper root node of the cluster "
+                             "(default: -c nstorm.zookeeper.root where the command takes -c, else /nstorm)")
 ]
 ConfOption = Annotated[
     list[str] | None,
@@ -43,6 +47,34 @@ ConfOption = Annotated[
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+def zk_root_of(option: str | None, conf: Mapping[str, Any] | None = None) -> str:
+    """The cluster's root node: ``--zk-root`` (or ``$NSTORM_ZK_ROOT``), else ``-c
+    nstorm.zookeeper.root``, else its default; checked before anything connects.
+
+    :raises UsageError: one line naming the root.
+    """
+    from nstorm.config import merge_conf
+    from nstorm.zkschema import check_zk_root
+
+    return check_zk_root(option if option is not None else merge_conf(conf)["nstorm.zookeeper.root"])
+
+
+def zk_servers_of(option: str | None, conf: Mapping[str, Any] | None = None) -> str | None:
+    """``--zk`` (or ``$NSTORM_ZK``), else ``-c nstorm.zookeeper.servers``; None: the embedded one.
+
+    :raises ConfigError: a setting that is not a ``host:port[,host:port]`` string.
+    """
+    from nstorm.errors import ConfigError
+
+    if option:
+        return option
+    servers = (conf or {}).get("nstorm.zookeeper.servers")
+    if servers is not None and not isinstance(servers, str):
+        msg = f"-c nstorm.zookeeper.servers={servers!r}: expected HOST:PORT[,HOST:PORT...]"
+        raise ConfigError(msg)
+    return servers or None
 
 
 def exit_with_error(message: str, code: int = 1) -> None:

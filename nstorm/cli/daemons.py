@@ -3,11 +3,35 @@
 from __future__ import annotations
 
 import socket
-from typing import Annotated
+from collections.abc import Mapping
+from typing import Annotated, Any
 
 import typer
 
-from nstorm.cli.common import ConfOption, ZkOption, ZkRootOption, check_daemon_id, cli_errors
+from nstorm.cli.common import (
+    ConfOption,
+    ZkOption,
+    ZkRootOption,
+    check_daemon_id,
+    cli_errors,
+    zk_root_of,
+    zk_servers_of,
+)
+
+
+def _port_base(conf: Mapping[str, Any]) -> int:
+    """``supervisor.slots.port.base``: the first worker port of ``nstorm supervisor`` without
+    ``--port-base`` (0: free ports).
+
+    :raises ConfigError: one line naming the setting.
+    """
+    from nstorm.errors import ConfigError
+
+    value = conf.get("supervisor.slots.port.base")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535:
+        msg = f"-c supervisor.slots.port.base={value!r}: expected a port number from 0 to 65535"
+        raise ConfigError(msg)
+    return value
 
 
 def register(app: typer.Typer) -> None:
@@ -15,21 +39,23 @@ def register(app: typer.Typer) -> None:
     @cli_errors
     def nimbus(
         zk: ZkOption = None,
-        zk_root: ZkRootOption = "/nstorm",
+        zk_root: ZkRootOption = None,
         conf: ConfOption = None,
         nimbus_id: Annotated[str, typer.Option("--id", help="names the log (nimbus-ID.log) when several run (HA)")] = "",
     ) -> None:
         """Run Nimbus in the foreground (log: $NSTORM_HOME/logs/nimbus.log). Several may run: one leads."""
-        from nimbus.daemon import Nimbus
-        from nstorm.config import check_security_conf, parse_conf_options
+        from nimbus.daemon import Nimbus, check_nimbus_conf
+        from nstorm.config import check_security_conf, merge_conf, parse_conf_options
         from nstorm.home import logs_dir
         from nstorm.logs import setup_daemon_logging
         from nstorm.zkschema import resolve_zk_address
 
         check_daemon_id("--id", nimbus_id, empty_ok=True)
         overrides = parse_conf_options(conf or [])
+        zk_root = zk_root_of(zk_root, overrides)
         check_security_conf(overrides)
-        address = resolve_zk_address(zk)
+        check_nimbus_conf(merge_conf(overrides))  # exit 2 before anything starts
+        address = resolve_zk_address(zk_servers_of(zk, overrides))
         name = f"nimbus-{nimbus_id}" if nimbus_id else "nimbus"
         typer.echo(f"nimbus on {address}{zk_root}; log {logs_dir() / (name + '.log')}", err=True)
         setup_daemon_logging(name, name)
@@ -43,22 +69,31 @@ def register(app: typer.Typer) -> None:
         node_id: Annotated[str, typer.Option(help="node id (default: host name)")] = socket.gethostname(),
         host: Annotated[str, typer.Option(help="address workers bind and peers reach")] = "127.0.0.1",
         slots: Annotated[int, typer.Option(min=1, help="worker slots")] = 4,
-        port_base: Annotated[int, typer.Option(help="first worker port (0: free ports)")] = 6700,
+        port_base: Annotated[int | None, typer.Option(
+            min=0, max=65535, help="first worker port (0: free ports; default: supervisor.slots.port.base, 6700)")] = None,
         zk: ZkOption = None,
-        zk_root: ZkRootOption = "/nstorm",
+        zk_root: ZkRootOption = None,
         conf: ConfOption = None,
     ) -> None:
         """Run a supervisor in the foreground (log: $NSTORM_HOME/logs/supervisor-ID.log)."""
-        from nstorm.config import check_security_conf, parse_conf_options
+        from nstorm.config import check_security_conf, merge_conf, parse_conf_options
+        from nstorm.errors import UsageError
         from nstorm.home import logs_dir
         from nstorm.logs import setup_daemon_logging
         from nstorm.zkschema import resolve_zk_address
-        from supervisor.daemon import Supervisor, pick_slots
+        from supervisor.daemon import Supervisor, check_supervisor_conf, pick_slots
 
         check_daemon_id("--node-id", node_id)
         overrides = parse_conf_options(conf or [])
+        zk_root = zk_root_of(zk_root, overrides)
         check_security_conf(overrides)  # exit 2 before anything starts
-        address = resolve_zk_address(zk)
+        check_supervisor_conf(merge_conf(overrides))
+        if port_base is None:
+            port_base = _port_base(merge_conf(overrides))
+        if port_base and port_base + 1000 + slots - 1 > 65535:  # each slot's control port is data port + 1000
+            msg = f"first worker port {port_base} leaves no room for {slots} slots' control ports (+1000): use at most {64535 - slots + 1}"
+            raise UsageError(msg)
+        address = resolve_zk_address(zk_servers_of(zk, overrides))
         typer.echo(f"supervisor {node_id} on {address}{zk_root}; log {logs_dir() / f'supervisor-{node_id}.log'}", err=True)
         setup_daemon_logging(f"supervisor-{node_id}", f"supervisor {node_id}")
         daemon = Supervisor(node_id, host, pick_slots(slots, port_base, host, node_id), address, zk_root, overrides)
@@ -69,12 +104,12 @@ def register(app: typer.Typer) -> None:
     @cli_errors
     def ui(
         host: Annotated[str | None, typer.Option(
-            help="address to listen on (0.0.0.0: every interface) [default: nstorm.ui.host, 127.0.0.1]")] = None,
+            help="address to listen on (0.0.0.0: every interface; default: nstorm.ui.host, 127.0.0.1)")] = None,
         port: Annotated[int | None, typer.Option(
-            min=0, max=65535, help="port (0: a free one) [default: nstorm.ui.port, 8080]")] = None,
+            min=0, max=65535, help="port (0: a free one; default: nstorm.ui.port, 8080)")] = None,
         ping: Annotated[bool, typer.Option("--ping", help="only check that a UI answers on --host/--port (exit 0 or 1)")] = False,
         zk: ZkOption = None,
-        zk_root: ZkRootOption = "/nstorm",
+        zk_root: ZkRootOption = None,
         conf: ConfOption = None,
     ) -> None:
         """Run the web UI in the foreground: Storm's REST API (/api/v1), the pages and /metrics
@@ -101,7 +136,8 @@ def register(app: typer.Typer) -> None:
         from ui.server import serve
 
         check_security_conf(overrides)  # malformed credentials: exit 2 before anything starts
-        address = resolve_zk_address(zk)
+        zk_root = zk_root_of(zk_root, overrides)
+        address = resolve_zk_address(zk_servers_of(zk, overrides))
         setup_daemon_logging("ui", "ui")
 
         def announce(url: str) -> None:

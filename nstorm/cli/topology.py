@@ -19,17 +19,23 @@ from nstorm.cli.common import (
     cli_errors,
     print_json,
     quiet_kazoo,
+    zk_root_of,
+    zk_servers_of,
 )
+from nstorm.topology import check_topology_name
 from nstorm.window.status import describe_windows
 
 JsonOption = Annotated[bool, typer.Option("--json", help="print JSON")]
 
 
-def _client(zk: str | None, zk_root: str, auth: str | None = None) -> Any:
+def _client(zk: str | None, zk_root: str | None, conf: dict[str, Any] | None = None) -> Any:
+    """A client of the cluster the options (and ``-c`` settings, where a command takes them) name."""
     from nstorm.client import ClusterClient
 
+    conf = conf or {}
+    root = zk_root_of(zk_root, conf)
     quiet_kazoo()
-    return ClusterClient(zk, zk_root, auth=auth)  # auth None: $NSTORM_ZK_AUTH
+    return ClusterClient(zk_servers_of(zk, conf), root, auth=conf.get("nstorm.zookeeper.auth"))  # None: $NSTORM_ZK_AUTH
 
 
 def register(app: typer.Typer) -> None:
@@ -42,23 +48,27 @@ def register(app: typer.Typer) -> None:
         name: Annotated[str | None, typer.Option(help="run under this name instead of the built one")] = None,
         conf: ConfOption = None,
         zk: ZkOption = None,
-        zk_root: ZkRootOption = "/nstorm",
+        zk_root: ZkRootOption = None,
     ) -> None:
         """Validate a topology file and submit it to the cluster."""
-        from nstorm.config import merge_conf, parse_conf_options
+        from nstorm.config import check_topology_conf, merge_conf, parse_conf_options
         from nstorm.constraints import check_submit as check_constraints
         from nstorm.loader import load_topology
+        from nstorm.state.config import state_config
 
         overrides = parse_conf_options(conf or [])
         topology = load_topology(file, overrides)  # bad input fails here, before touching the cluster
-        check_constraints(topology.definition, merge_conf(topology.conf, overrides))  # ... and here
-        with _client(zk, zk_root, overrides.get("nstorm.zookeeper.auth")) as client:
+        settings = merge_conf(topology.conf, overrides)
+        check_topology_conf(settings)  # ... and here (the client checks again: it is an API too)
+        state_config(settings)
+        check_constraints(topology.definition, settings)
+        with _client(zk, zk_root, overrides) as client:
             info = client.submit(file, name=name, conf=overrides)
         typer.echo(f"submitted {info['name']}: {info['executors']} executors on {info['workers']} workers")
 
     @app.command(rich_help_panel="Daemons")
     @cli_errors
-    def leader(as_json: JsonOption = False, zk: ZkOption = None, zk_root: ZkRootOption = "/nstorm") -> None:
+    def leader(as_json: JsonOption = False, zk: ZkOption = None, zk_root: ZkRootOption = None) -> None:
         """The leading Nimbus (host:pid) and the standby ones; exit 1 if no Nimbus runs."""
         with _client(zk, zk_root) as client:
             info = client.nimbuses()
@@ -73,7 +83,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command("list", rich_help_panel="Topologies")
     @cli_errors
-    def list_(as_json: JsonOption = False, zk: ZkOption = None, zk_root: ZkRootOption = "/nstorm") -> None:
+    def list_(as_json: JsonOption = False, zk: ZkOption = None, zk_root: ZkRootOption = None) -> None:
         """Topologies of the cluster."""
         with _client(zk, zk_root) as client:
             rows = client.list()
@@ -92,9 +102,10 @@ def register(app: typer.Typer) -> None:
     @app.command(rich_help_panel="Topologies")
     @cli_errors
     def status(
-        name: str, as_json: JsonOption = False, zk: ZkOption = None, zk_root: ZkRootOption = "/nstorm"
+        name: str, as_json: JsonOption = False, zk: ZkOption = None, zk_root: ZkRootOption = None
     ) -> None:
         """Workers, executors and counters of a topology."""
+        check_topology_name(name)  # before connecting: exit 2 whether ZooKeeper is up or not
         with _client(zk, zk_root) as client:
             info = client.status(name)
         if as_json:
@@ -146,16 +157,18 @@ def register(app: typer.Typer) -> None:
 
     @app.command(rich_help_panel="Topologies")
     @cli_errors
-    def activate(name: str, zk: ZkOption = None, zk_root: ZkRootOption = "/nstorm") -> None:
+    def activate(name: str, zk: ZkOption = None, zk_root: ZkRootOption = None) -> None:
         """Resume a deactivated topology's spouts."""
+        check_topology_name(name)
         with _client(zk, zk_root) as client:
             client.activate(name)
         typer.echo(f"{name}: activate requested")
 
     @app.command(rich_help_panel="Topologies")
     @cli_errors
-    def deactivate(name: str, zk: ZkOption = None, zk_root: ZkRootOption = "/nstorm") -> None:
+    def deactivate(name: str, zk: ZkOption = None, zk_root: ZkRootOption = None) -> None:
         """Pause a topology's spouts (bolts keep draining)."""
+        check_topology_name(name)
         with _client(zk, zk_root) as client:
             client.deactivate(name)
         typer.echo(f"{name}: deactivate requested")
@@ -167,12 +180,12 @@ def register(app: typer.Typer) -> None:
         mode: Annotated[str, typer.Option(help="thread (N-Storm, live), process (restart affected workers) or stop (Storm)")] = "thread",
         move: Annotated[list[str] | None, typer.Option("--move", help="EXECUTOR=WORKER, e.g. count:3=n2:6701 (repeatable)")] = None,
         random_count: Annotated[int, typer.Option("--random", help="move M random executors, keeping placement even")] = 0,
-        wait: Annotated[float | None, typer.Option(help="stop mode: seconds deactivated before the stop [default: message timeout]")] = None,
+        wait: Annotated[float | None, typer.Option(help="stop mode: seconds deactivated before the stop (default: the message timeout)")] = None,
         timeout: Annotated[float, typer.Option(help="seconds to wait for the moves to complete")] = 120.0,
         parallelism: Annotated[list[str] | None, typer.Option("--parallelism", "-e", help="COMPONENT=N: change a component's executors, live in thread mode (repeatable; Storm's -e)")] = None,
         workers: Annotated[int | None, typer.Option("--workers", "-n", help="with --parallelism: this many workers (more than now: new ones from free slots)")] = None,
         zk: ZkOption = None,
-        zk_root: ZkRootOption = "/nstorm",
+        zk_root: ZkRootOption = None,
     ) -> None:
         """Move executors between workers, or change a component's parallelism; by default live,
         as threads, without stopping anything."""
@@ -180,6 +193,7 @@ def register(app: typer.Typer) -> None:
         from nstorm.errors import UsageError
         from nstorm.rescale import parse_parallelism
 
+        check_topology_name(name)
         changes = parse_parallelism(parallelism or [])
         if not math.isfinite(timeout) or timeout < 0:
             msg = f"--timeout must be a finite number of seconds >= 0, got {timeout}"
@@ -220,11 +234,15 @@ def register(app: typer.Typer) -> None:
         name: str,
         wait: Annotated[float, typer.Option(help="seconds to stay deactivated before the kill (Storm uses the message timeout)")] = 0.0,
         zk: ZkOption = None,
-        zk_root: ZkRootOption = "/nstorm",
+        zk_root: ZkRootOption = None,
     ) -> None:
         """Deactivate a topology, wait, then end its workers and remove it."""
-        from nstorm.errors import ClusterError
+        from nstorm.errors import ClusterError, UsageError
 
+        check_topology_name(name)
+        if not math.isfinite(wait) or wait < 0:  # before connecting: exit 2 whether ZooKeeper is up or not
+            msg = f"--wait must be a finite number of seconds >= 0, got {wait}"
+            raise UsageError(msg)
         with _client(zk, zk_root) as client:
             client.kill(name, wait)
             if not client.wait_removed(name, wait + 30):

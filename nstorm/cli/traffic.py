@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -14,6 +15,7 @@ from nstorm.cli.common import (
     err_console,
     print_json,
     quiet_kazoo,
+    zk_root_of,
 )
 
 
@@ -63,18 +65,20 @@ def register(app: typer.Typer) -> None:
         png: Annotated[Path | None, typer.Option(help="write a heatmap of the executor matrix here")] = None,
         master: Annotated[str, typer.Option(help="Spark master")] = "local[2]",
         zk: ZkOption = None,
-        zk_root: ZkRootOption = "/nstorm",
+        zk_root: ZkRootOption = None,
     ) -> None:
         """Communication matrix, inter-node ratio and worker load over a window (a PySpark job)."""
         from nstorm.client import ClusterClient
         from nstorm.errors import UsageError
+        from nstorm.topology import check_topology_name
         from scheduler_otd.traffic import TrafficJob
 
-        if window <= 0:
-            msg = f"--window must be > 0, got {window}"
+        check_topology_name(name)
+        if not math.isfinite(window) or window <= 0:  # nan passed "<= 0"
+            msg = f"--window must be a finite number of seconds > 0, got {window}"
             raise UsageError(msg)
         quiet_kazoo()
-        with ClusterClient(zk, zk_root) as client:
+        with ClusterClient(zk, zk_root_of(zk_root)) as client:
             client.status(name)  # unknown topology: exit 2 before Spark starts
             plan = client.plan(name)
         job = TrafficJob(master=master)

@@ -101,6 +101,9 @@ def state_config(conf: Mapping[str, Any]) -> StateConfig:
                f"{backoff:g}: the longest wait between rollbacks cannot be shorter than the first")
         raise ConfigError(msg)
     directory = conf.get("topology.state.dir")
+    if directory is not None and not isinstance(directory, str):  # Path(123): a TypeError in every worker
+        msg = f"topology.state.dir={directory!r}: expected a string (a directory)"
+        raise ConfigError(msg)
     return StateConfig(provider=str(provider), interval_ms=int(interval), timeout_secs=timeout,
                        max_parallelism=int(groups), max_rollbacks=int(rollbacks), backoff_ms=backoff,
                        backoff_max_ms=backoff_max, directory=Path(directory) if directory else None,
