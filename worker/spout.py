@@ -184,7 +184,12 @@ class SpoutExecutor(UserExecutor):
                 kind, _src, entries = get()
             except queue.Empty:
                 break
-            self._control(kind, entries, _src)
+            try:
+                self._control(kind, entries, _src)
+            except (TypeError, ValueError):
+                if wire.control_entries_ok(kind, entries):
+                    raise  # not the message's fault
+                log.warning("executor %s dropped a control message %d of the wrong shape", self.executor_id, kind)
         if self.immediate_acks:
             ids, self.immediate_acks = self.immediate_acks, []
             self.acked += len(ids)

@@ -188,7 +188,7 @@ class Transport:
             except (TypeError, ValueError):
                 self._drop("backpressure entry")
             return
-        if not wire.control_entries_ok(kind, entries):
+        if not wire.control_entries_plausible(kind, entries):
             self._drop(f"control {kind}: entries")
             return
         inbox: Any = self.host.inbox(dst)

@@ -37,6 +37,7 @@ without being told, and an acker entry that returns to zero is a complete tree.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable
 from itertools import chain
 from typing import Any
@@ -58,6 +59,7 @@ __all__ = [
     "ROOT_TASK_BITS",
     "acker_index",
     "control_entries_ok",
+    "control_entries_plausible",
     "root_task",
     "DATA",
     "FAIL",
@@ -184,6 +186,20 @@ def expand_runs(runs: Any, n: int) -> list[Any]:
     return out
 
 
+_odd = (2).__rmod__  # n -> n % 2, for map()
+_INT = {int}
+
+
+def _u64_arrays(arrays: Any) -> bool:
+    """Whether every element of every array is an int of 64 bits (roots, edges, XORs): checked in
+    ``array``'s C loop, a few ns an element, as they come off the network on the tuple path."""
+    try:
+        array("Q", chain.from_iterable(arrays))
+    except (TypeError, OverflowError):
+        return False
+    return True
+
+
 def decode_batch(batch: Any) -> tuple[Any, Any, Any]:
     """``(values, runs, streams)`` of a batch: decoded if it came as bytes, shape checked.
 
@@ -211,8 +227,8 @@ def decode_batch(batch: Any) -> tuple[Any, Any, Any]:
         if set(map(type, anchors)) - {tuple, list, type(None)}:
             msg = "a run's anchor must be nil or [root, edge, ...]"
             raise ValueError(msg)
-        anchors = [a for a in anchors if a]
-        if set(map(type, chain.from_iterable(anchors))) - {int} or any(len(a) % 2 for a in anchors):
+        anchors = [*filter(None, anchors)]
+        if not {*map(type, chain.from_iterable(anchors))} <= _INT or any(map(_odd, {*map(len, anchors)})):
             msg = "a run's anchor must hold [root, edge] pairs of integers"
             raise ValueError(msg)
     if streams is not None and not isinstance(streams, dict):
@@ -222,23 +238,32 @@ def decode_batch(batch: Any) -> tuple[Any, Any, Any]:
 
 
 _ROOT_LISTS = frozenset((FAIL, ACKED, FAILED))
+_ACK_KINDS = frozenset((ACK, FAIL, ACKED, FAILED))
 _INT_ENTRIES = frozenset((CHECKPOINT, COMMITTED, SHIFT_READY, SEALED))
 _MAP_ENTRIES = frozenset((STATE, READY, GONE, GROUPS, STATE_PART))
 
 
 def control_entries_ok(kind: int, entries: Any) -> bool:
-    """Whether a control message from the network has the shape its handler takes (decoded with
-    arrays as tuples): the handlers run in executors' loops, where garbage that raised would
-    end the executor. ACK ``[[root, xor], ...]``; FAIL, ACKED, FAILED ``[root, ...]``; ids as
-    ints; the hand-over messages as maps."""
+    """Whether a control message has the shape its handler takes (decoded with arrays as
+    tuples): ACK ``[[root, xor], ...]``; FAIL, ACKED, FAILED ``[root, ...]``; ids as ints; the
+    hand-over messages as maps. The transport checks the rare kinds with it; the acker and the
+    spouts, which take the frequent ones, catch what raises and ask it then (no cost per ack)."""
     if kind == ACK:
         return (type(entries) is tuple and not set(map(type, entries)) - {tuple}
-                and not set(map(len, entries)) - {2} and not set(map(type, chain.from_iterable(entries))) - {int})
+                and not set(map(len, entries)) - {2} and _u64_arrays(entries))
     if kind in _ROOT_LISTS:
-        return type(entries) is tuple and not set(map(type, entries)) - {int}
+        return type(entries) is tuple and _u64_arrays((entries,))
     if kind in _INT_ENTRIES:
         return type(entries) is int
     return kind in _MAP_ENTRIES and type(entries) is dict
+
+
+def control_entries_plausible(kind: int, entries: Any) -> bool:
+    """The transport's check of a control message from the network: the whole shape for the rare
+    kinds, only an array for the acks (see :func:`control_entries_ok`)."""
+    if kind in _ACK_KINDS:
+        return type(entries) is tuple
+    return control_entries_ok(kind, entries)
 
 
 def run_around(runs: Any, index: int, n: int) -> tuple[int, int]:
