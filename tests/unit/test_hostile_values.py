@@ -5,7 +5,8 @@ backpressure paused every spout of the topology. A value with no msgpack form (n
 an object, an int beyond 64 bits) raised in the flush that sends it to another worker, after
 the buffer was emptied; well-formed msgpack with the wrong contents (a float root, a string
 checkpoint id) raised in the executor that handled it. Now such a batch is dropped and counted
-(its trees time out and are replayed), and such a frame is dropped at the socket.
+(its trees time out and are replayed), such a control frame is dropped, and an engine error in an
+executor's loop ends its worker, which its supervisor restarts.
 """
 
 from __future__ import annotations
@@ -96,10 +97,12 @@ def test_control_entries_as_the_engine_sends_them_pass(kind: int, entries: Any) 
     assert wire.control_entries_ok(kind, decoded)
 
 
-@pytest.mark.parametrize("anchor", [[1.5, 3], [1, 2, 3], ["a", "b"], [1, None]])
-def test_a_batch_whose_anchors_are_not_integer_pairs_is_garbage(anchor: list[Any]) -> None:
+def test_a_batch_whose_anchors_are_not_arrays_is_garbage_and_their_contents_are_left_to_the_ack() -> None:
+    """Anchors' containers are checked as a batch is decoded; their contents are not (every root
+    and edge, twice: 3% of word count's words/s): a worker only sends integer pairs, and what
+    else comes raises where it is acked, which restarts the worker (as the next test shows)."""
     with pytest.raises(ValueError, match="anchor"):
-        wire.decode_batch(wire.pack_batch([[[1]], [1, anchor], None]))
+        wire.decode_batch(wire.pack_batch([[[1]], [1, "x"], None]))
     values, runs, _ = wire.decode_batch(wire.pack_batch([[[1], [2]], [1, [5, 6, 7, 8], 1, None], None]))
     assert len(values) == 2 and runs[1] == (5, 6, 7, 8)
 
