@@ -568,6 +568,13 @@ class Worker:
                 log.exception("cannot write local heartbeat")
             if self._zk is None or beat is None:
                 continue
+            if not self._zk.connected:
+                # kazoo queues a call made while disconnected until the reconnect: this thread
+                # would stop beating locally, and the supervisor kill the worker as hung.
+                if not failing:
+                    log.warning("ZooKeeper away: heartbeats to it wait; processing goes on")
+                failing = True
+                continue
             try:
                 data = encode(beat)
                 if self._zk.exists(path):

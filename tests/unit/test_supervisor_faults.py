@@ -242,3 +242,41 @@ def test_a_plan_store_removed_or_damaged_under_a_running_supervisor_is_rebuilt(
     assert sup._pass(False, 1.0) is False
     assert sup.store is not old and sup.store is not None
     sup.store.close()
+
+
+def test_a_worker_beats_locally_while_zookeeper_is_away(tmp_path: Path) -> None:
+    """kazoo queues a call made while disconnected until the reconnect: the heartbeat thread
+    waited in it, stopped writing its local beat, and the supervisor would kill every worker of
+    a cluster whose ZooKeeper was away longer than supervisor.worker.timeout.secs."""
+    import threading
+
+    from worker.process import Worker
+
+    worker = Worker("n1", 1, "t", tmp_path / "store", None, "/nstorm")
+    worker.conf = {"worker.heartbeat.interval.secs": 0.02}
+    worker.core_pin = object()  # type: ignore[assignment]
+    worker.heartbeat = lambda: {"worker_id": "n1:1", "time": time.time()}  # type: ignore[method-assign]
+
+    class AwayZk:
+        connected = False
+
+        def exists(self, path: str) -> bool:
+            worker._stop.wait(30)  # as kazoo: queued until the reconnect
+            return False
+
+    worker._zk = AwayZk()  # type: ignore[assignment]
+    beat = tmp_path / "heartbeat-1.json"
+    thread = threading.Thread(target=worker._heartbeat_loop, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 5
+        while not beat.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        first = beat.stat().st_mtime_ns
+        while beat.stat().st_mtime_ns == first and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert beat.stat().st_mtime_ns != first  # still beating
+    finally:
+        worker._stop.set()
+        thread.join(5)
+    assert not thread.is_alive()
