@@ -97,9 +97,9 @@ class Supervisor:
         self.paths = ZkPaths(zk_root)
         self.conf = merge_conf(conf)
         self.curve_keys = checked_keys_dir(self.conf)  # ConfigError now, not in every worker later
-        self.beat_timeout = positive_number(self.conf, "supervisor.worker.timeout.secs")
-        self.start_timeout = positive_number(self.conf, "supervisor.worker.start.timeout.secs")
         check_supervisor_conf(self.conf)
+        self.beat_timeout = float(self.conf["supervisor.worker.timeout.secs"])
+        self.start_timeout = float(self.conf["supervisor.worker.start.timeout.secs"])
         self.state = "STARTING"
         self.dir = supervisor_dir(node)
         self.store_path = self.dir / "store"

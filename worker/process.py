@@ -497,9 +497,7 @@ class Worker:
         try:
             latest = store.latest(self.topology)
         except KVStoreError as exc:
-            if not self._store_trouble:  # once until it reads again: polls come every TW
-                log.warning("plan store unreadable (%s): the running plan stays, polling on", exc)
-            self._store_trouble = True
+            self._store_unreadable(exc)
             return None
         self._store_trouble = False
         if latest is None:
@@ -509,6 +507,13 @@ class Worker:
         except PlanError as exc:
             log.error("%s (v%d in the store): ignored", exc, latest[0])
             return None
+
+    def _store_unreadable(self, exc: Exception) -> None:
+        """Log a failed plan-store read once until a read succeeds (polls come every TW); the
+        running plan stays meanwhile (its supervisor rebuilds the store)."""
+        if not self._store_trouble:
+            log.warning("plan store unreadable (%s): the running plan stays, polling on", exc)
+        self._store_trouble = True
 
     @staticmethod
     def _store_synced(store: LMDBPlanStore) -> bool:
@@ -641,9 +646,7 @@ class Worker:
             try:
                 version = store.latest_version(self.topology)
             except Exception as exc:  # noqa: BLE001 - a store being rebuilt: try again next cycle
-                if not self._store_trouble:  # once until it reads again: polls come every TW
-                    log.warning("plan store unreadable (%s): polling on", exc)
-                self._store_trouble = True
+                self._store_unreadable(exc)
                 continue
             if version is None:
                 if not self._store_synced(store):
