@@ -19,7 +19,7 @@ plain Python while Nimbus's SparkSession, started when Nimbus leads, warms up). 
 it records throughput (acked spout tuples), the inter-node ratio measured by the engine
 (load-collection records) and the bytes the kernel counted on the nodes' veths, the complete
 latency (spout emit -> fully acked, of the stamped tuples, about one a ms per spout), the average and the highest
-worker CPU, the machine's load average, and each OTD round (case, engine, duration). Prints a
+worker CPU and run-queue wait, the machine's load average, and each OTD round (case, engine, duration). Prints a
 table, writes ``benchmarks/results/otd.json`` and PNG plots (cf. Fig. 12, 13).
 
 Namespaces and the bridge have fixed names (``nstorm-n1``, ``nstorm-br0``) and making them
@@ -163,6 +163,8 @@ def run(experiment: str, placement: str, args: argparse.Namespace, console: Cons
                         "engine_inter_node_bytes": inter_bytes, "kernel_bytes": kernel,
                         "cpu": statistics.mean(r["cpu"] for r in loads) if loads else None,
                         "cpu_max": max(r["cpu"] for r in loads) if loads else None,
+                        "wait": statistics.mean(r.get("wait", 0.0) for r in loads) if loads else None,
+                        "wait_max": max(r.get("wait", 0.0) for r in loads) if loads else None,
                         "loadavg": os.getloadavg()[0],
                         "latency_p50_ms": statistics.median(x["p50"] for x in spout_lat) if spout_lat else None,
                         "latency_p99_ms": max(x["p99"] for x in spout_lat) if spout_lat else None,
@@ -195,14 +197,15 @@ def run(experiment: str, placement: str, args: argparse.Namespace, console: Cons
               "round_cases": {c: sum(1 for r in rounds if r["case"] == c) for c in (1, 2, 3, 4)},
               "round_secs_median": {e: statistics.median(v) for e, v in by_engine.items() if v},
               "throughput": rate(steady), "inter_node_ratio": avg("inter_node_ratio"), "cpu": avg("cpu"),
-              "cpu_max": avg("cpu_max"), "loadavg": avg("loadavg"),
+              "cpu_max": avg("cpu_max"), "wait": avg("wait"), "wait_max": avg("wait_max"), "loadavg": avg("loadavg"),
               "last_minute": {"throughput": rate(last_minute),
                               **{k: avg(k, last_minute) for k in ("inter_node_ratio", "cpu")}},
               "latency_p50_ms": avg("latency_p50_ms"), "latency_p99_ms": avg("latency_p99_ms"),
               "engine_inter_node_bytes": sum(s["engine_inter_node_bytes"] for s in series),
               "kernel_bytes": sum(s["kernel_bytes"] for s in series), "netns": bool(nodes)}
     console.print(f"{experiment}/{placement}: {result['throughput']:,.0f}/s, inter-node {result['inter_node_ratio']:.1%}, "
-                  f"cpu {result['cpu']:.3f} (max {result['cpu_max']:.2f}), load avg {result['loadavg']:.1f}, "
+                  f"cpu {result['cpu']:.3f} (max {result['cpu_max']:.2f}), run-queue wait {result['wait']:.3f} "
+                  f"(max {result['wait_max']:.2f}), load avg {result['loadavg']:.1f}, "
                   f"{len(migrations)} moves, rounds by case {result['round_cases']}, "
                   f"median round {result['round_secs_median']}")
     return result
@@ -275,14 +278,15 @@ def main() -> None:
     table = Table(title=f"OTD vs static placement, 2 nodes x 4 workers ({machine()['cpus']} cores, "
                         f"links {args.link_rate} in comm)")
     for col in ("experiment", "placement", "throughput/s", "inter-node ratio", "last minute", "avg worker CPU",
-                "latency p50/p99 (ms)", "moves", "load avg", "engine vs kernel inter-node bytes"):
+                "run-queue wait (avg / max)", "latency p50/p99 (ms)", "moves", "rounds by case", "load avg", "engine vs kernel inter-node bytes"):
         table.add_column(col, justify="right")
     for r in results:
         table.add_row(r["experiment"], r["placement"], f"{r['throughput']:,.0f}", f"{r['inter_node_ratio']:.1%}",
                       f"{r['last_minute']['throughput']:,.0f}/s, {r['last_minute']['inter_node_ratio']:.1%}",
                       f"{r['cpu']:.3f}" + (f" ({r['cpu'] / r['worker_cpu_limit']:.0%} of cap)"
-                                           if r.get("worker_cpu_limit") else ""), f"{r['latency_p50_ms']:.1f} / {r['latency_p99_ms']:.1f}",
-                      str(r["migrations"]), f"{r['loadavg']:.1f}",
+                                           if r.get("worker_cpu_limit") else ""),
+                      f"{r['wait']:.3f} / {r['wait_max']:.2f}", f"{r['latency_p50_ms']:.1f} / {r['latency_p99_ms']:.1f}",
+                      str(r["migrations"]), str({c: n for c, n in r["round_cases"].items() if n}), f"{r['loadavg']:.1f}",
                       f"{r['engine_inter_node_bytes']:,} / {r['kernel_bytes']:,}" if r["netns"] else "no netns")
     console.print(table)
     RESULTS.mkdir(exist_ok=True)

@@ -94,6 +94,7 @@ DEFAULTS: dict[str, Any] = {
     "otd.queue.high": 16,  # a backlog (queued batches never worked off in a period) this deep: high-load
     "otd.queue.growth.high": 2.0,  # ... and so does a backlog growing this fast (batches/s)
     "otd.queue.growth.low": 0.25,  # a low-load worker's backlog grows no faster than this
+    "otd.cpu.wait.high": 0.25,  # a low-load worker whose threads waited this share of a core for a CPU: no load-balancing target
     "otd.autoscale": False,  # Case 2 scales the overloaded component out, and idle components in (live)
     "otd.autoscale.cooldown.secs": 30,  # idle this long before a scale-in, and from any step to a scale-in
     "otd.spark.eager": False,  # start Nimbus's SparkSession when it leads, not at the first OTD topology

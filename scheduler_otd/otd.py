@@ -34,7 +34,14 @@ The four cases of section 4.2:
    hottest ``count`` move eight times in 70 s); moving its neighbours away gives it the
    worker. A worker with no other movable executor is skipped for the next most loaded one;
    when no high-load worker has one, no move can relieve them: the round warns (raise the
-   parallelism) and goes on as Case 3, whose moves only go to low-load workers;
+   parallelism) and goes on as Case 3, whose moves only go to low-load workers. Nor can a move
+   onto a worker whose machine has no CPU to give: a low-load worker whose threads waited for a
+   CPU (``otd.cpu.wait.high`` of a core or more over the window: more runnable threads than
+   cores) is low because it is starved, not because it has room, and moving load there only
+   moves the queue (on a saturated 2-core machine such moves cost a quarter of word count's
+   throughput, docs/benchmarks.md). With no other target the round warns and goes on as Case 3
+   too: communication optimisation still pays on a saturated machine (co-located executors
+   skip the network and the serialisation);
 2. high-load workers but no low-load one: a warning (resources are short), no move; with
    ``otd.autoscale`` it scales out instead (:func:`autoscale`, below);
 3. low-load workers but no high-load one: Algorithm 2 (communication optimisation) moves the
@@ -76,12 +83,14 @@ HIGH, NORMAL, LOW = "high", "normal", "low"
 class WorkerLoad:
     """A worker's load over the window: CPU (share of its capacity: one core, the GIL's bound, or
     the cgroup cap its supervisor set, ``supervisor.worker.cpu.limit``), backlog (queued batches
-    it did not get below) and the backlog's trend (batches per second; > 0: it grows)."""
+    it did not get below), the backlog's trend (batches per second; > 0: it grows) and how long
+    its threads waited for a CPU of its machine."""
 
     cpu: float
     queue: float
     trend: float = 0.0
     capacity: float = 1.0  # cores behind ``cpu`` = 1.0
+    wait: float = 0.0  # cores' worth of run-queue delay: its threads ready, no CPU free (worker/metrics.py)
 
     def key(self) -> tuple[float, float, float]:
         """Order of load: "the highest load" and "the lowest load" of Algorithm 1."""
@@ -201,24 +210,29 @@ def otd_round(
     busy = comm.sum(axis=1)
     targets = _least_loaded_per_node(low, loads, worker_node)
     target_nodes = np.array([node_index[worker_node[w]] for w in targets], dtype=np.int64)
-    if high:
-        # Algorithm 1: executors of the most loaded worker -> min_load_workers (one per node),
-        # all but the busiest one (it would carry the hot spot along).
+    wait_high = float(conf.get("otd.cpu.wait.high", 0.25))
+    spare = _least_loaded_per_node([w for w in low if loads[w].wait < wait_high], loads, worker_node)
+    spare_nodes = np.array([node_index[worker_node[w]] for w in spare], dtype=np.int64)
+    warning = None
+    if high and not spare:
+        warning = (f"workers {sorted(high)} are overloaded and the low-load workers' machines have no CPU to "
+                   f"give (their threads waited for one: {_waits(low, loads)}): add cores or supervisors")
+    elif high:
+        # Algorithm 1: executors of the most loaded worker -> min_load_workers (one per node) that
+        # have CPU to give, all but the busiest executor (it would carry the hot spot along).
         for source in sorted(high, key=lambda w: loads[w].key(), reverse=True):
             rows = np.array([i for i, e in enumerate(executors) if placement[e] == source and e in movable_set],
                             dtype=np.int64)
             if rows.size < 2:
                 continue
             rows = np.delete(rows, int(np.argmax(busy[rows])))
-            asc_matrix = comm[np.ix_(rows, target_nodes)] - comm[rows, home[rows]][:, None]
+            asc_matrix = comm[np.ix_(rows, spare_nodes)] - comm[rows, home[rows]][:, None]
             best = _argmax(asc_matrix, busy[rows])
             assert best is not None  # rows and targets are not empty, and every entry is finite
             r, t, asc = best
-            return Decision(1, executors[int(rows[r])], targets[t], asc, classes=classes)
+            return Decision(1, executors[int(rows[r])], spare[t], asc, classes=classes)
         warning = (f"the overloaded workers {sorted(high)} host no movable executor besides their busiest one: "
                    "raise the parallelism of its component")
-    else:
-        warning = None
     # Algorithm 2: every executor -> min_load_workers, only if worth it.
     rows = np.array([i for i, e in enumerate(executors) if e in movable_set], dtype=np.int64)
     if rows.size == 0:
@@ -246,6 +260,11 @@ class ScaleStep:
 
     def as_json(self) -> dict[str, Any]:
         return {"component": self.component, "parallelism": self.parallelism, "workers": self.workers, "why": self.why}
+
+
+def _waits(workers: Sequence[str], loads: Mapping[str, WorkerLoad]) -> str:
+    """``w1 0.62, w2 0.40``: how much of a core each worker's threads waited for a CPU."""
+    return ", ".join(f"{w} {loads[w].wait:.2f}" for w in sorted(workers))
 
 
 def behind(loads: Mapping[str, WorkerLoad], conf: Mapping[str, Any]) -> set[str]:

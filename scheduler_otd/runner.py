@@ -157,7 +157,7 @@ class OtdRunner:
         loads = {w: load for w, load in self.loads(name).items() if w in worker_node}
         capacity = {w: load.capacity for w, load in loads.items()}
         loads.update({w["id"]: WorkerLoad(w["cpu"] / capacity.get(w["id"], 1.0), w["backlog"], w["trend"],
-                                          capacity=capacity.get(w["id"], 1.0))
+                                          capacity=capacity.get(w["id"], 1.0), wait=w.get("wait", 0.0))
                       for w in traffic["workers"] if w["id"] in worker_node})
         executors = sorted(plan.executors)
         edges = [(e["src"], e["dst"], float(e["tuples"])) for e in traffic["edges"]]
@@ -179,9 +179,10 @@ class OtdRunner:
         elapsed = time.monotonic() - started
         record = {**decision.as_json(), "at": time.time(), "inter_node_ratio": traffic["inter_node_ratio"],
                   "window_tuples": traffic["total_tuples"], "engine": engine, "round_secs": round(elapsed, 3),
-                  "loads": {w: [round(x.cpu, 3), round(x.queue, 1), round(x.trend, 2)] for w, x in sorted(loads.items())}}
+                  "loads": {w: [round(x.cpu, 3), round(x.queue, 1), round(x.trend, 2), round(x.wait, 3)]
+                            for w, x in sorted(loads.items())}}
         log.info("OTD %s: round in %.2fs (%s), case %d, inter-node ratio %.1f%% over %d tuples, %d low, "
-                 "high/normal (cpu, backlog, trend): %s", name, elapsed, engine, decision.case,
+                 "high/normal (cpu, backlog, trend, wait): %s", name, elapsed, engine, decision.case,
                  100 * traffic["inter_node_ratio"], traffic["total_tuples"],
                  sum(1 for c in decision.classes.values() if c == "low"),
                  {w: (c, *record["loads"].get(w, ())) for w, c in sorted(decision.classes.items()) if c != "low"})

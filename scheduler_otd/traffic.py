@@ -3,7 +3,7 @@
 Over a time window it aggregates the load-collection records (``worker/metrics.py``) into
 the executor communication matrix CC(e -> e'), the worker and node matrices, the share of
 tuples that crossed nodes, and per-worker load (mean CPU, mean queue and the queue's
-trend). ``nstorm traffic`` runs it once; the OTD scheduler keeps one :class:`TrafficJob`
+trend, and how long its threads waited for a CPU). ``nstorm traffic`` runs it once; the OTD scheduler keeps one :class:`TrafficJob`
 (one SparkSession) alive across its rounds, since starting a session costs seconds (a
 minute on a loaded machine).
 
@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 _SCHEMA = (
     "kind STRING, ts DOUBLE, topology STRING, src STRING, dst STRING, tuples LONG, bytes LONG, "
     "src_worker STRING, dst_worker STRING, src_node STRING, dst_node STRING, inter_node BOOLEAN, "
-    "worker STRING, node STRING, cpu DOUBLE, queue LONG"
+    "worker STRING, node STRING, cpu DOUBLE, queue LONG, wait DOUBLE"
 )
 # A record's group: every key an output needs (edges keep their placement, so an executor that
 # moved during the window shows up in two groups; ``fold`` merges them).
@@ -81,7 +81,7 @@ def read_window(files: Iterable[Path], window_secs: float, now: float) -> list[d
 
 
 def _new_group() -> dict[str, Any]:
-    return {"tuples": 0, "bytes": 0, "last_ts": float("-inf"), "n": 0, "cpu": 0.0, "queue": 0.0,
+    return {"tuples": 0, "bytes": 0, "last_ts": float("-inf"), "n": 0, "cpu": 0.0, "queue": 0.0, "wait": 0.0,
             "floor1": None, "floor2": None}
 
 
@@ -113,6 +113,7 @@ def aggregate_records(records: Iterable[Mapping[str, Any]], window_secs: float, 
             g["n"] += 1
             g["cpu"] += r["cpu"]
             g["queue"] += q
+            g["wait"] += r.get("wait") or 0.0  # records of workers before it: 0
             floor = "floor1" if ts <= half else "floor2"
             g[floor] = _min(g[floor], q)
     return fold(({**dict(zip(_KEYS, key, strict=True)), **g} for key, g in groups.items()), window_secs, load_secs)
@@ -121,12 +122,13 @@ def aggregate_records(records: Iterable[Mapping[str, Any]], window_secs: float, 
 def fold(groups: Iterable[Mapping[str, Any]], window_secs: float, load_secs: float | None = None) -> dict[str, Any]:
     """From per-group sums to the result (schema of ``nstorm traffic --json``, plus matrices).
 
-    A group has the keys of ``_KEYS`` and tuples, bytes, last_ts (edges); n, cpu and queue (sums
+    A group has the keys of ``_KEYS`` and tuples, bytes, last_ts (edges); n, cpu, queue and wait (sums
     over the last ``load_secs`` of load records) and floor1, floor2 (the shortest queue seen in
     the first and in the second half of those seconds). A worker's ``backlog`` is the shortest
     queue it had over ``load_secs``: a worker that keeps up empties its queue now and then, one
     that falls behind never does, and transient bursts do not count. Its ``trend`` is how fast
-    that floor rose from the first half to the second (batches/s).
+    that floor rose from the first half to the second (batches/s). Its ``wait`` is the mean
+    run-queue delay of its threads (cores: ready to run, no CPU free; ``worker/metrics.py``).
     """
     load_secs = window_secs if load_secs is None else min(load_secs, window_secs)
     edges: dict[tuple[str, str], dict[str, Any]] = {}
@@ -149,10 +151,10 @@ def fold(groups: Iterable[Mapping[str, Any]], window_secs: float, load_secs: flo
             worker_matrix[wk] = worker_matrix.get(wk, 0) + tuples
             node_matrix[nk] = node_matrix.get(nk, 0) + tuples
         elif g["kind"] == "load":
-            w = loads.setdefault(g["worker"], {"node": g["node"], "n": 0, "cpu": 0.0, "queue": 0.0, "floor1": None,
-                                               "floor2": None, "_ts": float("-inf")})
-            for k in ("n", "cpu", "queue"):
-                w[k] += g[k]
+            w = loads.setdefault(g["worker"], {"node": g["node"], "n": 0, "cpu": 0.0, "queue": 0.0, "wait": 0.0,
+                                               "floor1": None, "floor2": None, "_ts": float("-inf")})
+            for k in ("n", "cpu", "queue", "wait"):
+                w[k] += g.get(k) or 0
             for k in ("floor1", "floor2"):
                 w[k] = _min(w[k], g[k])
             if g["last_ts"] > w["_ts"]:
@@ -164,7 +166,8 @@ def fold(groups: Iterable[Mapping[str, Any]], window_secs: float, load_secs: flo
         f1, f2 = w["floor1"], w["floor2"]
         trend = (f2 - f1) / (load_secs / 2) if f1 is not None and f2 is not None else 0.0
         workers.append({"id": wid, "node": w["node"], "cpu": round(w["cpu"] / w["n"], 4),
-                        "queue": round(w["queue"] / w["n"], 2), "backlog": _min(f1, f2), "trend": round(trend, 3)})
+                        "queue": round(w["queue"] / w["n"], 2), "backlog": _min(f1, f2), "trend": round(trend, 3),
+                        "wait": round(w["wait"] / w["n"], 4)})
     return {
         "window_secs": window_secs,
         "edges": [{k: v for k, v in e.items() if k != "_ts"} for _, e in sorted(edges.items())],
@@ -281,6 +284,7 @@ class TrafficJob:
             F.coalesce(F.sum(F.when(in_load, F.lit(1))), F.lit(0)).alias("n"),
             F.coalesce(F.sum(F.when(in_load, F.col("cpu"))), F.lit(0.0)).alias("cpu"),
             F.coalesce(F.sum(F.when(in_load, q)), F.lit(0.0)).alias("queue"),
+            F.coalesce(F.sum(F.when(in_load, F.coalesce(F.col("wait"), F.lit(0.0)))), F.lit(0.0)).alias("wait"),
             F.min(F.when(first, q)).alias("floor1"),
             F.min(F.when(second, q)).alias("floor2"),
         ).collect()

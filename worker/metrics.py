@@ -10,9 +10,13 @@ Two kinds of record::
 
     {"kind": "edge", "ts", "topology", "src", "dst", "tuples", "bytes",
      "src_worker", "dst_worker", "src_node", "dst_node", "inter_node"}
-    {"kind": "load", "ts", "topology", "worker", "node", "cpu", "queue", "executors", "executor_cpu"}
+    {"kind": "load", "ts", "topology", "worker", "node", "cpu", "queue", "wait", "executors", "executor_cpu"}
 
-``executor_cpu`` is each executor thread's CPU over the interval, in cores (its thread's
+``wait`` is how long the worker's threads were ready to run but waited for a CPU, in cores (the
+second field of ``/proc/self/task/*/schedstat``, the kernel's run-queue delay): a worker whose
+CPU is low because its machine has none to give (more runnable threads than cores) is not one that
+can take load, and OTD's load balancing reads it (``otd.cpu.wait.high``). Threads waiting for the
+GIL sleep on a futex and do not count. ``executor_cpu`` is each executor thread's CPU over the interval, in cores (its thread's
 user and system time, from ``/proc`` through psutil: one read per interval, nothing per tuple);
 OTD's autoscaling and the heartbeats' ``cpu`` per executor come from it.
 
@@ -36,7 +40,7 @@ import psutil
 from nstorm.home import metrics_dir
 from worker.host import Host
 
-__all__ = ["MetricsCollector"]
+__all__ = ["MetricsCollector", "runqueue_waits"]
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +60,8 @@ class MetricsCollector:
         self.executor_cpu: dict[str, float] = {}  # executor -> cores over the last interval
         self._thread_times: dict[int, float] = {}
         self._times_at = time.monotonic()
+        self._waits: dict[str, int] = runqueue_waits()
+        self._waits_at = time.monotonic()
         self._thread = threading.Thread(target=self._run, name="metrics", daemon=True)
 
     def start(self) -> None:
@@ -97,7 +103,8 @@ class MetricsCollector:
         self.last_load = {"cpu": cpu, "queue": sum(queues.values())}
         self.executor_cpu = self._executor_cpu(executors)
         records.append({"kind": "load", "ts": now, "topology": host.topology, "worker": host.worker_id,
-                        "node": host.node, "cpu": cpu, "queue": sum(queues.values()), "executors": queues,
+                        "node": host.node, "cpu": cpu, "queue": sum(queues.values()), "wait": self._wait(),
+                        "executors": queues,
                         "executor_cpu": {e: round(c, 4) for e, c in self.executor_cpu.items()}})
         return records
 
@@ -120,6 +127,17 @@ class MetricsCollector:
         self._thread_times, self._times_at = times, now
         return out
 
+    def _wait(self) -> float:
+        """Cores' worth of run-queue delay of the worker's threads since the last call (a thread
+        that ended since is not counted; one that started counts from its start)."""
+        waits = runqueue_waits()
+        now = time.monotonic()
+        elapsed = max(now - self._waits_at, 1e-3)
+        last = self._waits
+        delta = sum(ns - last.get(tid, 0) for tid, ns in waits.items())
+        self._waits, self._waits_at = waits, now
+        return round(max(0, delta) / 1e9 / elapsed, 4)
+
     def _path(self, now: float) -> Path:
         stamp = datetime.fromtimestamp(now, UTC)
         directory = self.root / f"date={stamp:%Y-%m-%d}" / f"hour={stamp:%H}"
@@ -135,3 +153,20 @@ class MetricsCollector:
                         out.write("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records))
             except Exception:  # noqa: BLE001 - metrics must never take the worker down
                 log.warning("load collection failed", exc_info=True)
+
+
+def runqueue_waits(task_dir: str = "/proc/self/task") -> dict[str, int]:
+    """Each thread's time (ns) spent ready to run but waiting for a CPU, from the kernel's
+    ``schedstat``; empty where the kernel does not expose it."""
+    waits: dict[str, int] = {}
+    try:
+        tids = os.listdir(task_dir)
+    except OSError:
+        return waits
+    for tid in tids:
+        try:
+            with open(f"{task_dir}/{tid}/schedstat", "rb") as f:
+                waits[tid] = int(f.read().split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # the thread ended, or no schedstat
+    return waits

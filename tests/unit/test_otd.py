@@ -80,8 +80,8 @@ def test_queue_trend_and_window_aggregation_by_hand() -> None:
     assert result["node_matrix"] == [{"src": "A", "dst": "A", "tuples": 30}, {"src": "A", "dst": "B", "tuples": 10}]
     # load over the last 4 s, halves (now-4, now-2] and (now-2, now]: wA's floor rose from 0 to 4 in 2 s
     assert result["workers"] == [
-        {"id": "wA", "node": "A", "cpu": 0.25, "queue": 3.0, "backlog": 0.0, "trend": 2.0},
-        {"id": "wB", "node": "B", "cpu": 0.2, "queue": 5.0, "backlog": 5.0, "trend": 0.0},
+        {"id": "wA", "node": "A", "cpu": 0.25, "queue": 3.0, "backlog": 0.0, "trend": 2.0, "wait": 0.0},
+        {"id": "wB", "node": "B", "cpu": 0.2, "queue": 5.0, "backlog": 5.0, "trend": 0.0, "wait": 0.0},
     ]
     # bursts do not make a backlog: 0, 200, 0, 150 has a floor of 0 in both halves
     bursty = [{"kind": "load", "ts": now - 3 + i, "worker": "wC", "node": "A", "cpu": 0.1, "queue": q}
@@ -206,3 +206,34 @@ def test_vectorised_round_is_consistent_with_brute_force() -> None:
                        and nodes[placement[t if s == e else s]] == nodes[placement[e]])
             best = max(best, gain - loss)
     assert d.asc == pytest.approx(best)
+
+
+def test_case_1_moves_no_load_onto_a_worker_whose_machine_has_no_cpu_to_give() -> None:
+    # wB is low-load only because its threads wait for a CPU (0.6 of a core: the machine is
+    # saturated): moving y there would only move the queue. No other target: the round warns and
+    # goes on as Case 3, whose communication optimisation still pays (x, the busiest, joins z).
+    loads = {"wA": WorkerLoad(0.95, 40), "wB": WorkerLoad(0.1, 0, wait=0.6)}
+    d = otd_round(EXECUTORS, PLACEMENT, NODES, loads, EDGES, CONF)
+    assert (d.case, d.executor, d.target, d.asc) == (3, "x", "wB", 9)
+    assert "no CPU to give" in d.warning and "wB 0.60" in d.warning
+    # a starved worker is still low-load (its CPU is low): only load balancing skips it
+    assert classify(loads, CONF) == {"wA": HIGH, "wB": LOW}
+
+
+def test_case_1_takes_a_worker_with_cpu_to_give_over_a_starved_one() -> None:
+    nodes = {**NODES, "wB2": "B"}
+    loads = {"wA": WorkerLoad(0.95, 0), "wB": WorkerLoad(0.05, 0, wait=0.5), "wB2": WorkerLoad(0.3, 0, wait=0.1)}
+    d = otd_round(EXECUTORS, PLACEMENT, nodes, loads, EDGES, CONF)
+    assert (d.case, d.executor, d.target) == (1, "y", "wB2")
+    # the bound is a setting: at 0.05 of a core neither has CPU to give
+    d = otd_round(EXECUTORS, PLACEMENT, nodes, loads, EDGES, {**CONF, "otd.cpu.wait.high": 0.05})
+    assert d.case == 3 and "no CPU to give" in d.warning
+
+
+def test_traffic_reports_each_workers_mean_run_queue_wait() -> None:
+    now = 1000.0
+    records = [{"kind": "load", "ts": now - 3 + i, "worker": "wA", "node": "A", "cpu": 0.2, "queue": 0, "wait": w}
+               for i, w in enumerate([0.2, 0.4, 0.6])]
+    records.append({"kind": "load", "ts": now - 1, "worker": "wB", "node": "B", "cpu": 0.2, "queue": 0})  # older worker
+    workers = {w["id"]: w for w in aggregate_records(records, 10, now)["workers"]}
+    assert workers["wA"]["wait"] == pytest.approx(0.4) and workers["wB"]["wait"] == 0.0
