@@ -37,7 +37,8 @@ The four cases of section 4.2:
    parallelism) and goes on as Case 3, whose moves only go to low-load workers. Nor can a move
    onto a worker whose machine has no CPU to give: a low-load worker whose threads waited for a
    CPU (``otd.cpu.wait.high`` of a core or more over the window: more runnable threads than
-   cores) is low because it is starved, not because it has room, and moving load there only
+   cores; not asked of a worker capped by a cgroup quota, whose delay counts its throttling) is
+   low because it is starved, not because it has room, and moving load there only
    moves the queue (on a saturated 2-core machine such moves cost a quarter of word count's
    throughput, docs/benchmarks.md). With no other target the round warns and goes on as Case 3
    too: communication optimisation still pays on a saturated machine (co-located executors
@@ -91,6 +92,13 @@ class WorkerLoad:
     trend: float = 0.0
     capacity: float = 1.0  # cores behind ``cpu`` = 1.0
     wait: float = 0.0  # cores' worth of run-queue delay: its threads ready, no CPU free (worker/metrics.py)
+    capped: bool = False  # a cgroup quota: its wait includes the time it was throttled at it
+
+    def starved(self, wait_high: float) -> bool:
+        """Whether its machine has no CPU to give it: its threads waited ``wait_high`` of a core for
+        one. Not asked of a capped worker, whose delay counts its own throttling (its ``cpu``
+        against its cap says whether it has room)."""
+        return not self.capped and self.wait >= wait_high
 
     def key(self) -> tuple[float, float, float]:
         """Order of load: "the highest load" and "the lowest load" of Algorithm 1."""
@@ -211,7 +219,7 @@ def otd_round(
     targets = _least_loaded_per_node(low, loads, worker_node)
     target_nodes = np.array([node_index[worker_node[w]] for w in targets], dtype=np.int64)
     wait_high = float(conf.get("otd.cpu.wait.high", 0.25))
-    spare = _least_loaded_per_node([w for w in low if loads[w].wait < wait_high], loads, worker_node)
+    spare = _least_loaded_per_node([w for w in low if not loads[w].starved(wait_high)], loads, worker_node)
     spare_nodes = np.array([node_index[worker_node[w]] for w in spare], dtype=np.int64)
     warning = None
     if high and not spare:

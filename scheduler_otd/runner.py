@@ -128,7 +128,8 @@ class OtdRunner:
         loads = {}
         for wid, beat in self.cluster.heartbeats(name).items():
             capacity = _capacity(beat)
-            loads[wid] = WorkerLoad(beat.cpu / capacity, float(beat.queue), capacity=capacity)
+            loads[wid] = WorkerLoad(beat.cpu / capacity, float(beat.queue), capacity=capacity,
+                                    capped=bool(beat.cpu_limit and beat.cpu_limit > 0))
         return loads
 
     def traffic(self, name: str, window: float, load_secs: float) -> tuple[dict[str, Any], str]:
@@ -156,8 +157,10 @@ class OtdRunner:
         worker_node = {w: slot.node for w, slot in plan.workers.items()}
         loads = {w: load for w, load in self.loads(name).items() if w in worker_node}
         capacity = {w: load.capacity for w, load in loads.items()}
+        capped = {w for w, load in loads.items() if load.capped}
         loads.update({w["id"]: WorkerLoad(w["cpu"] / capacity.get(w["id"], 1.0), w["backlog"], w["trend"],
-                                          capacity=capacity.get(w["id"], 1.0), wait=w.get("wait", 0.0))
+                                          capacity=capacity.get(w["id"], 1.0), wait=w.get("wait", 0.0),
+                                          capped=w["id"] in capped)
                       for w in traffic["workers"] if w["id"] in worker_node})
         executors = sorted(plan.executors)
         edges = [(e["src"], e["dst"], float(e["tuples"])) for e in traffic["edges"]]

@@ -230,6 +230,16 @@ def test_case_1_takes_a_worker_with_cpu_to_give_over_a_starved_one() -> None:
     assert d.case == 3 and "no CPU to give" in d.warning
 
 
+
+def test_a_capped_workers_wait_is_its_own_throttling_and_does_not_exclude_it() -> None:
+    # Capped at 0.2 cores, wB at 0.3 of its cap has room; its threads' run-queue delay counts
+    # the time its cgroup was throttled at the quota, not a machine short of CPU.
+    loads = {"wA": WorkerLoad(0.95, 0, capacity=0.2, capped=True),
+             "wB": WorkerLoad(0.3, 0, capacity=0.2, wait=2.0, capped=True)}
+    d = otd_round(EXECUTORS, PLACEMENT, NODES, loads, EDGES, CONF)
+    assert (d.case, d.executor, d.target) == (1, "y", "wB")
+
+
 def test_traffic_reports_each_workers_mean_run_queue_wait() -> None:
     now = 1000.0
     records = [{"kind": "load", "ts": now - 3 + i, "worker": "wA", "node": "A", "cpu": 0.2, "queue": 0, "wait": w}
