@@ -11,6 +11,7 @@ from nstorm.cli.common import (
     ZkRootOption,
     cli_errors,
     exit_with_error,
+    port_base_of,
     print_json,
     zk_root_of,
 )
@@ -26,7 +27,8 @@ app = typer.Typer(no_args_is_help=True, help="A background cluster on this machi
 def up(
     supervisors: Annotated[int, typer.Option(min=1, help="supervisors (nodes) to start")] = 2,
     slots: Annotated[int, typer.Option(min=1, help="worker slots per supervisor")] = 4,
-    port_base: Annotated[int, typer.Option(min=0, max=65535, help="first worker port (0: free ports)")] = 6700,
+    port_base: Annotated[int | None, typer.Option(
+        min=0, max=65535, help="first worker port (0: free ports; default: supervisor.slots.port.base, 6700)")] = None,
     netns: Annotated[bool, typer.Option(help="each supervisor in its own network namespace (10.77.0.x)")] = False,
     link_rate: Annotated[str | None, typer.Option(help="with --netns: limit each node's link, e.g. 20mbit")] = None,
     ui_port: Annotated[int, typer.Option(min=0, max=65535, help="the web UI's port (a free one if taken; 0: no UI)")] = 8080,
@@ -42,6 +44,7 @@ def up(
     overrides = parse_conf_options(conf or [])
     check_security_conf(overrides)  # bad credentials or missing keys: exit 2 before anything starts
     zk_root = zk_root_of(zk_root, overrides)
+    port_base = port_base_of(port_base, overrides)
     from nstorm import netns as nets
     from nstorm.errors import UsageError
 

@@ -77,6 +77,24 @@ def zk_servers_of(option: str | None, conf: Mapping[str, Any] | None = None) -> 
     return servers or None
 
 
+def port_base_of(option: int | None, conf: Mapping[str, Any] | None = None) -> int:
+    """The first worker port: ``--port-base``, else ``-c supervisor.slots.port.base`` (6700; 0:
+    free ports).
+
+    :raises ConfigError: one line naming the setting.
+    """
+    from nstorm.config import merge_conf
+    from nstorm.errors import ConfigError
+
+    if option is not None:
+        return option
+    value = merge_conf(conf)["supervisor.slots.port.base"]
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535:
+        msg = f"-c supervisor.slots.port.base={value!r}: expected a port number from 0 to 65535"
+        raise ConfigError(msg)
+    return value
+
+
 def exit_with_error(message: str, code: int = 1) -> None:
     """One red line on stderr, then exit with ``code`` (2 for bad input). The message is not
     markup (a value in brackets stays as it is) and its line breaks become spaces."""

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import socket
-from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -14,24 +13,10 @@ from nstorm.cli.common import (
     ZkRootOption,
     check_daemon_id,
     cli_errors,
+    port_base_of,
     zk_root_of,
     zk_servers_of,
 )
-
-
-def _port_base(conf: Mapping[str, Any]) -> int:
-    """``supervisor.slots.port.base``: the first worker port of ``nstorm supervisor`` without
-    ``--port-base`` (0: free ports).
-
-    :raises ConfigError: one line naming the setting.
-    """
-    from nstorm.errors import ConfigError
-
-    value = conf.get("supervisor.slots.port.base")
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535:
-        msg = f"-c supervisor.slots.port.base={value!r}: expected a port number from 0 to 65535"
-        raise ConfigError(msg)
-    return value
 
 
 def register(app: typer.Typer) -> None:
@@ -88,8 +73,7 @@ def register(app: typer.Typer) -> None:
         zk_root = zk_root_of(zk_root, overrides)
         check_security_conf(overrides)  # exit 2 before anything starts
         check_supervisor_conf(merge_conf(overrides))
-        if port_base is None:
-            port_base = _port_base(merge_conf(overrides))
+        port_base = port_base_of(port_base, overrides)
         if port_base and port_base + 1000 + slots - 1 > 65535:  # each slot's control port is data port + 1000
             msg = f"first worker port {port_base} leaves no room for {slots} slots' control ports (+1000): use at most {64535 - slots + 1}"
             raise UsageError(msg)

@@ -362,6 +362,9 @@ def test_options_win_over_settings(no_daemon: list[tuple[Any, ...]], monkeypatch
     (["supervisor", "-c", "supervisor.slots.port.base=abc"], "supervisor.slots.port.base='abc'"),
     (["supervisor", "-c", "supervisor.slots.port.base=70000"], "supervisor.slots.port.base=70000"),
     (["supervisor", "--port-base", "65000"], "first worker port 65000"),
+    # cluster up reads the setting too (its --port-base defaulted to 6700 whatever it said)
+    (["cluster", "up", "-c", "supervisor.slots.port.base=65400"], "--port-base 65400: the last control port"),
+    (["cluster", "up", "-c", "supervisor.slots.port.base=abc"], "supervisor.slots.port.base='abc'"),
     (["submit", WORDCOUNT, "-c", "nstorm.zookeeper.root=x"], "ZooKeeper root 'x'"),
 ])
 def test_cluster_settings_of_the_wrong_kind_are_one_line(no_daemon: list[tuple[Any, ...]], args: list[str],
