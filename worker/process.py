@@ -68,6 +68,23 @@ _STATE_KINDS = (wire.STATE, wire.STATE_PART)  # a moved executor's state, kept i
 _UNKNOWN_TASK_PATIENCE_SECS = 30.0  # frames for a task id no plan here has named yet wait this long
 
 
+def write_local_beat(beat_file: Path, beat: dict[str, Any]) -> OSError | None:
+    """Write the local heartbeat its supervisor watches (worker hung if it goes stale); when the
+    file cannot be written (a full disk), touch the old one's time instead, so that a live
+    worker is not killed as hung every timeout. Returns the write's error, if any."""
+    try:
+        tmp = beat_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(beat))
+        tmp.replace(beat_file)
+    except OSError as exc:
+        try:
+            os.utime(beat_file)
+        except OSError:
+            pass  # no file yet either: the supervisor's start timeout decides
+        return exc
+    return None
+
+
 def _carries_tuples(item: Any) -> bool:
     """A stashed data item with tuples in it (not a marker, a barrier or a rescale's marker)."""
     payload = item[1]
@@ -555,7 +572,7 @@ class Worker:
         interval = float(self.conf.get("worker.heartbeat.interval.secs", 1.0))
         path = self.paths.workerbeat(self.topology, self.worker_id)
         beat_file = self.store_path.parent / f"heartbeat-{self.port}.json"
-        failing = False
+        failing = beat_unwritable = False
         while not self._stop.wait(interval):
             if self.core_pin is None:  # every core was held (a stopping topology's workers): try again
                 self.core_pin = pin_worker(self.conf, again=True)
@@ -565,12 +582,12 @@ class Worker:
             except Exception:  # noqa: BLE001 - an executor's counters mid-change (a user gauge...): next beat
                 log.exception("cannot build a heartbeat; the next one is in %.1fs", interval)
                 beat = None
-            try:  # the supervisor kills a worker whose local beat goes stale: this thread is alive
-                tmp = beat_file.with_suffix(".tmp")
-                tmp.write_text(json.dumps(beat if beat is not None else {"worker_id": self.worker_id, "time": time.time()}))
-                tmp.replace(beat_file)
-            except OSError:
-                log.exception("cannot write local heartbeat")
+            # the supervisor kills a worker whose local beat goes stale: this thread is alive
+            error = write_local_beat(beat_file, beat if beat is not None else {"worker_id": self.worker_id,
+                                                                                "time": time.time()})
+            if error is not None and not beat_unwritable:
+                log.warning("cannot write the local heartbeat (%s): touching the last one instead", error)
+            beat_unwritable = error is not None
             if self._zk is None or beat is None:
                 continue
             if not self._zk.connected:

@@ -280,3 +280,22 @@ def test_a_worker_beats_locally_while_zookeeper_is_away(tmp_path: Path) -> None:
         worker._stop.set()
         thread.join(5)
     assert not thread.is_alive()
+
+
+def test_a_beat_that_cannot_be_written_touches_the_last_one(tmp_path: Path) -> None:
+    """A full disk failed every write of the local beat, and the supervisor killed the live worker
+    as hung every supervisor.worker.timeout.secs: its time is touched instead."""
+    from worker.process import write_local_beat
+
+    beat = tmp_path / "heartbeat-1.json"
+    assert write_local_beat(beat, {"worker_id": "n1:1", "time": 1.0}) is None
+    handle = WorkerHandle("t", 1, None)  # type: ignore[arg-type]  # no process: only its beat is read
+    assert handle.beat_age(beat, time.monotonic())[1] is True
+    os.utime(beat, ns=(1, 1))  # an old beat ...
+    (tmp_path / "heartbeat-1.tmp").mkdir()  # ... and no new file can be written
+    assert isinstance(write_local_beat(beat, {"worker_id": "n1:1", "time": 2.0}), OSError)
+    assert beat.stat().st_mtime_ns > 1  # touched
+    assert '"time": 1.0' in beat.read_text()  # the last beat's contents stay
+    now = time.monotonic() + 60
+    assert handle.beat_age(beat, now) == (0.0, True)  # a beat for the supervisor
+    assert isinstance(write_local_beat(tmp_path / "gone" / "heartbeat-2.json", {}), OSError)  # nothing to touch
