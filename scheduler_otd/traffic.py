@@ -2,10 +2,10 @@
 
 Over a time window it aggregates the load-collection records (``worker/metrics.py``) into
 the executor communication matrix CC(e -> e'), the worker and node matrices, the share of
-tuples that crossed nodes, and per-worker load (mean CPU, mean queue and the queue's
-trend, and how long its threads waited for a CPU). ``nstorm traffic`` runs it once; the OTD scheduler keeps one :class:`TrafficJob`
-(one SparkSession) alive across its rounds, since starting a session costs seconds (a
-minute on a loaded machine).
+tuples that crossed nodes, and per-worker load (mean CPU, mean queue, the queue's trend and
+how long its threads waited for a CPU). ``nstorm traffic`` runs it once; the OTD scheduler
+keeps one :class:`TrafficJob` (one SparkSession) alive across its rounds, since starting a
+session costs seconds (a minute on a loaded machine).
 
 A run is one Spark job: read the window's files (one per worker and minute), group the
 records by every key the outputs need and sum, then fold those few hundred groups into
@@ -122,8 +122,8 @@ def aggregate_records(records: Iterable[Mapping[str, Any]], window_secs: float, 
 def fold(groups: Iterable[Mapping[str, Any]], window_secs: float, load_secs: float | None = None) -> dict[str, Any]:
     """From per-group sums to the result (schema of ``nstorm traffic --json``, plus matrices).
 
-    A group has the keys of ``_KEYS`` and tuples, bytes, last_ts (edges); n, cpu, queue and wait (sums
-    over the last ``load_secs`` of load records) and floor1, floor2 (the shortest queue seen in
+    A group has the keys of ``_KEYS`` and tuples, bytes, last_ts (edges); n, cpu, queue and wait
+    (sums over the last ``load_secs`` of load records) and floor1, floor2 (the shortest queue seen in
     the first and in the second half of those seconds). A worker's ``backlog`` is the shortest
     queue it had over ``load_secs``: a worker that keeps up empties its queue now and then, one
     that falls behind never does, and transient bursts do not count. Its ``trend`` is how fast

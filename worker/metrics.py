@@ -14,10 +14,12 @@ Two kinds of record::
 
 ``wait`` is how long the worker's threads were ready to run but waited for a CPU, in cores (the
 second field of ``/proc/self/task/*/schedstat``, the kernel's run-queue delay): a worker whose
-CPU is low because its machine has none to give (more runnable threads than cores) is not one that
-can take load, and OTD's load balancing reads it (``otd.cpu.wait.high``). Threads waiting for the
-GIL sleep on a futex and do not count. ``executor_cpu`` is each executor thread's CPU over the interval, in cores (its thread's
-user and system time, from ``/proc`` through psutil: one read per interval, nothing per tuple);
+CPU is low because its machine has none to give (more runnable threads than cores) is not one
+that can take load, and OTD's load balancing reads it (``otd.cpu.wait.high``). Threads waiting
+for the GIL sleep on a futex and do not count.
+
+``executor_cpu`` is each executor thread's CPU over the interval, in cores (its thread's user
+and system time, from ``/proc`` through psutil: one read per interval, nothing per tuple);
 OTD's autoscaling and the heartbeats' ``cpu`` per executor come from it.
 
 It reads counters the executors own without locks (a dict copy is atomic under the
