@@ -95,7 +95,8 @@ def register(app: typer.Typer) -> None:
         typer.echo(f"{name}: {result['total_tuples']:,} tuples in {window:.0f}s, "
                    f"inter-node ratio {result['inter_node_ratio']:.1%}")
         for w in result["workers"]:
-            typer.echo(f"  worker {w['id']} ({w['node']}): cpu {w['cpu']:.0%}, queue {w['queue']:.1f}")
+            typer.echo(f"  worker {w['id']} ({w['node']}): cpu {w['cpu']:.0%}, queue {w['queue']:.1f}, "
+                       f"waited for a CPU {w.get('wait', 0.0):.0%}")
         for e in sorted(result["edges"], key=lambda e: -e["tuples"])[:20]:
             typer.echo(f"  {e['src']} -> {e['dst']}: {e['tuples']:,} tuples"
                        + (" (inter-node)" if e["inter_node"] else ""))
