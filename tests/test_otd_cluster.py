@@ -1,11 +1,19 @@
-"""Load collection, the PySpark traffic job and OTD on a real cluster (real Spark, real workers)."""
+"""Load collection, the PySpark traffic job and OTD on a real cluster (real Spark, real workers).
+
+The module's cluster runs Nimbus with ``otd.spark.eager``: its SparkSession warms up while the
+first test runs, instead of after the OTD test has submitted its topology (it took ~20 s of that
+test); the OTD test still waits for rounds on the Spark job.
+"""
 
 from __future__ import annotations
 
 import collections
 import json
 import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -36,6 +44,24 @@ def _python_matrix(records: list[dict], start: float, end: float) -> dict[tuple[
 
 
 @pytest.fixture(scope="module")
+def cluster(zookeeper: str) -> Iterator[Any]:
+    """conftest's cluster (Nimbus and 2 supervisors with 4 slots each), Nimbus's SparkSession started eagerly."""
+    from nstorm.localcluster import LocalCluster
+
+    c = LocalCluster(supervisors=2, slots=4, zk_address=zookeeper, root=f"/t-{uuid.uuid4().hex[:8]}",
+                     conf={"otd.spark.eager": True})
+    try:
+        c.start(timeout=60)
+        yield c
+    finally:
+        c.stop()
+
+
+def _edge_tuples(topology: str) -> int:
+    return sum(r["tuples"] for r in _records(topology) if r["kind"] == "edge")
+
+
+@pytest.fixture(scope="module")
 def spark_job():
     from scheduler_otd.traffic import TrafficJob
 
@@ -52,7 +78,8 @@ def test_spark_matrix_equals_python_and_the_tuples_sent(client, spark_job) -> No
     try:
         client.wait_running("spark-pairs", 60)
         wait_until(lambda: client.status("spark-pairs")["spouts"]["acked"] >= 3 * count, 60, what="all tuples acked")
-        time.sleep(2.5)  # two more load-collection intervals: every counter is in the store
+        wait_until(lambda: _edge_tuples("spark-pairs") >= 3 * count, 30, interval=0.2,
+                   what="every counter in the store")
 
         now = time.time()
         result = spark_job.run("spark-pairs", window_secs=3600, now=now)
@@ -97,7 +124,7 @@ def test_otd_brings_fixed_pairs_together_without_losing_tuples(client, cluster, 
             return all(node[f"src:{i}"] == node[f"dst:{i}"] for i in range(3))
 
         wait_until(together, 150, interval=0.5, what="OTD to bring every pair onto one node")
-        # Nimbus's SparkSession started with the topology; once warm, rounds run the Spark job
+        # Nimbus's SparkSession started with the module's cluster (eager); once warm, rounds run the Spark job
         wait_until(lambda: (client.status("otd-pairs")["otd"] or {}).get("engine") == "spark", 240, interval=1,
                    what="OTD rounds on the Spark job")
         time.sleep(4)
@@ -148,7 +175,7 @@ def test_traffic_cli_json_and_png(client, cluster, tmp_path: Path) -> None:
     try:
         client.wait_running("cli-pairs", 60)
         wait_until(lambda: client.status("cli-pairs")["spouts"]["acked"] >= 900, 60, what="acks")
-        time.sleep(2.5)
+        wait_until(lambda: _edge_tuples("cli-pairs") >= 900, 30, interval=0.2, what="every counter in the store")
         png = tmp_path / "matrix.png"
         result = run_cli("traffic", "cli-pairs", "--window", "600", "--json", "--png", str(png), cluster=cluster,
                          timeout=180)
