@@ -1,19 +1,11 @@
-"""Load collection, the PySpark traffic job and OTD on a real cluster (real Spark, real workers).
-
-The module's cluster runs Nimbus with ``otd.spark.eager``: its SparkSession warms up while the
-first test runs, instead of after the OTD test has submitted its topology (it took ~20 s of that
-test); the OTD test still waits for rounds on the Spark job.
-"""
+"""Load collection, the PySpark traffic job and OTD on a real cluster (real Spark, real workers)."""
 
 from __future__ import annotations
 
 import collections
 import json
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -41,20 +33,6 @@ def _python_matrix(records: list[dict], start: float, end: float) -> dict[tuple[
             matrix[(r["src"], r["dst"])][0] += r["tuples"]
             matrix[(r["src"], r["dst"])][1] += r["bytes"]
     return {k: (v[0], v[1]) for k, v in matrix.items()}
-
-
-@pytest.fixture(scope="module")
-def cluster(zookeeper: str) -> Iterator[Any]:
-    """conftest's cluster (Nimbus and 2 supervisors with 4 slots each), Nimbus's SparkSession started eagerly."""
-    from nstorm.localcluster import LocalCluster
-
-    c = LocalCluster(supervisors=2, slots=4, zk_address=zookeeper, root=f"/t-{uuid.uuid4().hex[:8]}",
-                     conf={"otd.spark.eager": True})
-    try:
-        c.start(timeout=60)
-        yield c
-    finally:
-        c.stop()
 
 
 def _edge_tuples(topology: str) -> int:
@@ -124,7 +102,7 @@ def test_otd_brings_fixed_pairs_together_without_losing_tuples(client, cluster, 
             return all(node[f"src:{i}"] == node[f"dst:{i}"] for i in range(3))
 
         wait_until(together, 150, interval=0.5, what="OTD to bring every pair onto one node")
-        # Nimbus's SparkSession started with the module's cluster (eager); once warm, rounds run the Spark job
+        # Nimbus's SparkSession started with the topology; once warm, rounds run the Spark job
         wait_until(lambda: (client.status("otd-pairs")["otd"] or {}).get("engine") == "spark", 240, interval=1,
                    what="OTD rounds on the Spark job")
         time.sleep(4)
