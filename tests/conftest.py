@@ -157,17 +157,21 @@ def read_outputs(directory: Path) -> dict[str, Any]:
     return result
 
 
-def wait_every_sentence_acked(directory: Path, per_spout: int, spouts: int = 2, timeout: float = 120.0) -> None:
-    """Wait until every exact_wordcount spout has all its sentences acked, and each id is among them once."""
+def wait_every_sentence_acked(directory: Path, per_spout: int | list[int], spouts: int = 2,
+                              timeout: float = 120.0) -> None:
+    """Wait until every exact_wordcount spout has all its sentences acked, and each id is among them once.
+
+    ``per_spout``: the sentences of each spout, or a list of them, spout by spout."""
+    totals = list(per_spout) if isinstance(per_spout, list) else [per_spout] * spouts
 
     def all_acked() -> bool:
         out = read_outputs(directory)
-        return all(len(out.get(f"spout-{i}", {}).get("acks", {})) >= per_spout for i in range(spouts))
+        return all(len(out.get(f"spout-{i}", {}).get("acks", {})) >= n for i, n in enumerate(totals))
 
     wait_until(all_acked, timeout, interval=0.5, what="every sentence acked (replays included)")
     out = read_outputs(directory)
-    for i in range(spouts):
-        assert sorted(int(k) for k in out[f"spout-{i}"]["acks"]) == list(range(per_spout))
+    for i, n in enumerate(totals):
+        assert sorted(int(k) for k in out[f"spout-{i}"]["acks"]) == list(range(n))
 
 
 def pytest_sessionfinish(session: Any, exitstatus: int) -> None:

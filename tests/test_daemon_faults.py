@@ -4,6 +4,11 @@ The cluster of this module has its own ZooKeeper (so that it can be restarted),
 two Nimbus processes (one leads) and two supervisors. Each test runs the exact
 word count at a limited rate through a fault and ends with every sentence of
 every spout acked, each exactly once unless replayed, and the words counted.
+
+The input lasts as long as the fault: the spouts emit at a fixed rate until the test, its
+fault over, creates ``go`` in the output directory, and end ``AFTER_GO`` sentences later
+(``tests/topologies/exact_wordcount.py``, ``test.after.go``). So every fault lands mid-run
+whatever it takes, and ``_finish`` checks it: each spout was still emitting when it saw ``go``.
 """
 
 from __future__ import annotations
@@ -20,8 +25,9 @@ from kazoo.exceptions import NoNodeError
 
 from conftest import TOPOLOGIES, read_outputs, run_cli, wait_every_sentence_acked, wait_until
 
-PER_SPOUT = 2400
-RATE = 120  # sentences per second per spout: about 20 s of input, so faults land mid-run
+RATE = 120  # sentences per second per spout
+AFTER_GO = 240  # sentences per spout after the fault is over: 2 s of input through the repaired cluster
+PER_SPOUT = 3600  # a cap only (30 s of input): a spout that reaches it before "go" fails the test
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +54,7 @@ def ha_client(ha_cluster: Any) -> Iterator[Any]:
 def _submit(client: Any, name: str, out: Path) -> dict[str, int]:
     client.submit(TOPOLOGIES / "exact_wordcount.py", name=name,
                   conf={"test.output.dir": str(out), "test.sentences": PER_SPOUT, "test.rate": RATE,
-                        "topology.message.timeout.secs": 10, "nstorm.zookeeper.session.timeout.secs": 4})
+                        "test.after.go": AFTER_GO, "topology.message.timeout.secs": 10, "nstorm.zookeeper.session.timeout.secs": 4})
     client.wait_running(name, 60)
     wait_until(lambda: any(k.startswith("count-") for k in read_outputs(out)), 30, what="counting")
     return _worker_pids(client, name)
@@ -68,12 +74,24 @@ def _acked(out: Path) -> int:
     return sum(len(data.get(f"spout-{i}", {}).get("acks", {})) for i in range(2))
 
 
+def _totals(out: Path) -> list[int] | None:
+    """Each spout's sentences in all, once every spout has seen ``go``."""
+    data = read_outputs(out)
+    totals = [data.get(f"spout-{i}", {}).get("total") for i in range(2)]
+    return totals if all(t is not None for t in totals) else None
+
+
 def _finish(client: Any, name: str, out: Path, pids: dict[str, int]) -> None:
-    """Every sentence acked, the words all counted, and the same worker processes throughout."""
-    wait_every_sentence_acked(out, PER_SPOUT)
+    """The fault is over: ``go``, then every sentence acked, the words all counted, and the same
+    worker processes throughout."""
+    (out / "go").touch()
+    totals = wait_until(lambda: _totals(out), 30, what="the spouts to see go")
+    # Below the cap: each spout still had input to emit when the fault was over, and emits AFTER_GO more.
+    assert all(t < PER_SPOUT for t in totals), f"the input ran out before the fault was over: {totals}"
+    wait_every_sentence_acked(out, totals)
     from topologies.sentences import sentences
 
-    words = sum(len(s.split()) for i in range(2) for s in sentences(PER_SPOUT, seed=100 + i))
+    words = sum(len(s.split()) for i in range(2) for s in sentences(totals[i], seed=100 + i))
     wait_until(lambda: sum(sum(v.values()) for k, v in read_outputs(out).items() if k.startswith("count-")) >= words,
                30, what="every word counted")
     assert {w: p for w, p in _worker_pids(client, name).items()} == pids, "a worker was restarted"

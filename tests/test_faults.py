@@ -41,7 +41,7 @@ def test_stopped_worker_is_killed_for_its_stale_heartbeat_and_restarted(client, 
     """A worker that is alive but does nothing (SIGSTOP here; a deadlock or C code holding the GIL
     alike) is killed once its local heartbeat is older than topology.worker.timeout.secs, and
     restarted; its tuples are replayed, as for a crash."""
-    per_spout = 3000
+    per_spout = 2000  # about 7 s of input: the SIGSTOP lands a second or two in
     client.submit(TOPOLOGIES / "exact_wordcount.py", name="wchung",
                   conf={"test.output.dir": str(tmp_path), "test.sentences": per_spout, "test.rate": 300,
                         "topology.message.timeout.secs": 4, "topology.worker.timeout.secs": 4})
@@ -157,9 +157,12 @@ def _log_count(pattern: str, glob: str) -> int:
 def test_malformed_plan_in_zookeeper_is_rejected_and_the_last_good_one_kept(client, tmp_path: Path) -> None:
     import json
 
-    per_spout = 1500
+    # The input runs until the good plan is back ("go"), then 200 sentences more a spout (2 s):
+    # every bad plan lands mid-run, whatever the rejections take; 3000 is only a cap (30 s).
+    cap, after_go = 3000, 200
     client.submit(TOPOLOGIES / "exact_wordcount.py", name="badplan",
-                  conf={"test.output.dir": str(tmp_path), "test.sentences": per_spout, "test.rate": 100})
+                  conf={"test.output.dir": str(tmp_path), "test.sentences": cap, "test.rate": 100,
+                        "test.after.go": after_go})
     client.wait_running("badplan", 60)
     pids = wait_until(lambda: (p := {w["id"]: w["pid"] for w in client.status("badplan")["workers"]})
                       and all(p.values()) and p, 30, what="worker heartbeats")
@@ -184,7 +187,15 @@ def test_malformed_plan_in_zookeeper_is_rejected_and_the_last_good_one_kept(clie
                                if k.startswith("spout-")) > acked + 100, 30, what="processing goes on")
     finally:
         client.zk.set(path, good)
+        (tmp_path / "go").touch()
 
+    def totals() -> list[int] | None:
+        out = read_outputs(tmp_path)
+        t = [out.get(f"spout-{i}", {}).get("total") for i in range(2)]
+        return t if all(n is not None for n in t) else None
+
+    per_spout = wait_until(totals, 30, what="the spouts to see go")
+    assert all(n < cap for n in per_spout), f"the input ran out before the bad plans were over: {per_spout}"
     wait_every_sentence_acked(tmp_path, per_spout)
     assert {w["id"]: w["pid"] for w in client.status("badplan")["workers"]} == pids
     client.kill("badplan")

@@ -75,9 +75,15 @@ def test_a_completed_move_leaves_the_plan(client, tmp_path: Path) -> None:
 
 def test_a_worker_killed_after_a_live_move_never_stalls_the_topology(client, tmp_path: Path) -> None:
     """The scenario that stalled for good: a sum's worker killed and restarted, the sum moved live
-    to the spout's worker, then that worker killed. Three times, each a new submission."""
+    to the spout's worker, then that worker killed. Twice, each a new submission.
+
+    16,000 numbers at 2,000/s: the first spout still emits when the sum moves (about 12,000 are
+    out then), and the restarted one emits them all again through the restarted destination.
+    Placement is the same in every run (the even scheduler), and in a timed invocation of the
+    three runs the moved sum had left the plan before the kill in each: a third run repeated the
+    second."""
     numbers = 16000
-    for run in range(3):
+    for run in range(2):
         out = tmp_path / f"run{run}"
         out.mkdir()
         name = f"killmove{run}"

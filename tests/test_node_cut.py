@@ -5,6 +5,11 @@ goes down, its workers fence themselves (spouts pause) once their ZooKeeper sess
 can have expired, Nimbus gives their executors to n2 after the session timeout, and
 when the link comes back n1's stale workers stop and Nimbus refills n1's slots with
 live moves. Every sentence ends up acked, none lost.
+
+The input lasts as long as the fault: the audited spouts emit at ``RATE`` until the test, the
+moves back complete and sentences flowing again, creates ``stop`` in the audit directory
+(``topologies/audited.py``); ``PER_SPOUT`` is only a cap, and a spout that reached it before
+``stop`` fails the test (its input would have ended before the fault was over).
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or not __import__("shutil").which("ip"), reason="network namespaces need root and iproute2")
 
 AUDITED = Path(__file__).parents[1] / "topologies" / "audited.py"
-PER_SPOUT = 4000
+PER_SPOUT = 6000  # a cap: 60 s of input; the test ends the input with the audit's stop file
 RATE = 100
 DK_SECS = 2.0  # worker.lazy.kill.ms default
 
@@ -114,14 +119,27 @@ def test_node_cut_off_loses_its_executors_and_gets_them_back(cut_cluster, tmp_pa
         assert back and all(m.target.startswith("n1:") for m in back)
         wait_until(lambda: all(m.completed_at for m in client.migrations("audited") if m.by == "nimbus"),
                    60, what="the moves back to complete")
+        acked = sum(len(a.get("acks", {})) for a in read_audit(tmp_path).values())
+        wait_until(lambda: sum(len(a.get("acks", {})) for a in read_audit(tmp_path).values()) > acked + 100, 60,
+                   what="the sentences to flow on both nodes again")
+        (tmp_path / "stop").touch()  # the end of the input: spouts only replay from now on
+
+        def stopped() -> dict[str, int] | None:
+            audits = read_audit(tmp_path)
+            ok = len(audits) == 2 and all(a.get("stopped") for a in audits.values())
+            return {k: int(a["emitted"]) for k, a in audits.items()} if ok else None
+
+        emitted = wait_until(stopped, 30, what="the spouts to see the stop file")
+        assert all(n < PER_SPOUT for n in emitted.values()), f"the input ran out before the fault was over: {emitted}"
 
         def all_acked() -> bool:
             audits = read_audit(tmp_path)
-            return len(audits) == 2 and all(len(a.get("acks", {})) >= PER_SPOUT for a in audits.values())
+            return len(audits) == 2 and all(len(a.get("acks", {})) >= emitted[k] for k, a in audits.items())
 
         wait_until(all_acked, 180, interval=0.5, what="every sentence acked")
         time.sleep(0.5)
-        for audit in read_audit(tmp_path).values():
-            assert sorted(int(k) for k in audit["acks"]) == list(range(PER_SPOUT))
+        for key, audit in read_audit(tmp_path).items():
+            assert sorted(int(k) for k in audit["acks"]) == list(range(emitted[key]))
+            assert audit["emitted"] == emitted[key]
         client.kill("audited")
         client.wait_removed("audited", 30)

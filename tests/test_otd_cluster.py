@@ -35,6 +35,10 @@ def _python_matrix(records: list[dict], start: float, end: float) -> dict[tuple[
     return {k: (v[0], v[1]) for k, v in matrix.items()}
 
 
+def _edge_tuples(topology: str) -> int:
+    return sum(r["tuples"] for r in _records(topology) if r["kind"] == "edge")
+
+
 @pytest.fixture(scope="module")
 def spark_job():
     from scheduler_otd.traffic import TrafficJob
@@ -52,7 +56,8 @@ def test_spark_matrix_equals_python_and_the_tuples_sent(client, spark_job) -> No
     try:
         client.wait_running("spark-pairs", 60)
         wait_until(lambda: client.status("spark-pairs")["spouts"]["acked"] >= 3 * count, 60, what="all tuples acked")
-        time.sleep(2.5)  # two more load-collection intervals: every counter is in the store
+        wait_until(lambda: _edge_tuples("spark-pairs") >= 3 * count, 30, interval=0.2,
+                   what="every counter in the store")
 
         now = time.time()
         result = spark_job.run("spark-pairs", window_secs=3600, now=now)
@@ -148,7 +153,7 @@ def test_traffic_cli_json_and_png(client, cluster, tmp_path: Path) -> None:
     try:
         client.wait_running("cli-pairs", 60)
         wait_until(lambda: client.status("cli-pairs")["spouts"]["acked"] >= 900, 60, what="acks")
-        time.sleep(2.5)
+        wait_until(lambda: _edge_tuples("cli-pairs") >= 900, 30, interval=0.2, what="every counter in the store")
         png = tmp_path / "matrix.png"
         result = run_cli("traffic", "cli-pairs", "--window", "600", "--json", "--png", str(png), cluster=cluster,
                          timeout=180)

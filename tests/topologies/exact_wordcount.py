@@ -1,12 +1,18 @@
 """Word count over a fixed input, writing counts and acks to files so a test can check them.
 
 conf: ``test.output.dir`` (required), ``test.sentences`` per spout executor (default 2000),
-``test.rate`` new sentences per second per spout executor (default: as fast as it goes).
+``test.rate`` new sentences per second per spout executor (default: as fast as it goes),
+``test.after.go``: when set, the input runs until the test creates the file ``go`` in the
+output directory and ends ``test.after.go`` sentences after the spout first sees it
+(``test.sentences`` is then only a cap): a test's fault, however long it takes, lands while the
+spouts still emit. Each spout writes ``total`` (the sentences it emits in all; null until it
+has seen ``go``) next to its acks.
 """
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from nstorm import Bolt, Spout, TopologyBuilder
 from topologies.sentences import sentences
@@ -30,16 +36,28 @@ class FixedSentences(Spout):
         self.dirty = True
         self.rate = float(conf.get("test.rate") or 0)
         self.started = time.monotonic()
+        more = conf.get("test.after.go")
+        self.more = None if more is None else int(more)
+        self.go = Path(self.dir) / "go"
+        self.looked = 0.0
+        self.total = len(self.todo) if self.more is None else None  # known once "go" is seen
 
     def next_tuple(self):
         now = time.monotonic()
+        if self.total is None and now - self.looked > 0.1:
+            self.looked = now
+            if self.go.exists():
+                self.total = min(self.next + self.more, len(self.todo))
+                self.dirty = True
         if self.dirty and now - self.dumped > 0.2:
-            dump(self.dir, self.name, {"acks": self.acks, "fails": self.fails, "emitted": self.next})
+            dump(self.dir, self.name, {"acks": self.acks, "fails": self.fails, "emitted": self.next,
+                                       "total": self.total})
             self.dumped, self.dirty = now, False
+        end = len(self.todo) if self.total is None else self.total
         if self.replay:
             i = self.replay.pop()
             self.emit((self.todo[i],), msg_id=i)
-        elif self.next < len(self.todo) and (not self.rate or self.next < (now - self.started) * self.rate):
+        elif self.next < end and (not self.rate or self.next < (now - self.started) * self.rate):
             self.emit((self.todo[self.next],), msg_id=self.next)
             self.next += 1
 
