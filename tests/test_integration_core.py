@@ -10,6 +10,7 @@ import psutil
 import pytest
 
 from nstorm.config import merge_conf
+from nstorm.net import free_port
 from topologies.sentences import sentences
 
 from conftest import TOPOLOGIES, read_outputs, run_cli, wait_until
@@ -210,6 +211,18 @@ def test_duplicate_topology_name_is_rejected_and_disturbs_nothing(cluster, clien
     finally:
         client.kill("dup")
         client.wait_removed("dup", 30)
+
+
+def test_daemon_health_checks_ask_zookeeper_for_the_daemon(cluster) -> None:
+    """compose's health checks of Nimbus and the supervisors tested only that ZooKeeper answered:
+    ``--ping`` asks for the daemon's own (ephemeral) registration; nothing is started."""
+    assert run_cli("supervisor", "--ping", "--node-id", "n1", cluster=cluster).returncode == 0
+    assert run_cli("nimbus", "--ping", cluster=cluster).returncode == 0
+    missing = run_cli("supervisor", "--ping", "--node-id", "n9", cluster=cluster)
+    assert missing.returncode == 1
+    assert missing.stderr.strip().splitlines() == ["supervisor 'n9' is not registered in ZooKeeper"]
+    away = run_cli("nimbus", "--ping", "--zk", f"127.0.0.1:{free_port()}", cluster=cluster)
+    assert away.returncode == 1 and len(away.stderr.strip().splitlines()) == 1, away.stderr
 
 
 def test_slow_bolt_slows_its_spout(client) -> None:

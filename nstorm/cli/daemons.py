@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import socket
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, Any
 
 import typer
 
@@ -14,9 +15,26 @@ from nstorm.cli.common import (
     check_daemon_id,
     cli_errors,
     port_base_of,
+    quiet_kazoo,
     zk_root_of,
     zk_servers_of,
 )
+
+
+def _ping(zk: str | None, zk_root: str | None, overrides: dict[str, Any], registered: Callable[[Any], bool],
+          what: str) -> None:
+    """A health check of this host's daemon: exit 0 if ZooKeeper holds its registration (an
+    ephemeral node, gone with its session), else 1 with one line; nothing is started."""
+    from nstorm.client import ClusterClient
+
+    quiet_kazoo()
+    root = zk_root_of(zk_root, overrides)
+    with ClusterClient(zk_servers_of(zk, overrides), root, timeout=10,
+                       auth=overrides.get("nstorm.zookeeper.auth")) as client:
+        if registered(client):
+            raise typer.Exit(0)
+    typer.echo(f"{what} is not registered in ZooKeeper", err=True)
+    raise typer.Exit(1)
 
 
 def register(app: typer.Typer) -> None:
@@ -27,6 +45,8 @@ def register(app: typer.Typer) -> None:
         zk_root: ZkRootOption = None,
         conf: ConfOption = None,
         nimbus_id: Annotated[str, typer.Option("--id", help="names the log (nimbus-ID.log) when several run (HA)")] = "",
+        ping: Annotated[bool, typer.Option("--ping", help="only check that a Nimbus of this host is registered, leading "
+                                                          "or standing by (a health check: exit 0 or 1)")] = False,
     ) -> None:
         """Run Nimbus in the foreground (log: $NSTORM_HOME/logs/nimbus.log). Several may run: one leads."""
         from nimbus.daemon import Nimbus, check_nimbus_conf
@@ -37,6 +57,10 @@ def register(app: typer.Typer) -> None:
 
         check_daemon_id("--id", nimbus_id, empty_ok=True)
         overrides = parse_conf_options(conf or [])
+        if ping:
+            host = socket.gethostname()  # a Nimbus registers as host:pid (nimbus.leader)
+            _ping(zk, zk_root, overrides, lambda c: any(n.rpartition(":")[0] == host for n in c.cluster.nimbuses()),
+                  f"no Nimbus of host {host!r}")
         zk_root = zk_root_of(zk_root, overrides)
         check_security_conf(overrides)
         check_nimbus_conf(merge_conf(overrides))  # exit 2 before anything starts
@@ -59,6 +83,8 @@ def register(app: typer.Typer) -> None:
         zk: ZkOption = None,
         zk_root: ZkRootOption = None,
         conf: ConfOption = None,
+        ping: Annotated[bool, typer.Option("--ping", help="only check that supervisor --node-id is registered "
+                                                          "(a health check: exit 0 or 1)")] = False,
     ) -> None:
         """Run a supervisor in the foreground (log: $NSTORM_HOME/logs/supervisor-ID.log)."""
         from nstorm.config import check_security_conf, merge_conf, parse_conf_options
@@ -70,6 +96,8 @@ def register(app: typer.Typer) -> None:
 
         check_daemon_id("--node-id", node_id)
         overrides = parse_conf_options(conf or [])
+        if ping:
+            _ping(zk, zk_root, overrides, lambda c: node_id in c.cluster.supervisors(), f"supervisor {node_id!r}")
         zk_root = zk_root_of(zk_root, overrides)
         check_security_conf(overrides)  # exit 2 before anything starts
         check_supervisor_conf(merge_conf(overrides))
