@@ -23,6 +23,7 @@ import json
 import logging
 import threading
 import time
+from dataclasses import replace
 from typing import Any
 
 from kazoo.client import KazooClient
@@ -156,12 +157,12 @@ class OtdRunner:
         traffic, engine = self.traffic(name, window, window)
         worker_node = {w: slot.node for w, slot in plan.workers.items()}
         loads = {w: load for w, load in self.loads(name).items() if w in worker_node}
+        for w in traffic["workers"]:  # the window's load over the last heartbeat's; its cap stays
+            if w["id"] in worker_node:
+                beat = loads.get(w["id"]) or WorkerLoad(0.0, 0.0)
+                loads[w["id"]] = replace(beat, cpu=w["cpu"] / beat.capacity, queue=w["backlog"], trend=w["trend"],
+                                         wait=w.get("wait", 0.0))
         capacity = {w: load.capacity for w, load in loads.items()}
-        capped = {w for w, load in loads.items() if load.capped}
-        loads.update({w["id"]: WorkerLoad(w["cpu"] / capacity.get(w["id"], 1.0), w["backlog"], w["trend"],
-                                          capacity=capacity.get(w["id"], 1.0), wait=w.get("wait", 0.0),
-                                          capped=w["id"] in capped)
-                      for w in traffic["workers"] if w["id"] in worker_node})
         executors = sorted(plan.executors)
         edges = [(e["src"], e["dst"], float(e["tuples"])) for e in traffic["edges"]]
         # A latency constraint wins: OTD moves no executor its controller moved within the cool-down,

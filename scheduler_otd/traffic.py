@@ -154,7 +154,7 @@ def fold(groups: Iterable[Mapping[str, Any]], window_secs: float, load_secs: flo
             w = loads.setdefault(g["worker"], {"node": g["node"], "n": 0, "cpu": 0.0, "queue": 0.0, "wait": 0.0,
                                                "floor1": None, "floor2": None, "_ts": float("-inf")})
             for k in ("n", "cpu", "queue", "wait"):
-                w[k] += g.get(k) or 0
+                w[k] += g[k]
             for k in ("floor1", "floor2"):
                 w[k] = _min(w[k], g[k])
             if g["last_ts"] > w["_ts"]:

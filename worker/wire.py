@@ -186,8 +186,6 @@ def expand_runs(runs: Any, n: int) -> list[Any]:
     return out
 
 
-
-
 def _u64_arrays(arrays: Any) -> bool:
     """Whether every element of every array is an int of 64 bits (roots, edges, XORs): checked in
     ``array``'s C loop, a few ns an element, as they come off the network on the tuple path."""

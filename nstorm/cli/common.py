@@ -95,6 +95,16 @@ def port_base_of(option: int | None, conf: Mapping[str, Any] | None = None) -> i
     return value
 
 
+def cluster_client(zk: str | None, zk_root: str | None, conf: Mapping[str, Any] | None = None) -> Any:
+    """A client of the cluster the options (and ``-c`` settings, where a command takes them) name."""
+    from nstorm.client import ClusterClient
+
+    conf = conf or {}
+    root = zk_root_of(zk_root, conf)
+    quiet_kazoo()
+    return ClusterClient(zk_servers_of(zk, conf), root, auth=conf.get("nstorm.zookeeper.auth"))  # None: $NSTORM_ZK_AUTH
+
+
 def exit_with_error(message: str, code: int = 1) -> None:
     """One red line on stderr, then exit with ``code`` (2 for bad input). The message is not
     markup (a value in brackets stays as it is) and its line breaks become spaces."""

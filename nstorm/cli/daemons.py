@@ -14,8 +14,8 @@ from nstorm.cli.common import (
     ZkRootOption,
     check_daemon_id,
     cli_errors,
+    cluster_client,
     port_base_of,
-    quiet_kazoo,
     zk_root_of,
     zk_servers_of,
 )
@@ -25,12 +25,7 @@ def _ping(zk: str | None, zk_root: str | None, overrides: dict[str, Any], regist
           what: str) -> None:
     """A health check of this host's daemon: exit 0 if ZooKeeper holds its registration (an
     ephemeral node, gone with its session), else 1 with one line; nothing is started."""
-    from nstorm.client import ClusterClient
-
-    quiet_kazoo()
-    root = zk_root_of(zk_root, overrides)
-    with ClusterClient(zk_servers_of(zk, overrides), root, timeout=10,
-                       auth=overrides.get("nstorm.zookeeper.auth")) as client:
+    with cluster_client(zk, zk_root, overrides) as client:
         if registered(client):
             raise typer.Exit(0)
     typer.echo(f"{what} is not registered in ZooKeeper", err=True)

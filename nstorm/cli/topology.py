@@ -6,7 +6,7 @@ import math
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -17,25 +17,13 @@ from nstorm.cli.common import (
     ZkOption,
     ZkRootOption,
     cli_errors,
+    cluster_client,
     print_json,
-    quiet_kazoo,
-    zk_root_of,
-    zk_servers_of,
 )
 from nstorm.topology import check_topology_name
 from nstorm.window.status import describe_windows
 
 JsonOption = Annotated[bool, typer.Option("--json", help="print JSON")]
-
-
-def _client(zk: str | None, zk_root: str | None, conf: dict[str, Any] | None = None) -> Any:
-    """A client of the cluster the options (and ``-c`` settings, where a command takes them) name."""
-    from nstorm.client import ClusterClient
-
-    conf = conf or {}
-    root = zk_root_of(zk_root, conf)
-    quiet_kazoo()
-    return ClusterClient(zk_servers_of(zk, conf), root, auth=conf.get("nstorm.zookeeper.auth"))  # None: $NSTORM_ZK_AUTH
 
 
 def register(app: typer.Typer) -> None:
@@ -62,7 +50,7 @@ def register(app: typer.Typer) -> None:
         check_topology_conf(settings)  # ... and here (the client checks again: it is an API too)
         state_config(settings)
         check_constraints(topology.definition, settings)
-        with _client(zk, zk_root, overrides) as client:
+        with cluster_client(zk, zk_root, overrides) as client:
             info = client.submit(file, name=name, conf=overrides)
         typer.echo(f"submitted {info['name']}: {info['executors']} executors on {info['workers']} workers")
 
@@ -70,7 +58,7 @@ def register(app: typer.Typer) -> None:
     @cli_errors
     def leader(as_json: JsonOption = False, zk: ZkOption = None, zk_root: ZkRootOption = None) -> None:
         """The leading Nimbus (host:pid) and the standby ones; exit 1 if no Nimbus runs."""
-        with _client(zk, zk_root) as client:
+        with cluster_client(zk, zk_root) as client:
             info = client.nimbuses()
         if as_json:
             print_json(info)
@@ -85,7 +73,7 @@ def register(app: typer.Typer) -> None:
     @cli_errors
     def list_(as_json: JsonOption = False, zk: ZkOption = None, zk_root: ZkRootOption = None) -> None:
         """Topologies of the cluster."""
-        with _client(zk, zk_root) as client:
+        with cluster_client(zk, zk_root) as client:
             rows = client.list()
         if as_json:
             print_json(rows)
@@ -106,7 +94,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Workers, executors and counters of a topology."""
         check_topology_name(name)  # before connecting: exit 2 whether ZooKeeper is up or not
-        with _client(zk, zk_root) as client:
+        with cluster_client(zk, zk_root) as client:
             info = client.status(name)
         if as_json:
             print_json(info)
@@ -160,7 +148,7 @@ def register(app: typer.Typer) -> None:
     def activate(name: str, zk: ZkOption = None, zk_root: ZkRootOption = None) -> None:
         """Resume a deactivated topology's spouts."""
         check_topology_name(name)
-        with _client(zk, zk_root) as client:
+        with cluster_client(zk, zk_root) as client:
             client.activate(name)
         typer.echo(f"{name}: activate requested")
 
@@ -169,7 +157,7 @@ def register(app: typer.Typer) -> None:
     def deactivate(name: str, zk: ZkOption = None, zk_root: ZkRootOption = None) -> None:
         """Pause a topology's spouts (bolts keep draining)."""
         check_topology_name(name)
-        with _client(zk, zk_root) as client:
+        with cluster_client(zk, zk_root) as client:
             client.deactivate(name)
         typer.echo(f"{name}: deactivate requested")
 
@@ -200,7 +188,7 @@ def register(app: typer.Typer) -> None:
             raise UsageError(msg)
         check_rebalance_options(move or [], random_count, changes, workers)  # before connecting
         if changes:
-            with _client(zk, zk_root) as client:
+            with cluster_client(zk, zk_root) as client:
                 result = client.rebalance(name, mode=mode, wait_secs=wait, parallelism=changes, workers=workers)
                 typer.echo(f"{name}: plan v{result['version']}, {mode} mode: "
                            + ", ".join(f"{c} -> {n} executors" for c, n in changes.items()))
@@ -217,7 +205,7 @@ def register(app: typer.Typer) -> None:
                 msg = f"malformed --move {item!r}: expected EXECUTOR=WORKER, e.g. count:3=n2:6701"
                 raise UsageError(msg)
             moves.append((executor.strip(), worker.strip()))
-        with _client(zk, zk_root) as client:
+        with cluster_client(zk, zk_root) as client:
             result = client.rebalance(name, mode=mode, moves=moves, random_count=random_count, wait_secs=wait,
                                       workers=workers)
             typer.echo(f"{name}: plan v{result['version']}, {mode} mode: "
@@ -243,7 +231,7 @@ def register(app: typer.Typer) -> None:
         if not math.isfinite(wait) or wait < 0:  # before connecting: exit 2 whether ZooKeeper is up or not
             msg = f"--wait must be a finite number of seconds >= 0, got {wait}"
             raise UsageError(msg)
-        with _client(zk, zk_root) as client:
+        with cluster_client(zk, zk_root) as client:
             client.kill(name, wait)
             if not client.wait_removed(name, wait + 30):
                 msg = f"{name}: kill requested, but it is still there after {wait + 30:.0f}s (is nimbus running?)"
