@@ -687,6 +687,8 @@ class UserExecutor(Executor):
             data["undelivered"] = outbox.courier.undelivered
         if outbox.courier.unencodable:
             data["unencodable"] = outbox.courier.unencodable
+        if outbox.garbage_acks:
+            data["garbage_acks"] = outbox.garbage_acks  # a peer's anchors that were no integer pairs
         if self.handover.awaiting:
             data["awaiting_state"] = True
         if self.context.metrics:

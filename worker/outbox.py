@@ -103,6 +103,7 @@ class Outbox:
         self.buffers: dict[int, Buffer] = {}
         self.ctl_buffers: dict[tuple[int, int], list[Any]] = {}  # (kind, dst) -> entries
         self.acks: dict[int, int] = {}  # root -> xor, flushed per batch
+        self.garbage_acks = 0  # ack and fail entries dropped: a peer's anchors were not integer pairs
         # Load collection (paper Fig. 5): cumulative [tuples, wire bytes] per destination task,
         # counted per batch; the metrics thread turns them into per-interval deltas.
         self.traffic: dict[int, list[int]] = {}
@@ -502,7 +503,12 @@ class Outbox:
             return
         for i in range(0, len(anchors), 2):
             r = anchors[i]
-            self.control(wire.FAIL, self.acker_for(r), r)
+            try:
+                acker = self.acker_for(r)
+            except TypeError:  # not a root (a peer's garbage): no acker keeps its tree
+                self._garbage("a fail of a root that is not one")
+                continue
+            self.control(wire.FAIL, acker, r)
 
     def acker_for(self, root: int) -> int:
         ackers = self.routing.ackers  # type: ignore[union-attr]
@@ -547,13 +553,22 @@ class Outbox:
             self.acks = {}
             ackers = self.routing.ackers  # type: ignore[union-attr]
             n = len(ackers)
-            for r, x in acks.items():
-                self.control(wire.ACK, ackers[acker_index(r, n)], (r, x))
+            entries = iter(acks.items())
+            while True:
+                try:
+                    for r, x in entries:
+                        self.control(wire.ACK, ackers[acker_index(r, n)], (r, x))
+                    break
+                except TypeError:  # a root that is no int (a peer's garbage): its ack is dropped, the rest go on
+                    self._garbage("an ack of a root that is not one")
         if self.ctl_buffers:
             ctl = self.ctl_buffers
             self.ctl_buffers = {}
             for (kind, dst), entries in ctl.items():
-                self._send_control(kind, dst, entries)
+                try:
+                    self._send_control(kind, dst, entries)
+                except (OverflowError, TypeError, ValueError):  # no msgpack form: from a peer's garbage anchors
+                    self._send_packable(kind, dst, entries)
 
     def flush_buffer(self, buf: Buffer) -> None:
         """Send what ``buf`` holds as one batch ``(values, runs, streams)``."""
@@ -599,6 +614,28 @@ class Outbox:
                 self.flush_buffer(buf)
             self.courier.barrier(dst, location[dst], cid)
         self.flush_control()
+
+    def _garbage(self, what: str) -> None:
+        """Count (and log once) a control entry dropped because a peer sent anchors that are not
+        ``[root, edge, ...]`` integer pairs: checking every anchor of every batch would cost 2-3% of
+        the words a second, so the garbage is caught where it breaks (its trees time out)."""
+        if not self.garbage_acks:
+            log.warning("%s: dropped %s (anchors from another worker that are not integer pairs)",
+                        self.component, what)
+        self.garbage_acks += 1
+
+    def _send_packable(self, kind: int, dst: int, entries: list[Any]) -> None:
+        """Send the entries that have a wire form, drop the others (see :meth:`_garbage`)."""
+        good = []
+        for entry in entries:
+            try:
+                wire.pack(entry)
+            except (OverflowError, TypeError, ValueError):
+                self._garbage("a control entry with no wire form")
+                continue
+            good.append(entry)
+        if good:
+            self._send_control(kind, dst, good)
 
     def _send_control(self, kind: int, dst: int, entries: Any) -> None:
         self.courier.control(dst, self.routing.location[dst], kind, entries)  # type: ignore[union-attr]

@@ -224,8 +224,9 @@ def decode_batch(batch: Any) -> tuple[Any, Any, Any]:
             msg = "a run's anchor must be nil or [root, edge, ...]"
             raise ValueError(msg)
         # An anchor's contents are not checked here (two passes over every root and edge cost 3% of
-        # word count's words/s): what is not integer pairs raises where it is acked, and the worker
-        # restarts (Worker.executor_failed). Workers only send integer pairs; CurveZMQ keeps others out.
+        # word count's words/s): what is not integer pairs raises where the batch is taken (the rest
+        # of it is dropped) or is dropped where its ack leaves (Outbox.flush_control, garbage_acks).
+        # Workers only send integer pairs; CurveZMQ keeps others out.
     if streams is not None and not isinstance(streams, dict):
         msg = "batch streams must be nil or a map"
         raise ValueError(msg)
