@@ -44,7 +44,8 @@ The four cases of section 4.2:
    too: communication optimisation still pays on a saturated machine (co-located executors
    skip the network and the serialisation);
 2. high-load workers but no low-load one: a warning (resources are short), no move; with
-   ``otd.autoscale`` it scales out instead (:func:`autoscale`, below);
+   ``otd.autoscale`` it scales out instead (:func:`autoscale`, below), unless the machine has no
+   CPU for one executor more (:func:`no_cpu_for_more`);
 3. low-load workers but no high-load one: Algorithm 2 (communication optimisation) moves the
    executor with the best ASC to the least loaded low-load worker of another node, if that
    ASC exceeds ``otd.threshold.asc`` (the paper's line 1 takes the least loaded low-load
@@ -60,7 +61,11 @@ backlog deep or growing: a worker busy near its cap that keeps up needs nothing)
 component whose executors on the high-load workers use the most CPU gets one executor more,
 live, in a new worker from a free slot if there is one; and a bolt component whose executors
 would all stay below ``otd.cpu.low`` with one executor fewer (its CPU spread over ``n - 1``),
-round after round for ``otd.autoscale.cooldown.secs``, gets one fewer. One step a round at
+round after round for ``otd.autoscale.cooldown.secs``, gets one fewer. Not out when the lagging
+workers are starved for CPU (their threads waited ``otd.cpu.wait.high`` of a core) and the new
+executor would be too: its new worker on a node where a worker of the topology is starved, or,
+with no free slot, in workers that all are; on a saturated machine another thread only waits
+(the round warns instead). One step a round at
 most: out again once a whole window (``otd.window.secs``) has passed since the last step, in
 only after the cool-down; executor CPU is each executor thread's (the workers measure it).
 """
@@ -75,7 +80,8 @@ import numpy as np
 
 from nstorm.topology import is_acker
 
-__all__ = ["HIGH", "LOW", "NORMAL", "Decision", "WorkerLoad", "allocation_scores", "classify", "otd_round"]
+__all__ = ["HIGH", "LOW", "NORMAL", "Decision", "ScaleStep", "WorkerLoad", "allocation_scores", "autoscale", "behind", "classify",
+           "no_cpu_for_more", "otd_round"]
 
 HIGH, NORMAL, LOW = "high", "normal", "low"
 
@@ -283,6 +289,28 @@ def behind(loads: Mapping[str, WorkerLoad], conf: Mapping[str, Any]) -> set[str]
     return {w for w, load in loads.items() if load.queue >= queue_high or load.trend >= growth_high}
 
 
+def no_cpu_for_more(lagging_high: set[str], loads: Mapping[str, WorkerLoad], worker_node: Mapping[str, str],
+                    next_node: str | None, wait_high: float) -> str | None:
+    """Why one executor more would find no CPU, or None: every lagging high-load worker is starved
+    (its threads wait for a CPU of its machine), and so would the new executor be, in a new worker
+    on ``next_node`` (the node of the free slot Nimbus takes next) where one of this topology's
+    workers is starved, or, with no free slot (``next_node`` None), in a worker it has, all
+    starved. A node with no worker of the topology, or one not starved, may have CPU to give."""
+    if not lagging_high or not all(w in loads and loads[w].starved(wait_high) for w in lagging_high):
+        return None
+    starved = {w for w, load in loads.items() if w in worker_node and load.starved(wait_high)}
+    if next_node is not None:
+        if next_node not in {worker_node[w] for w in starved}:
+            return None
+        where = f"the next free slot is on {next_node}, whose workers' threads wait for a CPU too"
+    elif starved >= set(worker_node):
+        where = "no free slot, and every worker's threads wait for a CPU"
+    else:
+        return None
+    return (f"workers {sorted(lagging_high)} fall behind but their machine has no CPU to give (waited "
+            f"{_waits(sorted(lagging_high), loads)} of a core); one executor more would wait as well: {where}")
+
+
 def autoscale(
     decision: Decision,
     placement: Mapping[str, str],
@@ -294,6 +322,7 @@ def autoscale(
     low_since: dict[str, float],
     now: float,
     lagging: set[str],
+    no_cpu: str | None = None,
 ) -> ScaleStep | None:
     """One autoscaling step or None (see the module docstring). ``low_since`` (component -> when its
     executors were first seen idle, kept by the caller between rounds) is updated here.
@@ -304,6 +333,8 @@ def autoscale(
     :arg capacity: worker -> cores it may use.
     :arg lagging: the workers :func:`behind` (a scale-out needs one of the high-load workers among
         them: CPU alone, near a cgroup cap, over-provisioned).
+    :arg no_cpu: why one executor more would find no CPU (:func:`no_cpu_for_more`): no scale-out,
+        the reason goes into the round's warning.
     """
     share = {e: executor_cpu.get(e, 0.0) / max(capacity.get(w, 1.0), 1e-6) for e, w in placement.items()}
     per_component: dict[str, list[str]] = {}
@@ -318,6 +349,9 @@ def autoscale(
         low_since.clear()
         if not high & lagging:
             return None  # busy, but keeping up: one more executor would only be idle
+        if no_cpu:
+            decision.warning = no_cpu
+            return None
         load = {c: sum(share[e] for e in es if placement[e] in high) for c, es in per_component.items()}
         candidates = [c for c in sorted(load, key=lambda c: -load[c]) if load[c] > 0 and len(per_component[c]) < groups]
         if not candidates:

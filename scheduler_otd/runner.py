@@ -32,11 +32,20 @@ from nstorm.clusterstate import ClusterState
 from nstorm.config import flag, merge_conf
 from nstorm.home import metrics_dir
 from nstorm.moves import recently_moved
+from nstorm.plan import interleave_slots
 from nstorm.records import Heartbeat, TopologyStatus
 from nstorm.topology import is_acker
 from nstorm.zkschema import ZkPaths, encode
 from scheduler_otd.history import record_round
-from scheduler_otd.otd import ScaleStep, WorkerLoad, autoscale, behind, otd_round
+from scheduler_otd.otd import (
+    HIGH,
+    ScaleStep,
+    WorkerLoad,
+    autoscale,
+    behind,
+    no_cpu_for_more,
+    otd_round,
+)
 from scheduler_otd.traffic import aggregate_records, read_window, window_files
 
 __all__ = ["OtdRunner"]
@@ -162,7 +171,6 @@ class OtdRunner:
                 beat = loads.get(w["id"]) or WorkerLoad(0.0, 0.0)
                 loads[w["id"]] = replace(beat, cpu=w["cpu"] / beat.capacity, queue=w["backlog"], trend=w["trend"],
                                          wait=w.get("wait", 0.0))
-        capacity = {w: load.capacity for w, load in loads.items()}
         executors = sorted(plan.executors)
         edges = [(e["src"], e["dst"], float(e["tuples"])) for e in traffic["edges"]]
         # A latency constraint wins: OTD moves no executor its controller moved within the cool-down,
@@ -191,10 +199,11 @@ class OtdRunner:
                  sum(1 for c in decision.classes.values() if c == "low"),
                  {w: (c, *record["loads"].get(w, ())) for w, c in sorted(decision.classes.items()) if c != "low"})
         if flag(conf, "otd.autoscale"):
-            step = self._autoscale(name, plan, decision, conf, capacity, behind(loads, conf))
+            step = self._autoscale(name, plan, decision, conf, loads, behind(loads, conf))
             if step is not None:
                 record["autoscale"] = step.as_json()
                 decision.warning = None  # acted on
+            record["warning"] = decision.warning  # or why it could not act (no CPU for more)
         if decision.warning:
             log.warning("OTD %s: %s", name, decision.warning)
         if decision.executor and decision.target and "autoscale" not in record and now - last_move < window:
@@ -220,7 +229,7 @@ class OtdRunner:
 
 
     def _autoscale(self, name: str, plan: Any, decision: Any, conf: dict[str, Any],
-                   capacity: dict[str, float], lagging: set[str]) -> ScaleStep | None:
+                   loads: dict[str, WorkerLoad], lagging: set[str]) -> ScaleStep | None:
         """Case 2 scales the overloaded component out; an idle one is scaled in (scheduler_otd.otd)."""
         now = time.monotonic()
         since = now - self._scaled_at.get(name, -1e9)
@@ -234,11 +243,14 @@ class OtdRunner:
                 if isinstance(counters.get("cpu"), (int, float)):
                     executor_cpu[eid] = float(counters["cpu"])
         used = {w for other in self.cluster.names() for w in ((self.cluster.plan(other)[0] or plan).workers)}
-        free = sum(1 for node, info in self.cluster.supervisors().items()
-                   for port, _ctl in info.get("slots", []) if f"{node}:{port}" not in used)
+        free = [s for s in interleave_slots(self.cluster.supervisors()) if s.worker_id not in used]  # Nimbus's order
         placement = {e: w for e, w in plan.executors.items() if not is_acker(e)}
-        step = autoscale(decision, placement, bolts, executor_cpu, capacity, conf, free,
-                         self._low_since.setdefault(name, {}), now, lagging)
+        high = {w for w, c in decision.classes.items() if c == HIGH}
+        no_cpu = no_cpu_for_more(high & lagging, loads, {w: s.node for w, s in plan.workers.items()},
+                                 free[0].node if free else None, float(conf.get("otd.cpu.wait.high", 0.25)))
+        capacity = {w: load.capacity for w, load in loads.items()}
+        step = autoscale(decision, placement, bolts, executor_cpu, capacity, conf, len(free),
+                         self._low_since.setdefault(name, {}), now, lagging, no_cpu)
         if step is None:
             return None
         scaling_in = step.parallelism < sum(1 for e in placement if e.rpartition(":")[0] == step.component)

@@ -89,3 +89,40 @@ def test_the_executors_a_latency_move_joined_are_held_with_it(monkeypatch: pytes
     runner, _, seen = _runner(monkeypatch, [joined])
     runner.round("t", CONF)
     assert not {"a:0", "a:1", "b:0"} & set(seen["movable"]), "b:0 moved next to a:0 and a:1: neither moves away"
+
+
+def _saturated_round(monkeypatch: pytest.MonkeyPatch, free_node: str) -> tuple[dict[str, Any], list[str]]:
+    """A Case 2 round with ``otd.autoscale`` whose two workers (both on n1) fall behind with their
+    threads waiting for a CPU; the next free slot is on ``free_node``."""
+    from nstorm.records import Heartbeat
+    from scheduler_otd.otd import Decision
+
+    runner, requests, _ = _runner(monkeypatch, [])
+    plan, _ = runner.cluster.plan("t")
+    plan = plan.replace(workers={"n1:1": Slot("n1", "127.0.0.1", 1, 2), "n1:3": Slot("n1", "127.0.0.1", 3, 4)},
+                        executors={"a:0": "n1:1", "a:1": "n1:3", "b:0": "n1:3", "__acker:0": "n1:1"})
+    slots = {"n1": [[1, 2], [3, 4]], free_node: [[5, 6]]} if free_node != "n1" else {"n1": [[1, 2], [3, 4], [5, 6]]}
+    beat = Heartbeat("n1:1", 1, time.time(), 1, executors={"a:0": {"cpu": 0.6}, "a:1": {"cpu": 0.5}})
+    runner.cluster = types.SimpleNamespace(  # type: ignore[assignment]
+        plan=lambda name: (plan, None), busy_executors=lambda name: set(), children=lambda path: [],
+        heartbeats=lambda name: {"n1:1": beat}, migrations=lambda name: [], names=lambda: ["t"],
+        topology=lambda name: {"definition": {"components": {"a": {"kind": "bolt"}, "b": {"kind": "bolt"}}}},
+        supervisors=lambda: {node: {"host": "127.0.0.1", "slots": s} for node, s in slots.items()})
+    runner.traffic = lambda name, window, load: (  # type: ignore[method-assign]
+        {"workers": [{"id": w, "cpu": 0.95, "backlog": 40.0, "trend": 3.0, "wait": 0.8} for w in plan.workers],
+         "edges": [], "inter_node_ratio": 0.0, "total_tuples": 0}, "python")
+    runner._scaled_at, runner._low_since = {}, {}
+    monkeypatch.setattr(runner_module, "otd_round", lambda *args: Decision(
+        2, warning="resources are short", classes={"n1:1": "high", "n1:3": "high"}))
+    record = runner.round("t", {**CONF, "otd.autoscale": True})
+    assert record is not None
+    return record, requests
+
+
+def test_autoscale_adds_no_executor_where_the_machine_has_no_cpu_to_give(monkeypatch: pytest.MonkeyPatch) -> None:
+    record, requests = _saturated_round(monkeypatch, "n1")
+    assert "autoscale" not in record and requests == []
+    assert "no CPU to give" in record["warning"] and "n1" in record["warning"]
+    record, requests = _saturated_round(monkeypatch, "n2")  # the new worker would go to another machine
+    assert record["autoscale"]["component"] == "a" and record["autoscale"]["workers"] == 3 and len(requests) == 1
+    assert record["warning"] is None
