@@ -63,8 +63,8 @@ live, in a new worker from a free slot if there is one; and a bolt component who
 would all stay below ``otd.cpu.low`` with one executor fewer (its CPU spread over ``n - 1``),
 round after round for ``otd.autoscale.cooldown.secs``, gets one fewer. Not out when the lagging
 workers are starved for CPU (their threads waited ``otd.cpu.wait.high`` of a core) and the new
-executor would be too: its new worker on a node where a worker of the topology is starved, or,
-with no free slot, in workers that all are; on a saturated machine another thread only waits
+executor would be too: its new worker on a machine (host address) where a worker of the topology
+is starved, or, with no free slot, in workers that all are; on a saturated machine another thread only waits
 (the round warns instead). One step a round at
 most: out again once a whole window (``otd.window.secs``) has passed since the last step, in
 only after the cool-down; executor CPU is each executor thread's (the workers measure it).
@@ -289,21 +289,22 @@ def behind(loads: Mapping[str, WorkerLoad], conf: Mapping[str, Any]) -> set[str]
     return {w for w, load in loads.items() if load.queue >= queue_high or load.trend >= growth_high}
 
 
-def no_cpu_for_more(lagging_high: set[str], loads: Mapping[str, WorkerLoad], worker_node: Mapping[str, str],
-                    next_node: str | None, wait_high: float) -> str | None:
+def no_cpu_for_more(lagging_high: set[str], loads: Mapping[str, WorkerLoad], worker_host: Mapping[str, str],
+                    next_host: str | None, wait_high: float) -> str | None:
     """Why one executor more would find no CPU, or None: every lagging high-load worker is starved
     (its threads wait for a CPU of its machine), and so would the new executor be, in a new worker
-    on ``next_node`` (the node of the free slot Nimbus takes next) where one of this topology's
-    workers is starved, or, with no free slot (``next_node`` None), in a worker it has, all
-    starved. A node with no worker of the topology, or one not starved, may have CPU to give."""
+    on ``next_host`` (the machine of the free slot Nimbus takes next: its host address, which the
+    supervisors of one machine share) where one of this topology's workers is starved, or, with
+    no free slot (``next_host`` None), in a worker it has, all starved. A machine with no worker
+    of the topology, or none starved, may have CPU to give."""
     if not lagging_high or not all(w in loads and loads[w].starved(wait_high) for w in lagging_high):
         return None
-    starved = {w for w, load in loads.items() if w in worker_node and load.starved(wait_high)}
-    if next_node is not None:
-        if next_node not in {worker_node[w] for w in starved}:
+    starved = {w for w, load in loads.items() if w in worker_host and load.starved(wait_high)}
+    if next_host is not None:
+        if next_host not in {worker_host[w] for w in starved}:
             return None
-        where = f"the next free slot is on {next_node}, whose workers' threads wait for a CPU too"
-    elif starved >= set(worker_node):
+        where = f"the next free slot is on {next_host}, where the topology's workers wait for a CPU too"
+    elif starved >= set(worker_host):
         where = "no free slot, and every worker's threads wait for a CPU"
     else:
         return None

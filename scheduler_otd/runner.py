@@ -246,8 +246,8 @@ class OtdRunner:
         free = [s for s in interleave_slots(self.cluster.supervisors()) if s.worker_id not in used]  # Nimbus's order
         placement = {e: w for e, w in plan.executors.items() if not is_acker(e)}
         high = {w for w, c in decision.classes.items() if c == HIGH}
-        no_cpu = no_cpu_for_more(high & lagging, loads, {w: s.node for w, s in plan.workers.items()},
-                                 free[0].node if free else None, float(conf.get("otd.cpu.wait.high", 0.25)))
+        no_cpu = no_cpu_for_more(high & lagging, loads, {w: s.host for w, s in plan.workers.items()},
+                                 free[0].host if free else None, float(conf.get("otd.cpu.wait.high", 0.25)))
         capacity = {w: load.capacity for w, load in loads.items()}
         step = autoscale(decision, placement, bolts, executor_cpu, capacity, conf, len(free),
                          self._low_since.setdefault(name, {}), now, lagging, no_cpu)

@@ -92,8 +92,8 @@ def test_the_executors_a_latency_move_joined_are_held_with_it(monkeypatch: pytes
 
 
 def _saturated_round(monkeypatch: pytest.MonkeyPatch, free_node: str) -> tuple[dict[str, Any], list[str]]:
-    """A Case 2 round with ``otd.autoscale`` whose two workers (both on n1) fall behind with their
-    threads waiting for a CPU; the next free slot is on ``free_node``."""
+    """A Case 2 round with ``otd.autoscale`` whose two workers (both on n1, 127.0.0.1) fall behind
+    with their threads waiting for a CPU; the next free slot is on ``free_node`` (n2: 127.0.0.2)."""
     from nstorm.records import Heartbeat
     from scheduler_otd.otd import Decision
 
@@ -107,7 +107,8 @@ def _saturated_round(monkeypatch: pytest.MonkeyPatch, free_node: str) -> tuple[d
         plan=lambda name: (plan, None), busy_executors=lambda name: set(), children=lambda path: [],
         heartbeats=lambda name: {"n1:1": beat}, migrations=lambda name: [], names=lambda: ["t"],
         topology=lambda name: {"definition": {"components": {"a": {"kind": "bolt"}, "b": {"kind": "bolt"}}}},
-        supervisors=lambda: {node: {"host": "127.0.0.1", "slots": s} for node, s in slots.items()})
+        supervisors=lambda: {node: {"host": "127.0.0.1" if node == "n1" else "127.0.0.2", "slots": s}
+                             for node, s in slots.items()})
     runner.traffic = lambda name, window, load: (  # type: ignore[method-assign]
         {"workers": [{"id": w, "cpu": 0.95, "backlog": 40.0, "trend": 3.0, "wait": 0.8} for w in plan.workers],
          "edges": [], "inter_node_ratio": 0.0, "total_tuples": 0}, "python")
@@ -122,7 +123,7 @@ def _saturated_round(monkeypatch: pytest.MonkeyPatch, free_node: str) -> tuple[d
 def test_autoscale_adds_no_executor_where_the_machine_has_no_cpu_to_give(monkeypatch: pytest.MonkeyPatch) -> None:
     record, requests = _saturated_round(monkeypatch, "n1")
     assert "autoscale" not in record and requests == []
-    assert "no CPU to give" in record["warning"] and "n1" in record["warning"]
+    assert "no CPU to give" in record["warning"] and "127.0.0.1" in record["warning"]
     record, requests = _saturated_round(monkeypatch, "n2")  # the new worker would go to another machine
     assert record["autoscale"]["component"] == "a" and record["autoscale"]["workers"] == 3 and len(requests) == 1
     assert record["warning"] is None
