@@ -84,13 +84,17 @@ class ClusterClient:
     """
 
     def __init__(
-        self, zk_address: str | None = None, root: str = "/nstorm", timeout: float = 10.0, auth: str | None = None
+        self, zk_address: str | None = None, root: str = "/nstorm", timeout: float = 10.0, auth: str | None = None,
+        read_only: bool = False,
     ) -> None:
-        """Connect; ``auth`` is ``user:password`` of a cluster with ACLs (None: ``$NSTORM_ZK_AUTH``)."""
+        """Connect; ``auth`` is ``user:password`` of a cluster with ACLs (None: ``$NSTORM_ZK_AUTH``).
+        ``read_only``: write nothing (a health check): the tree is neither created nor locked down."""
         self.address = resolve_zk_address(zk_address)
         self.paths = ZkPaths(root)
         self.zk = connect(self.address, timeout=timeout, auth=auth)
         self.cluster = ClusterState(self.zk, self.paths)
+        if read_only:
+            return
         try:
             self.paths.ensure(self.zk)
         except BaseException:

@@ -161,7 +161,9 @@ class ClusterState:
     def nimbuses(self) -> list[str]:
         """Identities of the running Nimbus processes, the leader first ([] if none runs): the
         contenders for the election lock, in its order."""
-        try:
+        try:  # (kazoo's contenders() creates the lock's node: a read must not)
+            if self.zk.exists(self.paths.nimbus_election) is None:
+                return []
             return [c for c in Lock(self.zk, self.paths.nimbus_election).contenders() if c]
         except NoNodeError:
             return []

@@ -213,7 +213,7 @@ def test_duplicate_topology_name_is_rejected_and_disturbs_nothing(cluster, clien
         client.wait_removed("dup", 30)
 
 
-def test_daemon_health_checks_ask_zookeeper_for_the_daemon(cluster) -> None:
+def test_daemon_health_checks_ask_zookeeper_for_the_daemon(cluster, client) -> None:
     """compose's health checks of Nimbus and the supervisors tested only that ZooKeeper answered:
     ``--ping`` asks for the daemon's own (ephemeral) registration; nothing is started."""
     assert run_cli("supervisor", "--ping", "--node-id", "n1", cluster=cluster).returncode == 0
@@ -223,6 +223,10 @@ def test_daemon_health_checks_ask_zookeeper_for_the_daemon(cluster) -> None:
     assert missing.stderr.strip().splitlines() == ["supervisor 'n9' is not registered in ZooKeeper"]
     away = run_cli("nimbus", "--ping", "--zk", f"127.0.0.1:{free_port()}", cluster=cluster)
     assert away.returncode == 1 and len(away.stderr.strip().splitlines()) == 1, away.stderr
+    for daemon in (["nimbus"], ["supervisor", "--node-id", "n1"]):  # a wrong root: not there, and left alone
+        wrong = run_cli(*daemon, "--ping", "--zk-root", "/not-nstorm", cluster=cluster)
+        assert wrong.returncode == 1, wrong.stderr
+    assert client.zk.exists("/not-nstorm") is None, "a health check wrote to ZooKeeper"
 
 
 def test_slow_bolt_slows_its_spout(client) -> None:

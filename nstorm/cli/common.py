@@ -95,14 +95,17 @@ def port_base_of(option: int | None, conf: Mapping[str, Any] | None = None) -> i
     return value
 
 
-def cluster_client(zk: str | None, zk_root: str | None, conf: Mapping[str, Any] | None = None) -> Any:
-    """A client of the cluster the options (and ``-c`` settings, where a command takes them) name."""
+def cluster_client(zk: str | None, zk_root: str | None, conf: Mapping[str, Any] | None = None,
+                   read_only: bool = False) -> Any:
+    """A client of the cluster the options (and ``-c`` settings, where a command takes them) name
+    (``read_only``: one that writes nothing to ZooKeeper, for a health check)."""
     from nstorm.client import ClusterClient
 
     conf = conf or {}
     root = zk_root_of(zk_root, conf)
     quiet_kazoo()
-    return ClusterClient(zk_servers_of(zk, conf), root, auth=conf.get("nstorm.zookeeper.auth"))  # None: $NSTORM_ZK_AUTH
+    return ClusterClient(zk_servers_of(zk, conf), root, auth=conf.get("nstorm.zookeeper.auth"),  # None: $NSTORM_ZK_AUTH
+                         read_only=read_only)
 
 
 def exit_with_error(message: str, code: int = 1) -> None:

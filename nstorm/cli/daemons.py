@@ -24,8 +24,9 @@ from nstorm.cli.common import (
 def _ping(zk: str | None, zk_root: str | None, overrides: dict[str, Any], registered: Callable[[Any], bool],
           what: str) -> None:
     """A health check of this host's daemon: exit 0 if ZooKeeper holds its registration (an
-    ephemeral node, gone with its session), else 1 with one line; nothing is started."""
-    with cluster_client(zk, zk_root, overrides) as client:
+    ephemeral node, gone with its session), else 1 with one line; nothing is started, and nothing
+    is written (a wrong ``--zk-root`` creates no tree)."""
+    with cluster_client(zk, zk_root, overrides, read_only=True) as client:
         if registered(client):
             raise typer.Exit(0)
     typer.echo(f"{what} is not registered in ZooKeeper", err=True)
