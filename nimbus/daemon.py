@@ -106,6 +106,7 @@ class Nimbus:
         self._stop = threading.Event()
         self._registered_since: dict[str, float] = {}  # node -> when this Nimbus first saw it registered
         self._owners: dict[str, str] = {}  # worker id -> the topology whose plan holds it
+        self._unwatched: set[str] = set()  # workers that run on while their supervisor is down (no move)
         self._orphans_checked: dict[str, float] = {}  # topology -> when to look for orphan records next
         self.watchdog = StallWatchdog()
         self.checkpoints: CheckpointCoordinator | None = None  # the leader's (nimbus/checkpoints.py)
@@ -159,6 +160,7 @@ class Nimbus:
                 live.update(self._beating_workers(plan.topology, plan, live))
         used = {w for plan, _ in plans.values() if plan for w in _plan_workers(plan)}
         self._owners = {w: n for n, (plan, _) in plans.items() if plan for w in _plan_workers(plan)}
+        self._unwatched = set(live) - {s.worker_id for s in slots}  # beating, their supervisor gone
         for name in sorted(set(names) - names_bad):
             try:
                 self._reconcile_one(name, plans.get(name, (None, None)), slots, live, used)
@@ -366,12 +368,12 @@ class Nimbus:
         busy = self.cluster.busy_executors(name)
         by = request.get("by", "user")
         if request.get("random"):
-            moves = random_moves(plan, int(request["random"]), exclude=busy)
+            moves = random_moves(plan, int(request["random"]), exclude=busy, unwatched=self._unwatched)
             by = "random"
         else:
             moves = [(str(e), str(w)) for e, w in request.get("moves", [])]
         others = {w: t for w, t in self._owners.items() if t != name}
-        validate_moves(plan, moves, live, busy, others)
+        validate_moves(plan, moves, live, busy, others, self._unwatched)
         requested_at = float(request.get("requested_at") or time.time())
         records = self._create_records(name, plan, moves, mode, by, requested_at, plan.version + 1)
         if mode is MoveMode.STOP:

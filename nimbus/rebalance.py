@@ -30,18 +30,22 @@ __all__ = ["MODES", "RebalanceError", "apply_moves", "drained_workers", "random_
 
 
 def random_moves(plan: Plan, count: int, rng: random.Random | None = None,
-                 exclude: set[str] | None = None) -> list[tuple[str, str]]:
+                 exclude: set[str] | None = None, unwatched: set[str] | None = None) -> list[tuple[str, str]]:
     """``count`` moves of random executors between the plan's workers, keeping placement even.
 
     Each move takes an executor from a most-loaded worker to a least-loaded other one,
-    so per-worker executor counts stay within one of each other (paper 5.2.2).
+    so per-worker executor counts stay within one of each other (paper 5.2.2). Workers whose
+    supervisor is down (``unwatched``: they read no new plan) neither give nor take one.
     """
     rng = rng or random.Random()
-    workers = sorted(plan.workers)
+    unwatched = unwatched or set()
+    workers = sorted(w for w in plan.workers if w not in unwatched)
     if len(workers) < 2:
-        msg = "--random needs a topology with at least 2 workers"
+        msg = "--random needs a topology with at least 2 workers" + (
+            " whose supervisors are up" if unwatched else "")
         raise RebalanceError(msg)
-    movable = [e for e in plan.executors if not is_acker(e) and e not in (exclude or set())]
+    movable = [e for e, w in plan.executors.items()
+               if not is_acker(e) and e not in (exclude or set()) and w not in unwatched]
     if count < 1 or count > len(movable):
         msg = f"--random {count}: expected 1 to {len(movable)} (movable executors)"
         raise RebalanceError(msg)

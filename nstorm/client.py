@@ -235,7 +235,8 @@ class ClusterClient:
             if other != name:
                 for wid in (self.plan(other) or plan.replace(workers={})).workers:
                     others[wid] = other
-        validate_moves(plan, moves, live, self.cluster.busy_executors(name), others)
+        unwatched = {w for w in plan.workers if w not in live}  # running on while their supervisor is down
+        validate_moves(plan, moves, live, self.cluster.busy_executors(name), others, unwatched)
 
     def _check_rescale(self, name: str, topo: Mapping[str, Any], changes: Mapping[str, int], workers: int | None) -> None:
         """The checks Nimbus makes of a parallelism change, done here first (exit 2 on bad input)."""

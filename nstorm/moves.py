@@ -30,13 +30,18 @@ def validate_moves(
     live: Mapping[str, Slot],
     busy_executors: set[str],
     other_workers: Mapping[str, str],
+    unwatched: Iterable[str] = (),
 ) -> None:
     """Check every move; raise :class:`RebalanceError` naming the first bad one.
 
     :arg live: worker id -> slot, for every slot of every live supervisor.
     :arg busy_executors: executors with a migration not yet completed.
     :arg other_workers: worker id -> topology, for slots used by other topologies.
+    :arg unwatched: workers of the plan that still run while their supervisor is down: they read
+        no new plan (ZooKeeper -> supervisor -> LMDB -> worker), so a move from one would leave the
+        executor running there beside its new copy, and a move to one would never start it.
     """
+    unwatched = set(unwatched)
     if not moves:
         msg = "nothing to move: give --move EXECUTOR=WORKER or --random M"
         raise RebalanceError(msg)
@@ -61,6 +66,12 @@ def validate_moves(
         if executor in busy_executors:
             msg = f"executor {executor!r} is already being migrated; wait for that move to complete"
             raise RebalanceError(msg)
+        for worker in (plan.executors[executor], target):
+            if worker in unwatched:
+                node = worker.partition(":")[0]
+                msg = (f"worker {worker!r} runs on, but its supervisor {node!r} is down: it would not see the move "
+                       f"of {executor!r}; move it once the supervisor is back")
+                raise RebalanceError(msg)
         if target not in live:
             node = target.partition(":")[0]
             if any(s.node == node for s in live.values()):

@@ -63,11 +63,11 @@ live, in a new worker from a free slot if there is one; and a bolt component who
 would all stay below ``otd.cpu.low`` with one executor fewer (its CPU spread over ``n - 1``),
 round after round for ``otd.autoscale.cooldown.secs``, gets one fewer. Not out when the lagging
 workers are starved for CPU (their threads waited ``otd.cpu.wait.high`` of a core) and the new
-executor would be too: its new worker on a machine (host address) where a worker of the topology
-is starved, or, with no free slot, in workers that all are; on a saturated machine another thread only waits
-(the round warns instead). One step a round at
-most: out again once a whole window (``otd.window.secs``) has passed since the last step, in
-only after the cool-down; executor CPU is each executor thread's (the workers measure it).
+executor would be too: its new worker on a machine (host address) where a worker of the
+topology is starved, or, with no free slot, in workers that all are; on a saturated machine
+another thread only waits (the round warns instead). One step a round at most: out again once
+a whole window (``otd.window.secs``) has passed since the last step, in only after the
+cool-down; executor CPU is each executor thread's (the workers measure it).
 """
 
 from __future__ import annotations
@@ -80,8 +80,8 @@ import numpy as np
 
 from nstorm.topology import is_acker
 
-__all__ = ["HIGH", "LOW", "NORMAL", "Decision", "ScaleStep", "WorkerLoad", "allocation_scores", "autoscale", "behind", "classify",
-           "no_cpu_for_more", "otd_round"]
+__all__ = ["HIGH", "LOW", "NORMAL", "Decision", "ScaleStep", "WorkerLoad", "allocation_scores", "autoscale", "behind",
+           "classify", "no_cpu_for_more", "otd_round"]
 
 HIGH, NORMAL, LOW = "high", "normal", "low"
 

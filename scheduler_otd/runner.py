@@ -186,7 +186,12 @@ class OtdRunner:
         held |= {e for e, w in plan.executors.items() if w in joined}
         last_move = max((float(r.completed_at or r.requested_at or 0.0) for r in migrations if r.by == "otd"),
                         default=0.0)
-        movable = [e for e in executors if not is_acker(e) and e not in held]
+        # A worker whose supervisor is down reads no new plan: Nimbus refuses a move from or to it,
+        # so it is neither a source nor a target (a worker without a load is in no class).
+        up = set(self.cluster.supervisors())
+        unwatched = {w for w, node in worker_node.items() if node not in up}
+        loads = {w: load for w, load in loads.items() if w not in unwatched}
+        movable = [e for e in executors if not is_acker(e) and e not in held and plan.executors[e] not in unwatched]
         decision = otd_round(executors, plan.executors, worker_node, loads, edges, conf, movable)
         elapsed = time.monotonic() - started
         record = {**decision.as_json(), "at": time.time(), "inter_node_ratio": traffic["inter_node_ratio"],

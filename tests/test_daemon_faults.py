@@ -23,6 +23,9 @@ import psutil
 import pytest
 from kazoo.exceptions import NoNodeError
 
+from nstorm.moves import RebalanceError
+from nstorm.topology import is_acker
+
 from conftest import TOPOLOGIES, read_outputs, run_cli, wait_every_sentence_acked, wait_until
 
 RATE = 120  # sentences per second per spout
@@ -111,6 +114,14 @@ def test_supervisor_killed_leaves_workers_running_and_adopts_them(ha_cluster, ha
     ha_cluster.kill_daemon(f"supervisor-{node}")
     acked = _acked(tmp_path)
     wait_until(lambda: _acked(tmp_path) > acked + 200, 30, what="processing goes on without the supervisor")
+    # Its workers read no plan meanwhile: a move from one would leave the executor running there
+    # beside its new copy (and one to it would never start), so it is refused.
+    wait_until(lambda: node not in ha_client.cluster.supervisors(), 30, what="the supervisor's registration to end")
+    plan = ha_client.plan("supkill")
+    executor = next(e for e, w in sorted(plan.executors.items()) if w.startswith(f"{node}:") and not is_acker(e))
+    target = next(w for w in sorted(plan.workers) if not w.startswith(f"{node}:"))
+    with pytest.raises(RebalanceError, match=f"its supervisor '{node}' is down"):
+        ha_client.rebalance("supkill", moves=[(executor, target)])
     new_pid = ha_cluster.restart_supervisor(node).pid
 
     def registered() -> bool:

@@ -20,7 +20,8 @@ PLACES = {"a:0": "n1:1", "a:1": "n1:1", "b:0": "n2:1", "__acker:0": "n1:1"}
 CONF = {"otd.window.secs": 10, "otd.move.cooldown.secs": 60}
 
 
-def _runner(monkeypatch: pytest.MonkeyPatch, migrations: list[MigrationRecord]) -> tuple[OtdRunner, list[str], dict[str, Any]]:
+def _runner(monkeypatch: pytest.MonkeyPatch, migrations: list[MigrationRecord],
+            up: tuple[str, ...] = ("n1", "n2")) -> tuple[OtdRunner, list[str], dict[str, Any]]:
     plan = Plan.first("t", list(PLACES), PLACES, [Slot("n1", "127.0.0.1", 1, 2), Slot("n2", "127.0.0.1", 1, 2)])
     runner = object.__new__(OtdRunner)
     requests: list[str] = []
@@ -30,7 +31,7 @@ def _runner(monkeypatch: pytest.MonkeyPatch, migrations: list[MigrationRecord]) 
     runner.paths = ZkPaths("/n")
     runner.cluster = types.SimpleNamespace(  # type: ignore[assignment]
         plan=lambda name: (plan, None), busy_executors=lambda name: set(), children=lambda path: [],
-        heartbeats=lambda name: {}, migrations=lambda name: migrations)
+        heartbeats=lambda name: {}, migrations=lambda name: migrations, supervisors=lambda: dict.fromkeys(up, {}))
     runner.traffic = lambda name, window, load: (  # type: ignore[method-assign]
         {"workers": [], "edges": [], "inter_node_ratio": 0.0, "total_tuples": 0}, "python")
     seen: dict[str, Any] = {}
@@ -66,6 +67,14 @@ def test_an_executor_otd_moved_lately_is_not_movable(monkeypatch: pytest.MonkeyP
     runner, _, seen = _runner(monkeypatch, [_moved("a:0", 90.0)])
     runner.round("t", CONF)
     assert "a:0" in seen["movable"]
+
+
+def test_executors_on_a_worker_whose_supervisor_is_down_are_not_movable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Such a worker runs on but reads no new plan: Nimbus refuses a move from or to it, so OTD
+    neither moves its executors nor counts it as a target (it has no load, so no class)."""
+    runner, _, seen = _runner(monkeypatch, [], up=("n1",))
+    runner.round("t", CONF)
+    assert "b:0" not in seen["movable"] and {"a:0", "a:1"} <= set(seen["movable"])
 
 
 def test_a_round_aggregates_in_python_when_the_spark_job_fails(tmp_path: Any) -> None:
