@@ -7,7 +7,7 @@ watch event it reconciles: a first plan for a new topology (round robin over
 free slots), the plan's status following the desired status, executors of
 workers whose supervisor disappeared reassigned to live slots, completed moves
 dropped from the plan, rebalance requests applied, and a killed topology
-removed after its ``kill_at`` time.
+removed once it has waited what its kill asked for (timed on this Nimbus's clock).
 
 Several Nimbus processes may run (HA); one leads (``nimbus/leader.py``).
 States: ``STARTING -> STANDBY`` once connected; ``STANDBY -> LEADING`` when it
@@ -107,6 +107,7 @@ class Nimbus:
         self._registered_since: dict[str, float] = {}  # node -> when this Nimbus first saw it registered
         self._owners: dict[str, str] = {}  # worker id -> the topology whose plan holds it
         self._unwatched: set[str] = set()  # workers that run on while their supervisor is down (no move)
+        self._kills: dict[str, tuple[float, float]] = {}  # topology -> (its kill_at, when to remove it: monotonic)
         self._orphans_checked: dict[str, float] = {}  # topology -> when to look for orphan records next
         self.watchdog = StallWatchdog()
         self.checkpoints: CheckpointCoordinator | None = None  # the leader's (nimbus/checkpoints.py)
@@ -114,6 +115,16 @@ class Nimbus:
 
     def _watch(self, *_: Any) -> None:
         self._wake.set()
+
+    def _kill_due(self, name: str, kill_at: float) -> bool:
+        """Whether the kill of ``name`` has waited what it asked for, on this Nimbus's own clock from
+        when it first saw the kill (a ``kill_at`` it has not seen): the killer's clock may be another
+        machine's. A Nimbus that takes the lead meanwhile waits the whole time again."""
+        assert self.cluster is not None
+        seen = self._kills.get(name)
+        if seen is None or seen[0] != kill_at:  # a new kill (a second one starts its own wait)
+            seen = self._kills[name] = (kill_at, time.monotonic() + self.cluster.kill_wait(name))
+        return time.monotonic() >= seen[1]
 
     # -- reading the cluster ------------------------------------------------------------
     def live_supervisors(self) -> dict[str, dict[str, Any]]:
@@ -182,7 +193,8 @@ class Nimbus:
             return
         plan, stat = current
         if desired is TopologyStatus.KILLED:
-            if time.time() >= kill_at:
+            if self._kill_due(name, kill_at):
+                self._kills.pop(name, None)
                 self._remove_topology(name)
                 return
             desired = TopologyStatus.INACTIVE

@@ -205,10 +205,8 @@ class ClusterClient:
         if not math.isfinite(wait_secs) or wait_secs < 0:  # NaN: a kill_at never reached, the topology never removed
             msg = f"--wait must be a finite number of seconds >= 0, got {wait_secs}"
             raise UsageError(msg)
-        self.zk.set(
-            self.paths.status(name),
-            encode({"status": KILLED, "kill_at": time.time() + wait_secs, "updated_at": time.time()}),
-        )
+        now = time.time()  # Nimbus times the wait itself: kill_at - updated_at (clocks differ between machines)
+        self.zk.set(self.paths.status(name), encode({"status": KILLED, "kill_at": now + wait_secs, "updated_at": now}))
 
     def wait_removed(self, name: str, timeout: float) -> bool:
         deadline = time.monotonic() + timeout

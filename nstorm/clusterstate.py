@@ -86,6 +86,18 @@ class ClusterState:
         kill_at = data.get("kill_at")
         return status, float(kill_at) if isinstance(kill_at, (int, float)) else 0.0
 
+    def kill_wait(self, name: str) -> float:
+        """How long a kill of ``name`` asked to wait (its ``kill_at`` less its ``updated_at``: both the
+        killer's clock, so another machine's clock does not shift it); 0 if not said."""
+        data, _ = self.read(self.paths.status(name))
+        if not isinstance(data, dict):
+            return 0.0
+        kill_at, at = data.get("kill_at"), data.get("updated_at")
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (kill_at, at)):
+            return 0.0
+        wait = float(kill_at) - float(at)  # type: ignore[arg-type]
+        return wait if 0.0 <= wait < float("inf") else 0.0
+
     def plan(self, name: str, watch: bool = False) -> tuple[Plan | None, Any]:
         """``(plan, stat)``: ``(None, None)`` if there is none yet, ``(None, stat)`` if it is damaged
         (logged once: "malformed plan for NAME: why")."""
