@@ -406,6 +406,7 @@ class ClusterClient:
                 "plan_version": beat.version if beat else None, "cpu": beat.cpu if beat else None,
                 "cpu_limit": beat.cpu_limit if beat else None, "core": beat.core if beat else None,
                 "sched_batch": beat.sched_batch if beat else None, "gil": beat.gil if beat else None,
+                "curve": beat.curve if beat else None,
             })
         counters: dict[str, dict[str, Any]] = {}
         for beat in beats.values():

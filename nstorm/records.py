@@ -155,6 +155,7 @@ class Heartbeat:
     core: int | None = None  # the core the worker is pinned to (worker.cpu.pin); None: unpinned
     sched_batch: bool | None = None  # its threads run under SCHED_BATCH (worker.sched.batch); None: not said
     gil: bool | None = None  # its interpreter runs one thread's Python at a time (the GIL); None: not said
+    curve: bool | None = None  # its sockets use CurveZMQ (nstorm.transport.curve); None: not said
     executors: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     dropped_frames: int = 0
     forwarded: int = 0
@@ -179,6 +180,7 @@ class Heartbeat:
                    core=_whole(data.get("core")),
                    sched_batch=data["sched_batch"] if isinstance(data.get("sched_batch"), bool) else None,
                    gil=data["gil"] if isinstance(data.get("gil"), bool) else None,
+                   curve=data["curve"] if isinstance(data.get("curve"), bool) else None,
                    dropped_frames=int(_number(data, "dropped_frames", 0) or 0),
                    forwarded=int(_number(data, "forwarded", 0) or 0),
                    curve_refused=int(_number(data, "curve_refused", 0) or 0),
@@ -187,6 +189,6 @@ class Heartbeat:
     def to_json(self) -> dict[str, Any]:
         return {"worker_id": self.worker_id, "submission": self.submission, "pid": self.pid, "time": self.time,
                 "version": self.version, "cpu": self.cpu, "queue": self.queue, "cpu_limit": self.cpu_limit,
-                "core": self.core, "sched_batch": self.sched_batch, "gil": self.gil, "executors": {k: dict(v) for k, v in self.executors.items()}, "dropped_frames": self.dropped_frames,
+                "core": self.core, "sched_batch": self.sched_batch, "gil": self.gil, "curve": self.curve, "executors": {k: dict(v) for k, v in self.executors.items()}, "dropped_frames": self.dropped_frames,
                 "forwarded": self.forwarded, "curve_refused": self.curve_refused,
                 "backpressure_events": self.backpressure_events}

@@ -106,7 +106,8 @@ class Supervisor:
         self.store: LMDBPlanStore | None = None
         self.zk: KazooClient | None = None
         self.cluster: ClusterState | None = None
-        self.registry = WorkerRegistry(self.dir / "workers", node, zk_root)
+        self.registry = WorkerRegistry(self.dir / "workers", node, zk_root,
+                                       str(self.curve_keys) if self.curve_keys else None)
         self.workers: dict[tuple[str, int], WorkerHandle] = {}
         self.stopping: dict[int, tuple[WorkerHandle, threading.Thread]] = {}  # port -> a worker on its way out
         self._wake = threading.Event()

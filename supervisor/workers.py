@@ -5,7 +5,10 @@ keep running, and the supervisor that comes back must find and adopt them
 rather than start second copies. Each started worker is therefore recorded in
 ``<supervisor dir>/workers/<topology>@<port>.json`` with its pid and process
 start time (which tells a live worker from a reused pid); on start-up the
-supervisor reads these records and adopts every worker still alive.
+supervisor reads these records and adopts every worker still alive. A worker started with
+another transport setting than the supervisor's now (CurveZMQ turned on or off, or other keys
+between the two starts) is stopped instead, and the supervisor starts it again: adopted, it would
+go on sending in the clear, or be refused by its peers.
 """
 
 from __future__ import annotations
@@ -123,10 +126,11 @@ class WorkerHandle:
 class WorkerRegistry:
     """Records of the workers a supervisor runs, kept as small JSON files in its directory."""
 
-    def __init__(self, directory: Path, node: str, root: str) -> None:
+    def __init__(self, directory: Path, node: str, root: str, curve_keys: str | None = None) -> None:
         self.dir = directory
         self.node = node
         self.root = root  # the ZooKeeper root: a node name is only unique within one cluster
+        self.curve_keys = curve_keys  # the CurveZMQ keys directory its workers get (None: plain zmq)
         self.dir.mkdir(parents=True, exist_ok=True)
 
     def _path(self, topology: str, port: int) -> Path:
@@ -141,7 +145,7 @@ class WorkerRegistry:
             started = 0.0
         write_json_atomic(self._path(topology, port),
                           {"topology": topology, "port": port, "pid": popen.pid, "create_time": started, "root": self.root,
-                           "submission": submission})
+                           "submission": submission, "curve_keys": self.curve_keys})
         handle = WorkerHandle(topology, port, process, popen=popen, submission=submission)
         try:  # a file left by the slot's previous worker is not a beat of this one
             handle.beat_mtime = self.beat_file(port).stat().st_mtime_ns
@@ -175,9 +179,20 @@ class WorkerRegistry:
                 submission = data.get("submission")
                 handle = WorkerHandle(str(data["topology"]), int(data["port"]), process,
                                       submission=submission if isinstance(submission, str) else None)
+                if data.get("curve_keys") != self.curve_keys:  # (a record without it: started in the clear)
+                    log.warning("worker %s:%s of %s (pid %d) was started with %s, this supervisor runs with %s: "
+                                "stopped, to be started again", self.node, data["port"], data["topology"], process.pid,
+                                _transport(data.get("curve_keys")), _transport(self.curve_keys))
+                    handle.stop()
+                    path.unlink(missing_ok=True)
+                    continue
                 handle.beat_at = time.monotonic()  # adopted running: a whole timeout from now for its next beat
                 handles.append(handle)
                 log.info("adopted worker %s:%s of %s (pid %d)", self.node, data["port"], data["topology"], process.pid)
             else:
                 path.unlink(missing_ok=True)
         return handles
+
+
+def _transport(curve_keys: str | None) -> str:
+    return f"CurveZMQ (keys in {curve_keys})" if curve_keys else "plain zmq (no CurveZMQ)"

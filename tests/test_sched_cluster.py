@@ -50,6 +50,7 @@ def test_workers_run_under_sched_batch_unless_turned_off(cluster: Any, client: A
             # ... and whether its interpreter has a GIL (the latency controller unchains only without one)
             gil = bool(getattr(sys, "_is_gil_enabled", lambda: True)())
             assert [w["gil"] for w in client.status(name)["workers"]] == [gil] * 2
+            assert [w["curve"] for w in client.status(name)["workers"]] == [False] * 2  # plain zmq (the default)
         finally:
             client.kill(name)
             client.wait_removed(name, 30)

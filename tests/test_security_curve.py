@@ -84,6 +84,7 @@ def test_curve_wordcount_is_exact_and_strangers_inject_nothing(curve_cluster: An
             pids = {w["id"]: w["pid"] for w in workers}
             for w in workers:
                 assert "--curve-keys" in psutil.Process(w["pid"]).cmdline()
+                assert w["curve"] is True, "each worker reports its transport"
             tasks = plan.tasks
             split = tasks.index("split:0")
 

@@ -563,7 +563,7 @@ class Worker:
             worker_id=self.worker_id, submission=self.submission, pid=os.getpid(), time=time.time(),
             version=self.version, cpu=float(load["cpu"]), queue=int(load["queue"]), cpu_limit=self.cpu_limit,
             core=self.core_pin.core if self.core_pin else None, sched_batch=self.sched_batch,
-            gil=_GIL, executors=executors, dropped_frames=self.transport.dropped if self.transport else 0,
+            gil=_GIL, curve=self.curve_keys is not None, executors=executors, dropped_frames=self.transport.dropped if self.transport else 0,
             forwarded=self.forwarded, curve_refused=self.sockets.security.refused if self.sockets else 0,
             backpressure_events=self.backpressure.events if self.backpressure else 0,  # on/off switches
         ).to_json()

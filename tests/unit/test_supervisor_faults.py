@@ -299,3 +299,20 @@ def test_a_beat_that_cannot_be_written_touches_the_last_one(tmp_path: Path) -> N
     now = time.monotonic() + 60
     assert handle.beat_age(beat, now) == (0.0, True)  # a beat for the supervisor
     assert isinstance(write_local_beat(tmp_path / "gone" / "heartbeat-2.json", {}), OSError)  # nothing to touch
+
+
+def test_a_worker_started_with_another_transport_is_stopped_not_adopted(tmp_path: Path) -> None:
+    """A supervisor restarted with CurveZMQ turned on adopted the workers it had started in the
+    clear (they went on sending plaintext; nothing reported it): now a worker whose recorded keys
+    differ from the supervisor's is stopped, to be started again with them."""
+    popen = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "worker", "n9", "7005"])
+    try:
+        WorkerRegistry(tmp_path / "workers", "n9", "/nstorm").record("t", 7005, popen)  # type: ignore[arg-type]
+        again = WorkerRegistry(tmp_path / "workers", "n9", "/nstorm").adopt()
+        assert [h.pid for h in again] == [popen.pid], "the same transport: adopted"
+        assert WorkerRegistry(tmp_path / "workers", "n9", "/nstorm", "/keys").adopt() == []
+        assert popen.wait(10) is not None, "stopped"
+        assert not list((tmp_path / "workers").glob("*.json"))
+    finally:
+        popen.kill()
+        popen.wait()
