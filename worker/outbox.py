@@ -553,10 +553,10 @@ class Outbox:
             self.acks = {}
             ackers = self.routing.ackers  # type: ignore[union-attr]
             n = len(ackers)
-            entries = iter(acks.items())
+            pending = iter(acks.items())
             while True:
                 try:
-                    for r, x in entries:
+                    for r, x in pending:
                         self.control(wire.ACK, ackers[acker_index(r, n)], (r, x))
                     break
                 except TypeError:  # a root that is no int (a peer's garbage): its ack is dropped, the rest go on
