@@ -48,7 +48,7 @@ from nstorm.errors import ConfigError
 from nstorm.moves import MODES, RebalanceError, validate_moves
 from nstorm.plan import Plan, PlanError, Slot, interleave_slots
 from nstorm.records import MigrationRecord, MoveMode, TopologyStatus
-from nstorm.rescale import gaining_executors, rescale_plan, validate_rescale
+from nstorm.rescale import gaining_executors, new_worker_slots, rescale_plan, validate_rescale
 from nstorm.signals import relay_signals
 from nstorm.state.config import state_config
 from nstorm.ticker import passes
@@ -417,7 +417,11 @@ class Nimbus:
         workers = request.get("workers")
         free = [s for w, s in live.items() if w not in self._owners]
         validate_rescale(plan, definition, changes, groups, len(free), workers)
-        new_slots = free[: workers - len(plan.workers)] if workers else []
+        hosts = request.get("hosts") or []
+        if not isinstance(hosts, list) or not all(isinstance(h, str) for h in hosts):
+            msg = "hosts must be a list of host names (the machines new workers should go to first)"
+            raise RebalanceError(msg)
+        new_slots = new_worker_slots(free, workers - len(plan.workers), hosts) if workers else []
         by = str(request.get("by", "user"))
         requested_at = float(request.get("requested_at") or time.time())
         live_mode = mode is MoveMode.THREAD

@@ -19,14 +19,15 @@ The rules (``../shared/ARCHITECTURE.md`` 3.4):
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from nstorm.moves import RebalanceError
 from nstorm.plan import Plan, Rescale, Slot
 from nstorm.topology import ACKER, MAX_TASKS, is_acker
 
-__all__ = ["executors_of_component", "gaining_executors", "parse_parallelism", "rescale_plan", "validate_rescale"]
+__all__ = ["executors_of_component", "gaining_executors", "new_worker_slots", "parse_parallelism", "rescale_plan",
+           "validate_rescale"]
 
 
 def _component(executor: str) -> str:
@@ -127,6 +128,13 @@ def validate_rescale(plan: Plan, definition: Mapping[str, Any], changes: Mapping
         if workers - len(plan.workers) > free_slots:
             msg = f"--workers {workers}: {workers - len(plan.workers)} more workers wanted, {free_slots} free slots"
             raise RebalanceError(msg)
+
+
+def new_worker_slots(free: Sequence[Slot], count: int, hosts: Collection[str] = ()) -> list[Slot]:
+    """The free slots a parallelism change's ``count`` new workers take: Nimbus's order (interleaved
+    over nodes), those on ``hosts`` first (OTD's autoscaling names the machines with CPU to give)."""
+    ordered = sorted(free, key=lambda s: s.host not in hosts) if hosts else list(free)
+    return ordered[:max(0, count)]
 
 
 def _new_index(plan: Plan, component: str) -> int:

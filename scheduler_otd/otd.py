@@ -63,9 +63,10 @@ live, in a new worker from a free slot if there is one; and a bolt component who
 would all stay below ``otd.cpu.low`` with one executor fewer (its CPU spread over ``n - 1``),
 round after round for ``otd.autoscale.cooldown.secs``, gets one fewer. Not out when the lagging
 workers are starved for CPU (their threads waited ``otd.cpu.wait.high`` of a core) and the new
-executor would be too: its new worker on a machine (host address) where a worker of the
+executor would be too: every free slot on a machine (host address) where a worker of the
 topology is starved, or, with no free slot, in workers that all are; on a saturated machine
-another thread only waits (the round warns instead). One step a round at most: out again once
+another thread only waits (the round warns instead). A new worker goes to a free slot on a
+machine with CPU to give first (the request names those machines, :func:`hosts_with_cpu`). One step a round at most: out again once
 a whole window (``otd.window.secs``) has passed since the last step, in only after the
 cool-down; executor CPU is each executor thread's (the workers measure it).
 """
@@ -81,7 +82,7 @@ import numpy as np
 from nstorm.topology import is_acker
 
 __all__ = ["HIGH", "LOW", "NORMAL", "Decision", "ScaleStep", "WorkerLoad", "allocation_scores", "autoscale", "behind",
-           "classify", "no_cpu_for_more", "otd_round"]
+           "classify", "hosts_with_cpu", "no_cpu_for_more", "otd_round"]
 
 HIGH, NORMAL, LOW = "high", "normal", "low"
 
@@ -289,22 +290,32 @@ def behind(loads: Mapping[str, WorkerLoad], conf: Mapping[str, Any]) -> set[str]
     return {w for w, load in loads.items() if load.queue >= queue_high or load.trend >= growth_high}
 
 
+def _starved_hosts(loads: Mapping[str, WorkerLoad], worker_host: Mapping[str, str], wait_high: float) -> set[str]:
+    return {worker_host[w] for w, load in loads.items() if w in worker_host and load.starved(wait_high)}
+
+
+def hosts_with_cpu(free_hosts: Sequence[str], loads: Mapping[str, WorkerLoad], worker_host: Mapping[str, str],
+                   wait_high: float) -> list[str]:
+    """The machines (host addresses, which the supervisors of one machine share) of free slots
+    where no worker of the topology is starved, in Nimbus's order: a new worker goes there first."""
+    starved = _starved_hosts(loads, worker_host, wait_high)
+    return list(dict.fromkeys(h for h in free_hosts if h not in starved))
+
+
 def no_cpu_for_more(lagging_high: set[str], loads: Mapping[str, WorkerLoad], worker_host: Mapping[str, str],
-                    next_host: str | None, wait_high: float) -> str | None:
+                    free_hosts: Sequence[str], wait_high: float) -> str | None:
     """Why one executor more would find no CPU, or None: every lagging high-load worker is starved
-    (its threads wait for a CPU of its machine), and so would the new executor be, in a new worker
-    on ``next_host`` (the machine of the free slot Nimbus takes next: its host address, which the
-    supervisors of one machine share) where one of this topology's workers is starved, or, with
-    no free slot (``next_host`` None), in a worker it has, all starved. A machine with no worker
-    of the topology, or none starved, may have CPU to give."""
+    (its threads wait for a CPU of its machine), and so would the new executor be: every free slot
+    (``free_hosts``: their machines) is on a machine where a worker of the topology is starved, or,
+    with no free slot, every worker it has is. A machine with no worker of the topology, or none
+    starved, may have CPU to give (:func:`hosts_with_cpu`)."""
     if not lagging_high or not all(w in loads and loads[w].starved(wait_high) for w in lagging_high):
         return None
-    starved = {w for w, load in loads.items() if w in worker_host and load.starved(wait_high)}
-    if next_host is not None:
-        if next_host not in {worker_host[w] for w in starved}:
+    if free_hosts:
+        if hosts_with_cpu(free_hosts, loads, worker_host, wait_high):
             return None
-        where = f"the next free slot is on {next_host}, where the topology's workers wait for a CPU too"
-    elif starved >= set(worker_host):
+        where = f"every free slot is on a machine where the topology's workers wait for a CPU too ({', '.join(sorted(set(free_hosts)))})"
+    elif all(w in loads and loads[w].starved(wait_high) for w in worker_host):
         where = "no free slot, and every worker's threads wait for a CPU"
     else:
         return None

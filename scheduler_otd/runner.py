@@ -43,6 +43,7 @@ from scheduler_otd.otd import (
     WorkerLoad,
     autoscale,
     behind,
+    hosts_with_cpu,
     no_cpu_for_more,
     otd_round,
 )
@@ -251,8 +252,10 @@ class OtdRunner:
         free = [s for s in interleave_slots(self.cluster.supervisors()) if s.worker_id not in used]  # Nimbus's order
         placement = {e: w for e, w in plan.executors.items() if not is_acker(e)}
         high = {w for w, c in decision.classes.items() if c == HIGH}
-        no_cpu = no_cpu_for_more(high & lagging, loads, {w: s.host for w, s in plan.workers.items()},
-                                 free[0].host if free else None, float(conf.get("otd.cpu.wait.high", 0.25)))
+        worker_host = {w: s.host for w, s in plan.workers.items()}
+        wait_high = float(conf.get("otd.cpu.wait.high", 0.25))
+        free_hosts = [s.host for s in free]
+        no_cpu = no_cpu_for_more(high & lagging, loads, worker_host, free_hosts, wait_high)
         capacity = {w: load.capacity for w, load in loads.items()}
         step = autoscale(decision, placement, bolts, executor_cpu, capacity, conf, len(free),
                          self._low_since.setdefault(name, {}), now, lagging, no_cpu)
@@ -265,7 +268,8 @@ class OtdRunner:
         log.info("OTD %s: autoscale %s to %d executors%s: %s", name, step.component, step.parallelism,
                  f" on {step.workers} workers" if step.workers else "", step.why)
         request = {"mode": "thread", "moves": [], "random": 0, "by": "otd", "requested_at": time.time(),
-                   "parallelism": {step.component: step.parallelism}, "workers": step.workers}
+                   "parallelism": {step.component: step.parallelism}, "workers": step.workers,
+                   "hosts": hosts_with_cpu(free_hosts, loads, worker_host, wait_high)}  # a new worker goes there first
         self.zk.create(f"{self.paths.requests(name)}/req-", encode(request), sequence=True, makepath=True)
         return step
 

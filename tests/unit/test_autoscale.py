@@ -64,25 +64,28 @@ def test_no_scale_out_where_the_new_executor_would_wait_for_a_cpu_too() -> None:
     executor more in a new worker on that machine, or in the workers it has, only adds a thread
     that waits: the round warns instead. A free slot on another node, or a worker that is not
     starved, may have CPU to give: then it scales out as before."""
-    from scheduler_otd.otd import WorkerLoad, no_cpu_for_more
+    from scheduler_otd.otd import WorkerLoad, hosts_with_cpu, no_cpu_for_more
 
     starved = {"w1": WorkerLoad(0.9, 20.0, 3.0, wait=0.7), "w2": WorkerLoad(0.9, 20.0, 3.0, wait=0.6)}
     hosts = {"w1": "10.0.0.1", "w2": "10.0.0.1"}
     lagging = {"w1", "w2"}
-    why = no_cpu_for_more(lagging, starved, hosts, "10.0.0.1", 0.25)
+    why = no_cpu_for_more(lagging, starved, hosts, ["10.0.0.1"], 0.25)
     assert why is not None and "10.0.0.1" in why and "w1 0.70" in why
-    assert no_cpu_for_more(lagging, starved, hosts, None, 0.25) is not None, "no free slot, every worker starved"
-    assert no_cpu_for_more(lagging, starved, hosts, "10.0.0.2", 0.25) is None, "a free slot on another machine"
+    assert no_cpu_for_more(lagging, starved, hosts, [], 0.25) is not None, "no free slot, every worker starved"
+    assert no_cpu_for_more(lagging, starved, hosts, ["10.0.0.2"], 0.25) is None, "a free slot on another machine"
+    both = ["10.0.0.1", "10.0.0.2", "10.0.0.1"]  # Nimbus's order: the first free slot is on the starved machine
+    assert no_cpu_for_more(lagging, starved, hosts, both, 0.25) is None
+    assert hosts_with_cpu(both, starved, hosts, 0.25) == ["10.0.0.2"], "the new worker goes there first"
     calm = {**starved, "w2": WorkerLoad(0.9, 20.0, 3.0, wait=0.1)}
-    assert no_cpu_for_more({"w1"}, calm, hosts, None, 0.25) is None, "w2 has CPU to give"
-    assert no_cpu_for_more(lagging, calm, hosts, "10.0.0.1", 0.25) is None, "w2 lags but is not starved"
+    assert no_cpu_for_more({"w1"}, calm, hosts, [], 0.25) is None, "w2 has CPU to give"
+    assert no_cpu_for_more(lagging, calm, hosts, ["10.0.0.1"], 0.25) is None, "w2 lags but is not starved"
     capped = {w: WorkerLoad(0.9, 20.0, 3.0, capacity=0.5, wait=2.0, capped=True) for w in starved}
-    assert no_cpu_for_more(lagging, capped, hosts, "10.0.0.1", 0.25) is None, "a cgroup cap's wait is its throttling"
+    assert no_cpu_for_more(lagging, capped, hosts, ["10.0.0.1"], 0.25) is None, "a cgroup cap's wait is its throttling"
 
     decision = Decision(2, classes={"w1": "high", "w2": "high"}, warning="resources are short")
     cpu = {"split:0": 0.2, "split:1": 0.2, "count:0": 0.7, "count:1": 0.6}
     placement = {"split:0": "w1", "split:1": "w2", "count:0": "w1", "count:1": "w2"}
-    why = no_cpu_for_more(lagging, starved, hosts, "10.0.0.1", 0.25)
+    why = no_cpu_for_more(lagging, starved, hosts, ["10.0.0.1"], 0.25)
     assert autoscale(decision, placement, BOLTS, cpu, CAPACITY, {}, 1, {}, 0.0, lagging, why) is None
     assert decision.warning == why
     step = autoscale(decision, placement, BOLTS, cpu, CAPACITY, {}, 1, {}, 0.0, lagging, None)

@@ -33,3 +33,15 @@ def test_random_moves_leave_workers_whose_supervisor_is_down_alone() -> None:
         assert all(e != "split:2" and t != "n2:1" for e, t in moves), moves
     with pytest.raises(RebalanceError, match="at least 2 workers whose supervisors are up"):
         random_moves(plan, 1, unwatched={"n2:1", "n3:1"})
+
+
+def test_new_workers_take_free_slots_on_the_hosts_asked_for_first() -> None:
+    """A parallelism change's new workers take free slots in Nimbus's order (interleaved over
+    nodes), those on the machines OTD names first (the ones with CPU to give)."""
+    from nstorm.plan import Slot
+    from nstorm.rescale import new_worker_slots
+
+    free = [Slot("n1", "10.0.0.1", 1, 2), Slot("n2", "10.0.0.2", 1, 2), Slot("n1", "10.0.0.1", 3, 4)]
+    assert new_worker_slots(free, 2) == free[:2]
+    assert [s.worker_id for s in new_worker_slots(free, 2, ["10.0.0.2"])] == ["n2:1", "n1:1"]
+    assert new_worker_slots(free, 0, ["10.0.0.2"]) == []

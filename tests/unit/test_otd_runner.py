@@ -4,6 +4,7 @@ move while the window still spans OTD's last one, and no executor OTD moved late
 
 from __future__ import annotations
 
+import json
 import time
 import types
 from typing import Any
@@ -100,21 +101,26 @@ def test_the_executors_a_latency_move_joined_are_held_with_it(monkeypatch: pytes
     assert not {"a:0", "a:1", "b:0"} & set(seen["movable"]), "b:0 moved next to a:0 and a:1: neither moves away"
 
 
-def _saturated_round(monkeypatch: pytest.MonkeyPatch, free_node: str) -> tuple[dict[str, Any], list[str]]:
+def _saturated_round(monkeypatch: pytest.MonkeyPatch, free_node: str) -> tuple[dict[str, Any], list[Any]]:
     """A Case 2 round with ``otd.autoscale`` whose two workers (both on n1, 127.0.0.1) fall behind
-    with their threads waiting for a CPU; the next free slot is on ``free_node`` (n2: 127.0.0.2)."""
+    with their threads waiting for a CPU; the free slots: n1's first (the first in Nimbus's order),
+    and one on ``free_node`` if it is not n1 (n2: 127.0.0.2). Returns the record and the requests."""
     from nstorm.records import Heartbeat
     from scheduler_otd.otd import Decision
 
-    runner, requests, _ = _runner(monkeypatch, [])
+    runner, _, _ = _runner(monkeypatch, [])
+    requests: list[Any] = []
+    runner.zk = types.SimpleNamespace(  # type: ignore[assignment]
+        create=lambda path, data=b"", sequence=False, makepath=False: requests.append(json.loads(data)) or path,
+        exists=lambda path: True, set=lambda path, data: None)
     plan, _ = runner.cluster.plan("t")
-    plan = plan.replace(workers={"n1:1": Slot("n1", "127.0.0.1", 1, 2), "n1:3": Slot("n1", "127.0.0.1", 3, 4)},
-                        executors={"a:0": "n1:1", "a:1": "n1:3", "b:0": "n1:3", "__acker:0": "n1:1"})
-    slots = {"n1": [[1, 2], [3, 4]], free_node: [[5, 6]]} if free_node != "n1" else {"n1": [[1, 2], [3, 4], [5, 6]]}
-    beat = Heartbeat("n1:1", 1, time.time(), 1, executors={"a:0": {"cpu": 0.6}, "a:1": {"cpu": 0.5}})
+    plan = plan.replace(workers={"n1:3": Slot("n1", "127.0.0.1", 3, 4), "n1:5": Slot("n1", "127.0.0.1", 5, 6)},
+                        executors={"a:0": "n1:3", "a:1": "n1:5", "b:0": "n1:5", "__acker:0": "n1:3"})
+    slots = {"n1": [[1, 2], [3, 4], [5, 6]], **({free_node: [[7, 8]]} if free_node != "n1" else {})}
+    beat = Heartbeat("n1:3", 1, time.time(), 1, executors={"a:0": {"cpu": 0.6}, "a:1": {"cpu": 0.5}})
     runner.cluster = types.SimpleNamespace(  # type: ignore[assignment]
         plan=lambda name: (plan, None), busy_executors=lambda name: set(), children=lambda path: [],
-        heartbeats=lambda name: {"n1:1": beat}, migrations=lambda name: [], names=lambda: ["t"],
+        heartbeats=lambda name: {"n1:3": beat}, migrations=lambda name: [], names=lambda: ["t"],
         topology=lambda name: {"definition": {"components": {"a": {"kind": "bolt"}, "b": {"kind": "bolt"}}}},
         supervisors=lambda: {node: {"host": "127.0.0.1" if node == "n1" else "127.0.0.2", "slots": s}
                              for node, s in slots.items()})
@@ -123,7 +129,7 @@ def _saturated_round(monkeypatch: pytest.MonkeyPatch, free_node: str) -> tuple[d
          "edges": [], "inter_node_ratio": 0.0, "total_tuples": 0}, "python")
     runner._scaled_at, runner._low_since = {}, {}
     monkeypatch.setattr(runner_module, "otd_round", lambda *args: Decision(
-        2, warning="resources are short", classes={"n1:1": "high", "n1:3": "high"}))
+        2, warning="resources are short", classes={"n1:3": "high", "n1:5": "high"}))
     record = runner.round("t", {**CONF, "otd.autoscale": True})
     assert record is not None
     return record, requests
@@ -133,6 +139,7 @@ def test_autoscale_adds_no_executor_where_the_machine_has_no_cpu_to_give(monkeyp
     record, requests = _saturated_round(monkeypatch, "n1")
     assert "autoscale" not in record and requests == []
     assert "no CPU to give" in record["warning"] and "127.0.0.1" in record["warning"]
-    record, requests = _saturated_round(monkeypatch, "n2")  # the new worker would go to another machine
+    record, requests = _saturated_round(monkeypatch, "n2")  # a free slot on another machine too
     assert record["autoscale"]["component"] == "a" and record["autoscale"]["workers"] == 3 and len(requests) == 1
     assert record["warning"] is None
+    assert requests[0]["hosts"] == ["127.0.0.2"], "the new worker goes to the machine with CPU, not n1's free slot"
