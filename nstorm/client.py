@@ -25,7 +25,7 @@ from nstorm.constraints import check_submit as check_constraints
 from nstorm.constraints import constraints_of
 from nstorm.errors import ClusterError, ConfigError, NotFoundError, UsageError
 from nstorm.loader import load_topology, make_archive
-from nstorm.moves import MODES, RebalanceError, validate_moves
+from nstorm.moves import MODES, RebalanceError, unwatched_workers, validate_moves
 from nstorm.plan import Plan, interleave_slots
 from nstorm.qospolicy import ConstraintState, status_entry
 from nstorm.records import Heartbeat, MigrationRecord, TopologyStatus
@@ -233,8 +233,8 @@ class ClusterClient:
             if other != name:
                 for wid in (self.plan(other) or plan.replace(workers={})).workers:
                     others[wid] = other
-        unwatched = {w for w in plan.workers if w not in live}  # running on while their supervisor is down
-        validate_moves(plan, moves, live, self.cluster.busy_executors(name), others, unwatched)
+        validate_moves(plan, moves, live, self.cluster.busy_executors(name), others,
+                       unwatched_workers(plan.workers, {s.node for s in live.values()}))
 
     def _check_rescale(self, name: str, topo: Mapping[str, Any], changes: Mapping[str, int], workers: int | None) -> None:
         """The checks Nimbus makes of a parallelism change, done here first (exit 2 on bad input)."""

@@ -15,13 +15,20 @@ from nstorm.plan import Plan, Slot
 from nstorm.records import MoveMode
 from nstorm.topology import is_acker
 
-__all__ = ["LATENCY_COOLDOWN_SECS", "MODES", "RebalanceError", "recently_moved", "validate_moves"]
+__all__ = ["LATENCY_COOLDOWN_SECS", "MODES", "RebalanceError", "recently_moved", "unwatched_workers", "validate_moves"]
 
 MODES = (MoveMode.THREAD.value, MoveMode.PROCESS.value, MoveMode.STOP.value)  # how executors move
 
 
 class RebalanceError(UsageError):
     """A move that cannot be done: unknown executor or worker, an acker, a busy executor."""
+
+
+def unwatched_workers(workers: Mapping[str, Slot], supervisors: Iterable[str]) -> set[str]:
+    """The workers of a plan (``workers``: id -> slot) whose supervisor is not registered
+    (``supervisors``: node ids): they run on but read no new plan (:func:`validate_moves`)."""
+    up = set(supervisors)
+    return {w for w, slot in workers.items() if slot.node not in up}
 
 
 def validate_moves(

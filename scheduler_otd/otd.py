@@ -66,9 +66,10 @@ workers are starved for CPU (their threads waited ``otd.cpu.wait.high`` of a cor
 executor would be too: every free slot on a machine (host address) where a worker of the
 topology is starved, or, with no free slot, in workers that all are; on a saturated machine
 another thread only waits (the round warns instead). A new worker goes to a free slot on a
-machine with CPU to give first (the request names those machines, :func:`hosts_with_cpu`). One step a round at most: out again once
-a whole window (``otd.window.secs``) has passed since the last step, in only after the
-cool-down; executor CPU is each executor thread's (the workers measure it).
+machine with CPU to give first (the request names those machines, :func:`hosts_with_cpu`). One
+step a round at most: out again once a whole window (``otd.window.secs``) has passed since the
+last step, in only after the cool-down; executor CPU is each executor thread's (the workers
+measure it).
 """
 
 from __future__ import annotations
@@ -290,15 +291,11 @@ def behind(loads: Mapping[str, WorkerLoad], conf: Mapping[str, Any]) -> set[str]
     return {w for w, load in loads.items() if load.queue >= queue_high or load.trend >= growth_high}
 
 
-def _starved_hosts(loads: Mapping[str, WorkerLoad], worker_host: Mapping[str, str], wait_high: float) -> set[str]:
-    return {worker_host[w] for w, load in loads.items() if w in worker_host and load.starved(wait_high)}
-
-
 def hosts_with_cpu(free_hosts: Sequence[str], loads: Mapping[str, WorkerLoad], worker_host: Mapping[str, str],
                    wait_high: float) -> list[str]:
     """The machines (host addresses, which the supervisors of one machine share) of free slots
     where no worker of the topology is starved, in Nimbus's order: a new worker goes there first."""
-    starved = _starved_hosts(loads, worker_host, wait_high)
+    starved = {worker_host[w] for w, load in loads.items() if w in worker_host and load.starved(wait_high)}
     return list(dict.fromkeys(h for h in free_hosts if h not in starved))
 
 
@@ -314,7 +311,8 @@ def no_cpu_for_more(lagging_high: set[str], loads: Mapping[str, WorkerLoad], wor
     if free_hosts:
         if hosts_with_cpu(free_hosts, loads, worker_host, wait_high):
             return None
-        where = f"every free slot is on a machine where the topology's workers wait for a CPU too ({', '.join(sorted(set(free_hosts)))})"
+        where = ("every free slot is on a machine where the topology's workers wait for a CPU too "
+                 f"({', '.join(sorted(set(free_hosts)))})")
     elif all(w in loads and loads[w].starved(wait_high) for w in worker_host):
         where = "no free slot, and every worker's threads wait for a CPU"
     else:

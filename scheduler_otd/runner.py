@@ -31,7 +31,7 @@ from kazoo.client import KazooClient
 from nstorm.clusterstate import ClusterState
 from nstorm.config import flag, merge_conf
 from nstorm.home import metrics_dir
-from nstorm.moves import recently_moved
+from nstorm.moves import recently_moved, unwatched_workers
 from nstorm.plan import interleave_slots
 from nstorm.records import Heartbeat, TopologyStatus
 from nstorm.topology import is_acker
@@ -189,8 +189,8 @@ class OtdRunner:
                         default=0.0)
         # A worker whose supervisor is down reads no new plan: Nimbus refuses a move from or to it,
         # so it is neither a source nor a target (a worker without a load is in no class).
-        up = set(self.cluster.supervisors())
-        unwatched = {w for w, node in worker_node.items() if node not in up}
+        supervisors = self.cluster.supervisors()
+        unwatched = unwatched_workers(plan.workers, supervisors)
         loads = {w: load for w, load in loads.items() if w not in unwatched}
         movable = [e for e in executors if not is_acker(e) and e not in held and plan.executors[e] not in unwatched]
         decision = otd_round(executors, plan.executors, worker_node, loads, edges, conf, movable)
@@ -205,7 +205,7 @@ class OtdRunner:
                  sum(1 for c in decision.classes.values() if c == "low"),
                  {w: (c, *record["loads"].get(w, ())) for w, c in sorted(decision.classes.items()) if c != "low"})
         if flag(conf, "otd.autoscale"):
-            step = self._autoscale(name, plan, decision, conf, loads, behind(loads, conf))
+            step = self._autoscale(name, plan, decision, conf, loads, behind(loads, conf), supervisors)
             if step is not None:
                 record["autoscale"] = step.as_json()
                 decision.warning = None  # acted on
@@ -235,7 +235,8 @@ class OtdRunner:
 
 
     def _autoscale(self, name: str, plan: Any, decision: Any, conf: dict[str, Any],
-                   loads: dict[str, WorkerLoad], lagging: set[str]) -> ScaleStep | None:
+                   loads: dict[str, WorkerLoad], lagging: set[str],
+                   supervisors: dict[str, dict[str, Any]]) -> ScaleStep | None:
         """Case 2 scales the overloaded component out; an idle one is scaled in (scheduler_otd.otd)."""
         now = time.monotonic()
         since = now - self._scaled_at.get(name, -1e9)
@@ -249,7 +250,7 @@ class OtdRunner:
                 if isinstance(counters.get("cpu"), (int, float)):
                     executor_cpu[eid] = float(counters["cpu"])
         used = {w for other in self.cluster.names() for w in ((self.cluster.plan(other)[0] or plan).workers)}
-        free = [s for s in interleave_slots(self.cluster.supervisors()) if s.worker_id not in used]  # Nimbus's order
+        free = [s for s in interleave_slots(supervisors) if s.worker_id not in used]  # Nimbus's order
         placement = {e: w for e, w in plan.executors.items() if not is_acker(e)}
         high = {w for w, c in decision.classes.items() if c == HIGH}
         worker_host = {w: s.host for w, s in plan.workers.items()}
