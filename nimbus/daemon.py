@@ -33,8 +33,10 @@ from nimbus.latency import LatencyController
 from nimbus.rebalance import (
     apply_moves,
     drained_workers,
+    hollow,
     random_moves,
     release_workers,
+    shed_ackers,
     spread_moves,
     stop_mode_restart,
 )
@@ -50,6 +52,7 @@ from nstorm.plan import Plan, PlanError, Slot, interleave_slots
 from nstorm.records import MigrationRecord, MoveMode, TopologyStatus
 from nstorm.rescale import gaining_executors, new_worker_slots, rescale_plan, validate_rescale
 from nstorm.signals import relay_signals
+from nstorm.spread import even_moves, idle_dropped_workers
 from nstorm.state.config import state_config
 from nstorm.ticker import passes
 from nstorm.zkschema import ZkPaths, connect, encode
@@ -59,6 +62,7 @@ __all__ = ["Nimbus"]
 log = logging.getLogger(__name__)
 
 DROP_AGAIN_SECS = 30.0  # a killed topology's checkpoints are deleted again this long after the kill
+RELEASE_GRACE_SECS = 1.0  # a released worker's last second: what still reached it is sent on
 ORPHAN_GRACE_SECS = 60.0  # an open migration record no plan names is completed this long after its request
 ORPHAN_CHECK_SECS = 30.0  # ... looked for at most this often per topology
 
@@ -108,6 +112,8 @@ class Nimbus:
         self._owners: dict[str, str] = {}  # worker id -> the topology whose plan holds it
         self._unwatched: set[str] = set()  # workers that run on while their supervisor is down (no move)
         self._kills: dict[str, tuple[float, float]] = {}  # topology -> (its kill_at, when to remove it: monotonic)
+        # (topology, worker) -> (when seen releasing, when every worker was first seen on its version): monotonic
+        self._releases: dict[tuple[str, str], tuple[float, float | None]] = {}
         self._orphans_checked: dict[str, float] = {}  # topology -> when to look for orphan records next
         self.watchdog = StallWatchdog()
         self.checkpoints: CheckpointCoordinator | None = None  # the leader's (nimbus/checkpoints.py)
@@ -251,15 +257,47 @@ class Nimbus:
             log.info("topology %s: moves of %s completed, dropped from the plan (v%d)", name, sorted(done),
                      current.version + 1)
         if empty:
-            plan = release_workers(plan, empty)
-            log.info("topology %s: workers %s left without executors by moves: released (v%d)", name, empty,
-                     current.version + 1)
+            plan = shed_ackers(plan, empty, current.version + 1)
+            log.info("topology %s: workers %s left without executors by moves: their ackers moved off, released "
+                     "once every worker has v%d", name, empty, current.version + 1)
+        elif plan.releasing:
+            plan = self._release(name, plan)
         if plan != current:
             self.write_plan(name, plan.replace(version=current.version + 1), stat.version)
         else:
             self._settle_orphans(name, plan)
             if desired is TopologyStatus.ACTIVE:
                 self._spread_back(name, topo, plan, stat, free, live)
+
+    def _release(self, name: str, plan: Plan) -> Plan:
+        """Release the workers of ``plan.releasing`` once every worker of the topology runs the
+        version that moved their ackers off (heartbeats; then a second more, for the frames they
+        send on), or the message timeout after Nimbus first saw them releasing (a worker that
+        does not beat). One that holds something again (a rescale placed an executor there) stays."""
+        now = time.monotonic()
+        keep = [w for w in plan.releasing if w in plan.workers and not hollow(plan, w)]
+        timeout, beats = self._stall_inputs(name)
+        ready = []
+        for worker, version in plan.releasing.items():
+            if worker in keep or worker not in plan.workers:
+                continue
+            seen, caught = self._releases.get((name, worker), (now, None))
+            if caught is None and all(w in beats and beats[w].version >= version for w in plan.workers):
+                caught = now
+            self._releases[(name, worker)] = (seen, caught)
+            if (caught is not None and now - caught >= RELEASE_GRACE_SECS) or now - seen >= timeout:
+                ready.append(worker)
+        gone = [w for w in plan.releasing if w not in plan.workers]
+        for worker in [*ready, *keep, *gone]:
+            self._releases.pop((name, worker), None)
+        if keep:
+            log.info("topology %s: workers %s hold executors again: not released", name, keep)
+        if ready:
+            log.info("topology %s: workers %s released", name, ready)
+        if not (ready or keep or gone):
+            return plan
+        plan = release_workers(plan, ready)
+        return plan.replace(releasing={w: v for w, v in plan.releasing.items() if w not in keep and w not in gone})
 
     def _stall_inputs(self, name: str) -> tuple[float, dict[str, Any]]:
         """The message timeout of ``name`` and its workers' heartbeats (for the stall watchdog)."""
@@ -379,7 +417,16 @@ class Nimbus:
             return self._rescale(name, plan, zk_version, request, live, mode)
         busy = self.cluster.busy_executors(name)
         by = request.get("by", "user")
-        if request.get("random"):
+        idle: list[str] = []
+        if request.get("spread"):  # Storm's rebalance [-n N]: even over N workers (default: as many as now)
+            count = request.get("workers")
+            count = len(plan.workers) if count is None else count
+            free = [s for w, s in live.items() if w not in self._owners]
+            moves = even_moves(plan, count, free, self._unwatched)
+            idle = idle_dropped_workers(plan, count, moves, self._unwatched)
+            if not moves:
+                return self._release_idle(name, plan, zk_version, idle, mode)
+        elif request.get("random"):
             moves = random_moves(plan, int(request["random"]), exclude=busy, unwatched=self._unwatched)
             by = "random"
         else:
@@ -395,10 +442,24 @@ class Nimbus:
                                        "records": records, "since": time.time()})
         else:
             new = apply_moves(plan, moves, mode, live, records)
+        if request.get("spread"):  # the user chose the count: no spreading back to workers lost before
+            new = shed_ackers(new, idle, new.version).replace(missing_workers=0)
         self._write_plan_with_records(name, new, zk_version, records)
         log.info("topology %s: %s-mode move of %s (v%d, by %s)", name, mode.value,
                  ", ".join(f"{e}->{w}" for e, w in moves), new.version, by)
         return {"ok": True, "version": new.version, "records": records, "moves": moves, "mode": mode.value}
+
+    def _release_idle(self, name: str, plan: Plan, zk_version: int, idle: list[str], mode: MoveMode) -> dict[str, Any]:
+        """An even placement that needs no move: the workers it drops that hold only ackers are
+        released now (no move will empty them); else nothing changes."""
+        if not idle:
+            log.info("topology %s: already even over its %d workers, nothing moved", name, len(plan.workers))
+            return {"ok": True, "version": plan.version, "records": {}, "moves": [], "mode": mode.value}
+        new = shed_ackers(plan, idle, plan.version + 1).replace(version=plan.version + 1, missing_workers=0)
+        self._write_plan_with_records(name, new, zk_version, {})
+        log.info("topology %s: workers %s hold only ackers: moved off, the workers released next (v%d)", name, idle,
+                 new.version)
+        return {"ok": True, "version": new.version, "records": {}, "moves": [], "mode": mode.value, "released": idle}
 
     def _rescale(self, name: str, plan: Plan, zk_version: int, request: Mapping[str, Any], live: dict[str, Slot],
                  mode: MoveMode) -> dict[str, Any]:

@@ -25,7 +25,8 @@ from nstorm.topology import is_acker
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MODES", "RebalanceError", "apply_moves", "drained_workers", "random_moves", "release_workers",
+__all__ = ["MODES", "RebalanceError", "apply_moves", "drained_workers", "hollow", "random_moves",
+           "release_workers", "shed_ackers",
            "spread_moves", "stop_mode_restart", "validate_moves"]
 
 
@@ -96,7 +97,7 @@ def apply_moves(
             restart[target] = version
     # A worker left without executors stays in the plan while it may still be draining a
     # moved-away copy, whose state must reach the new place before the process ends; Nimbus
-    # releases it once its moves are complete (release_workers).
+    # releases it once its moves are complete (shed_ackers, then release_workers).
     added = len(set(workers) - set(plan.workers))  # slots taken again after a node loss, or new ones
     return plan.replace(version=version, executors=executors, workers=workers, moved=moved, restart=restart,
                         missing_workers=max(0, plan.missing_workers - added))
@@ -113,22 +114,39 @@ def drained_workers(plan: Plan, done: Sequence[str]) -> list[str]:
     return empty if len(empty) < len(plan.workers) else empty[:-1]
 
 
-def release_workers(plan: Plan, released: Sequence[str]) -> Plan:
-    """The next plan without the ``released`` workers; their ackers go to the workers left with
-    the fewest ackers. Ackers keep their count and task ids (roots pick an acker by task), so no
-    tuple tree is misrouted; the trees a moved acker held time out and are replayed."""
-    workers = {w: s for w, s in plan.workers.items() if w not in released}
+def shed_ackers(plan: Plan, workers: Sequence[str], version: int) -> Plan:
+    """The plan (to be written as ``version``) with the ackers of ``workers`` moved to the other
+    workers with the fewest ackers. ``workers`` stay, holding nothing, in ``releasing`` until
+    every worker runs ``version`` (:func:`release_workers`): a moved acker hands its open trees
+    to its new copy and its old worker sends on what still reaches it (worker.acker), so no
+    tree is lost or replayed. Ackers keep their count and task ids (roots pick an acker by task)."""
+    gone = set(workers)
+    ackers = {w: 0 for w in plan.workers if w not in gone}
+    if not ackers:
+        return plan
     executors = dict(plan.executors)
-    ackers = {w: 0 for w in workers}
     for e, w in executors.items():
         if is_acker(e) and w in ackers:
             ackers[w] += 1
-    for e in sorted(e for e, w in executors.items() if w in released and is_acker(e)):
+    for e in sorted(e for e, w in executors.items() if w in gone and is_acker(e)):
         target = min(sorted(ackers), key=lambda w: ackers[w])
         executors[e] = target
         ackers[target] += 1
+    return plan.replace(executors=executors, releasing={**plan.releasing, **{w: version for w in sorted(gone)}})
+
+
+def hollow(plan: Plan, worker: str) -> bool:
+    """True if ``worker`` holds no executor (not even an acker), none retiring, and no open move."""
+    return (worker not in plan.executors.values() and worker not in plan.retiring.values()
+            and not any(worker in (m.source, m.target) for m in plan.moved.values()))
+
+
+def release_workers(plan: Plan, released: Sequence[str]) -> Plan:
+    """The next plan without the ``released`` workers (and their ``releasing`` entries)."""
+    workers = {w: s for w, s in plan.workers.items() if w not in released}
     restart = {w: v for w, v in plan.restart.items() if w not in released}
-    return plan.replace(executors=executors, workers=workers, restart=restart)
+    releasing = {w: v for w, v in plan.releasing.items() if w not in released}
+    return plan.replace(workers=workers, restart=restart, releasing=releasing)
 
 
 def spread_moves(plan: Plan, wanted_workers: int, free: Sequence[Slot]) -> list[tuple[str, str]]:

@@ -30,6 +30,7 @@ from nstorm.plan import Plan, interleave_slots
 from nstorm.qospolicy import ConstraintState, status_entry
 from nstorm.records import Heartbeat, MigrationRecord, TopologyStatus
 from nstorm.rescale import validate_rescale
+from nstorm.spread import even_moves
 from nstorm.stall import find_stall
 from nstorm.state.config import state_config
 from nstorm.state.record import CheckpointRecord
@@ -65,8 +66,8 @@ def check_rebalance_options(moves: Sequence[Any], random_count: int, parallelism
     if parallelism and (moves or random_count):
         msg = "give either moves or a parallelism change (--parallelism), not both"
         raise UsageError(msg)
-    if workers is not None and not parallelism:
-        msg = "--workers goes with --parallelism (new workers for the new executors)"
+    if workers is not None and (moves or random_count):
+        msg = "--workers goes alone (spread evenly over that many workers) or with --parallelism, not with moves"
         raise UsageError(msg)
     if random_count < 0:
         msg = f"--random must be >= 1, got {random_count}"
@@ -221,12 +222,16 @@ class ClusterClient:
         """Every migration record of ``name``, oldest first."""
         return self.cluster.migrations(name)
 
-    def _check_moves(self, name: str, moves: list[tuple[str, str]]) -> None:
-        """The checks Nimbus makes, done here first so bad input fails fast with exit 2."""
+    def _require_plan(self, name: str) -> Plan:
         plan = self.plan(name)
         if plan is None:
             msg = f"topology {name!r} has no plan yet (is nimbus running?)"
             raise ClusterError(msg)
+        return plan
+
+    def _check_moves(self, name: str, moves: list[tuple[str, str]]) -> None:
+        """The checks Nimbus makes, done here first so bad input fails fast with exit 2."""
+        plan = self._require_plan(name)
         live = {s.worker_id: s for s in interleave_slots(self.cluster.supervisors())}
         others = {}
         for other in self.names():
@@ -236,12 +241,18 @@ class ClusterClient:
         validate_moves(plan, moves, live, self.cluster.busy_executors(name), others,
                        unwatched_workers(plan.workers, {s.node for s in live.values()}))
 
+    def _check_spread(self, name: str, workers: int | None) -> None:
+        """The checks Nimbus makes of an even spread over ``workers`` (None: as many as now)."""
+        plan = self._require_plan(name)
+        used = {w for other in self.names() for w in (self.plan(other) or plan.replace(workers={})).workers}
+        slots = interleave_slots(self.cluster.supervisors())
+        free = [s for s in slots if s.worker_id not in used]
+        fixed = unwatched_workers(plan.workers, {s.node for s in slots})
+        even_moves(plan, len(plan.workers) if workers is None else workers, free, fixed)
+
     def _check_rescale(self, name: str, topo: Mapping[str, Any], changes: Mapping[str, int], workers: int | None) -> None:
         """The checks Nimbus makes of a parallelism change, done here first (exit 2 on bad input)."""
-        plan = self.plan(name)
-        if plan is None:
-            msg = f"topology {name!r} has no plan yet (is nimbus running?)"
-            raise ClusterError(msg)
+        plan = self._require_plan(name)
         used = {w for other in self.names() for w in (self.plan(other) or plan.replace(workers={})).workers}
         free = [s for s in interleave_slots(self.cluster.supervisors()) if s.worker_id not in used]
         conf = merge_conf(topo["definition"].get("conf"), topo.get("conf"))
@@ -272,11 +283,14 @@ class ClusterClient:
             raise UsageError(msg)
         moves = list(moves or [])
         check_rebalance_options(moves, random_count, parallelism, workers)
+        spread = not (parallelism or moves or random_count)  # Storm's rebalance [-n N]: spread evenly
         if parallelism:
             if mode == "process":
                 msg = "a parallelism change is live (--mode thread) or Storm's (--mode stop), not process mode"
                 raise UsageError(msg)
             self._check_rescale(name, topo, parallelism, workers)
+        elif spread:
+            self._check_spread(name, workers)
         elif not random_count:
             self._check_moves(name, moves)
         if wait_secs is not None and (not math.isfinite(wait_secs) or wait_secs < 0):
@@ -289,6 +303,8 @@ class ClusterClient:
                    "requested_at": time.time()}
         if parallelism:
             request.update(parallelism=dict(parallelism), workers=workers)
+        elif spread:
+            request.update(spread=True, workers=workers)
         return self._request(name, request, timeout)
 
     def chain(self, name: str, chains: Mapping[str, str], by: str = "user", timeout: float = 30.0) -> dict[str, Any]:

@@ -12,6 +12,7 @@ A plan is versioned; each version is a whole :class:`Plan`. In JSON::
      "retiring": {"count:7": "n2:6701"},                  # removed by a rescale, handing its key groups over
      "rescale": {"count": {"from": ["count:0", ...], "to": [...], "version": 5, "record": "m-0000000007"}},
      "missing_workers": 1,                                 # lost with a node, no slot to replace them
+     "releasing": {"n3:6700": 6},                          # emptied, ackers moved off in v6: released once all have v6
      "tuning": {"split>count": {"latency_ms": 2.5, "cap": 512}},   # a latency constraint's buffer sizes
      "chains": {"split:0": "sentences:0"},                 # split:0 runs in sentences:0's thread
      "rebalance": {...}}                                   # stop mode: the phase Nimbus is in
@@ -159,6 +160,8 @@ class Plan:
     restart: Mapping[str, int] = field(default_factory=dict)
     missing_workers: int = 0  # workers lost with their node and not replaced yet (Nimbus spreads back)
     retiring: Mapping[str, str] = field(default_factory=dict)  # executor -> worker: removed, handing over
+    # worker -> the version that moved its ackers off: it holds nothing, released once every worker has it
+    releasing: Mapping[str, int] = field(default_factory=dict)
     rescales: Mapping[str, Rescale] = field(default_factory=dict)  # component -> its rescale in progress
     rebalance: Mapping[str, Any] | None = None
     updated_at: float | None = None
@@ -224,6 +227,10 @@ class Plan:
         retiring = data.get("retiring") or {}
         if not isinstance(retiring, Mapping) or not all(e in known and w in workers for e, w in retiring.items()):
             raise _fail(name, "retiring must map executors to workers of the plan")
+        releasing = data.get("releasing") or {}
+        if not isinstance(releasing, Mapping) or not all(
+                isinstance(v, int) and not isinstance(v, bool) for v in releasing.values()):
+            raise _fail(name, "releasing must map worker ids to versions")
         rescales = data.get("rescale") or {}
         if not isinstance(rescales, Mapping):
             raise _fail(name, "rescale must be an object")
@@ -248,7 +255,8 @@ class Plan:
         return cls(topology=str(data.get("topology") or name), version=version, tasks=tuple(tasks),
                    executors=dict(executors), workers=workers, status=status, code_sha256=data["code_sha256"],
                    submission=submission, moved={e: Move.from_json(name, e, m) for e, m in moved.items()},
-                   restart=dict(restart), missing_workers=missing, retiring=dict(retiring), rescales=steps,
+                   restart=dict(restart), missing_workers=missing, retiring=dict(retiring),
+                   releasing={str(w): v for w, v in releasing.items()}, rescales=steps,
                    rebalance=dict(rebalance) if rebalance else None,
                    updated_at=float(updated) if isinstance(updated, (int, float)) else None,
                    tuning={k: dict(v) for k, v in tuning.items()}, chains=dict(chains))
@@ -263,6 +271,8 @@ class Plan:
         }
         if self.retiring:
             data["retiring"] = dict(self.retiring)
+        if self.releasing:
+            data["releasing"] = dict(self.releasing)
         if self.rescales:
             data["rescale"] = {c: r.to_json() for c, r in self.rescales.items()}
         if self.rebalance:

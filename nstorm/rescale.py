@@ -158,7 +158,7 @@ def rescale_plan(plan: Plan, changes: Mapping[str, int], new_slots: Sequence[Slo
     workers = dict(plan.workers)
     for slot in new_slots:
         workers[slot.worker_id] = slot
-    load = {w: 0 for w in workers}
+    load = {w: 0 for w in workers if w not in plan.releasing}  # (a worker being released takes none)
     for e, w in executors.items():
         if not is_acker(e) and w in load:
             load[w] += 1

@@ -64,6 +64,42 @@ def test_count_scaled_live_4_8_2_5_keeps_every_count_exact(client, tmp_path: Pat
         client.wait_removed("rescalewc", 30)
 
 
+def _held(client: Any, name: str) -> dict[str, int]:
+    """Worker id -> its user executors (ackers left out)."""
+    return {w["id"]: sum(not e.startswith("__acker") for e in w["executors"]) for w in client.status(name)["workers"]}
+
+
+def test_workers_changed_live_2_3_2_spread_evenly_and_keep_every_count_exact(cluster, client, tmp_path: Path) -> None:
+    """``nstorm rebalance NAME -n N`` (Storm's rebalance, which stops the topology): an even
+    spread over N workers by live moves; the workers it empties are released; with no option,
+    an even placement asks for nothing."""
+    per_spout = 6000
+    client.submit(EXACT, name="spreadwc", conf={"test.output.dir": str(tmp_path), "test.sentences": per_spout,
+                                                "test.rate": 600, "topology.message.timeout.secs": 90,
+                                                "test.movable": True})  # (its spouts move too)
+    try:
+        client.wait_running("spreadwc", 60)
+        wait_until(lambda: _acked(tmp_path) > 200, 60, what="the first acks")
+        for n, shares in ((3, [3, 3, 3]), (2, [4, 5])):
+            wait_until(lambda: None not in _pids(client, "spreadwc").values(), 60, what="every worker's pid")
+            pids = _pids(client, "spreadwc")
+            result = run_cli("rebalance", "spreadwc", "-n", str(n), cluster=cluster)
+            assert result.returncode == 0, result.stderr
+            assert "thread mode" in result.stdout and " in " in result.stdout, result.stdout  # the moves, completed
+            wait_until(lambda n=n: len(client.status("spreadwc")["workers"]) == n, 60, what=f"{n} workers")
+            assert sorted(_held(client, "spreadwc").values()) == shares
+            kept = _pids(client, "spreadwc")
+            assert {w: p for w, p in kept.items() if w in pids} == {w: p for w, p in pids.items() if w in kept}
+        again = run_cli("rebalance", "spreadwc", cluster=cluster)
+        assert again.returncode == 0 and "already even" in again.stdout, (again.stdout, again.stderr)
+        out = wait_finished(client, tmp_path, "spreadwc", per_spout)  # every sentence acked once, none failed
+        assert counts_of(out) == expected_counts(per_spout)
+        assert {m["by"] for m in client.status("spreadwc")["migrations"]} == {"user"}
+    finally:
+        client.kill("spreadwc")
+        client.wait_removed("spreadwc", 30)
+
+
 def test_bad_rescales_exit_2_with_one_line(cluster, client, tmp_path: Path) -> None:
     client.submit(EXACT, name="rescalebad", conf={"test.output.dir": str(tmp_path), "test.sentences": 10})
     try:
@@ -74,7 +110,9 @@ def test_bad_rescales_exit_2_with_one_line(cluster, client, tmp_path: Path) -> N
                             (["-e", "count"], "malformed"),
                             (["-e", "count=4"], "already has 4"),
                             (["-e", "count=5", "--workers", "99"], "free slots"),
-                            (["-e", "count=5", "--mode", "process"], "not process mode")):
+                            (["-e", "count=5", "--mode", "process"], "not process mode"),
+                            (["-n", "0"], "expected an integer >= 1"),
+                            (["-n", "20"], "free slots")):
             result = run_cli("rebalance", "rescalebad", *args, cluster=cluster)
             assert result.returncode == 2, (args, result.stdout, result.stderr)
             assert words in result.stderr and "Traceback" not in result.stderr, result.stderr

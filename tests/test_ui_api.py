@@ -4,6 +4,7 @@ real UI process: every endpoint's fields and status codes, the POSTs' effects, b
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -228,8 +229,20 @@ def test_rebalance_with_storms_body_and_nstorms_moves(ui: UiProcess, metered: st
     wait_json(ui.http, "/api/v1/topology/metered/migrations",
               lambda d: any(m["executor"] == "sink:1" and m["by"] == "ui" and m["completed_at"] for m in d["migrations"]),
               what="the rebalance's move to complete")
-    refused = ui.http.post("/api/v1/topology/metered/rebalance/0", {"rebalanceOptions": {"numWorkers": 3}})
-    assert refused.status == 400 and "numWorkers" in refused.json["errorMessage"]
+    refused = ui.http.post("/api/v1/topology/metered/rebalance/0", {"rebalanceOptions": {"numWorkers": 99}})
+    assert refused.status == 400 and "free slots" in refused.json["errorMessage"]
+    # numWorkers alone (Storm's rebalance -n): an even spread over that many workers, live; and back.
+    for n in (3, 2):
+        since = time.time() - 1.0
+        reply = ui.http.post("/api/v1/topology/metered/rebalance/0", {"rebalanceOptions": {"numWorkers": str(n)}})
+        assert reply.status == 200 and reply.json["moves"], reply.text
+        moved = {e for e, _ in reply.json["moves"]}
+        wait_json(ui.http, "/api/v1/topology/metered/migrations",
+                  lambda d, moved=moved, since=since: moved <= {
+                      m["executor"] for m in d["migrations"] if m["completed_at"] and m["requested_at"] >= since},
+                  what=f"the spread over {n} workers to complete")
+        wait_json(ui.http, "/api/v1/topology/metered",
+                  lambda d, n=n: len(d["workers"]) == n, what=f"metered on {n} workers")
     bad = ui.http.post("/api/v1/topology/metered/rebalance/0", {"rebalanceOptions": {"executors": {"nope": 2}}})
     assert bad.status == 400 and "unknown component 'nope'" in bad.json["errorMessage"]
     # Storm's executors map changes parallelism, live (issue 19), recorded with mode rescale, by ui.

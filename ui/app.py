@@ -293,14 +293,15 @@ class Api:
         if mode not in ("thread", "process", "stop"):
             raise ApiError(400, f"unknown mode {mode!r}: use thread, process or stop")
         executors, workers = options.get("executors"), options.get("numWorkers")
-        if executors or workers is not None:  # Storm's parallelism change: live here (thread mode)
-            if not isinstance(executors, dict) or not executors:
+        workers = None if workers is None else _storm_count(workers)
+        if executors is not None and executors != {}:  # Storm's parallelism change: live here (thread mode)
+            if not isinstance(executors, dict):
                 raise ApiError(400, 'rebalanceOptions.executors must map components to executor counts, '
-                                    'e.g. {"count": 8} (numWorkers goes with it)')
+                                    'e.g. {"count": 8} (numWorkers may go with it)')
             if body.get("moves") or body.get("random"):
                 raise ApiError(400, "give either moves or a parallelism change (rebalanceOptions.executors), not both")
             result = self._live().rebalance(name, mode=mode, wait_secs=wait if mode == "stop" else None, by="ui",
-                                            timeout=MOVE_TIMEOUT_SECS, workers=_storm_count(workers),
+                                            timeout=MOVE_TIMEOUT_SECS, workers=workers,
                                             parallelism={str(c): _storm_count(n) for c, n in executors.items()})
             return self._done(name, "rebalance", mode=mode, waitSecs=wait if mode == "stop" else 0,
                               planVersion=result["version"], parallelism=result.get("parallelism"),
@@ -309,10 +310,13 @@ class Api:
         random_count = body.get("random", 0)
         if isinstance(random_count, bool) or not isinstance(random_count, int) or random_count < 0:
             raise ApiError(400, f"random must be a whole number >= 0, got {random_count!r}")
+        if workers is not None and (moves or random_count):
+            raise ApiError(400, "numWorkers goes alone (an even spread) or with executors, not with moves")
         self._check_moves(view, moves)
+        # Neither moves nor executors: Storm's rebalance, an even spread (over numWorkers if given).
         result = self._live().rebalance(name, mode=mode, moves=moves, random_count=random_count,
                                         wait_secs=wait if mode == "stop" else None, by="ui",
-                                        timeout=MOVE_TIMEOUT_SECS)
+                                        timeout=MOVE_TIMEOUT_SECS, workers=workers)
         return self._done(name, "rebalance", mode=mode, waitSecs=wait if mode == "stop" else 0,
                           planVersion=result["version"], moves=result["moves"], migrations=result["records"])
 

@@ -2,6 +2,12 @@
 
 See :class:`AckerExecutor`. Ackers are system executors (``__acker:<i>``), one per worker by
 default; a spout's roots pick the acker in its own worker, so its answers never cross processes.
+
+An acker moves (Nimbus moves the ackers off a worker it is about to release) by handing its open
+entries over: XOR commutes, so the new copy starts at once with an empty table, and the old
+copy's table, sent as one ``ACKER_TABLE`` message, merges into it like acks (a tree completes
+where its XOR reaches zero). What reaches the old copy afterwards is sent on to the new one.
+No tree is lost, so none is replayed.
 """
 
 from __future__ import annotations
@@ -50,6 +56,7 @@ class AckerExecutor(Executor):
         self.failed_roots: dict[int, None] = {}  # failed trees: their late acks are ignored
         self.timeout = float(host.conf["topology.message.timeout.secs"])
         self.timeouts = Timeouts(self.timeout, granularity=1.0)
+        self.moved_away = False  # handed its table over: what comes now is sent on to the new copy
 
     def _complete(self, root: int, kind: int) -> None:
         task = wire.root_task(root)
@@ -65,7 +72,7 @@ class AckerExecutor(Executor):
     def _handle(self, kind: int, entries: Any) -> None:
         table = self.entries
         self.executed += len(entries)
-        if kind == wire.ACK:
+        if kind == wire.ACK or kind == wire.ACKER_TABLE:  # (a table merges like acks: XOR commutes)
             failed = self.failed_roots
             for root, x in entries:
                 v = table.get(root)
@@ -102,6 +109,9 @@ class AckerExecutor(Executor):
     def handle_now(self, kind: int, entries: Any) -> None:
         """One control message, in the caller's thread: update the entries, send the answers."""
         with self.lock:
+            if self.moved_away:
+                self._send_on(kind, entries)
+                return
             if not self._running:
                 return  # stopping with its worker: the spouts time these trees out
             routing = self.host.routing
@@ -112,6 +122,30 @@ class AckerExecutor(Executor):
             except Exception as exc:  # entries that are not [root, xor] pairs: dropped
                 self.record_error("acker entries", exc)
             self.outbox.flush()
+
+    def hand_over(self) -> int:
+        """Stop, and send the open entries to this acker's new place (the host's routing, swapped
+        already, says where); returns how many went. What reaches this copy later follows them."""
+        with self.lock:
+            self._running = False
+            self.moved_away = True
+            table, self.entries = self.entries, {}
+            self._send_on(wire.ACKER_TABLE, list(table.items()))
+            return len(table)
+
+    def _send_on(self, kind: int, entries: Any) -> None:
+        """Send entries meant for this acker to its new place (under the lock)."""
+        routing = self.host.routing
+        if routing is None or not entries:
+            return
+        if routing is not self.outbox.routing:
+            self.outbox.rebuild(routing)
+        try:
+            for entry in entries:
+                self.outbox.control(kind, self.task, entry)
+        except TypeError:  # not a list of entries (a peer's garbage): dropped
+            self.record_error("acker entries", TypeError(f"{kind}: {type(entries).__name__}"))
+        self.outbox.flush_control()
 
     def loop(self) -> None:
         while self._running:

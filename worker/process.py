@@ -64,7 +64,7 @@ log = logging.getLogger(__name__)
 # share one core's Python whether chained or not (nimbus.latency unchains only without it).
 _GIL = bool(getattr(sys, "_is_gil_enabled", lambda: True)())
 
-_STATE_KINDS = (wire.STATE, wire.STATE_PART)  # a moved executor's state, kept in a stash for its new copy
+_STATE_KINDS = (wire.STATE, wire.STATE_PART, wire.ACKER_TABLE)  # a moved executor's state, kept for its new copy
 _UNKNOWN_TASK_PATIENCE_SECS = 30.0  # frames for a task id no plan here has named yet wait this long
 
 
@@ -302,8 +302,12 @@ class Worker:
                 self.executors[task] = ex
                 created.append(ex)
             lost = [t for t in self.executors if t not in mine]
+            ackers: list[AckerExecutor] = []
             for task in lost:
                 ex = self.executors.pop(task)
+                if isinstance(ex, AckerExecutor):
+                    ackers.append(ex)  # its open trees go to its new place once the routing says where
+                    continue
                 if not isinstance(ex, UserExecutor):
                     ex.stop()
                     continue
@@ -315,6 +319,11 @@ class Worker:
             self.active = plan.status is TopologyStatus.ACTIVE
             self.routing = routing  # the atomic swap: every executor sees it on its next loop
             self.version = routing.version
+            for acker in ackers:
+                sent = acker.hand_over()
+                acker.stop()
+                log.info("plan v%d: acker %s moved to %s with %d open trees", self.version, acker.executor_id,
+                         routing.location[acker.task], sent)
         self.applied_once = True
         for ex in created:
             ex.start()

@@ -109,6 +109,7 @@ SHIFT_READY = 16  # entries: version                     new layout's executor -
 STATE_PART = 18  # entries: {"id", "seq", "parts", "data": bytes}  old copy -> new copy: a part of a STATE too large for one
 SEAL = 19  # data-channel header kind, payload the old copy's worker id: "that copy of src sends you nothing more"
 SEALED = 20  # entries: the answering task                 downstream -> a moved executor's old copy: "SEAL taken"
+ACKER_TABLE = 21  # entries: [[root, xor], ...]             a moved acker's old copy -> its new one: the open trees
 MAX_HOPS = 16  # a data frame forwarded more often than this is dropped (the acker replays it)
 MAX_TASKS = 1 << 16  # task ids fit the low 16 bits of a root (nstorm.topology.MAX_TASKS)
 
@@ -234,17 +235,17 @@ def decode_batch(batch: Any) -> tuple[Any, Any, Any]:
 
 
 _ROOT_LISTS = frozenset((FAIL, ACKED, FAILED))
-_ACK_KINDS = frozenset((ACK, FAIL, ACKED, FAILED))
+_ACK_KINDS = frozenset((ACK, FAIL, ACKED, FAILED, ACKER_TABLE))
 _INT_ENTRIES = frozenset((CHECKPOINT, COMMITTED, SHIFT_READY, SEALED))
 _MAP_ENTRIES = frozenset((STATE, READY, GONE, GROUPS, STATE_PART))
 
 
 def control_entries_ok(kind: int, entries: Any) -> bool:
     """Whether a control message has the shape its handler takes (decoded with arrays as
-    tuples): ACK ``[[root, xor], ...]``; FAIL, ACKED, FAILED ``[root, ...]``; ids as ints; the
+    tuples): ACK and ACKER_TABLE ``[[root, xor], ...]``; FAIL, ACKED, FAILED ``[root, ...]``; ids as ints; the
     hand-over messages as maps. The transport checks the rare kinds with it; the acker and the
     spouts, which take the frequent ones, catch what raises and ask it then (no cost per ack)."""
-    if kind == ACK:
+    if kind == ACK or kind == ACKER_TABLE:
         return (type(entries) is tuple and not set(map(type, entries)) - {tuple}
                 and not set(map(len, entries)) - {2} and _u64_arrays(entries))
     if kind in _ROOT_LISTS:

@@ -171,12 +171,13 @@ def register(app: typer.Typer) -> None:
         wait: Annotated[float | None, typer.Option(help="stop mode: seconds deactivated before the stop (default: the message timeout)")] = None,
         timeout: Annotated[float, typer.Option(help="seconds to wait for the moves to complete")] = 120.0,
         parallelism: Annotated[list[str] | None, typer.Option("--parallelism", "-e", help="COMPONENT=N: change a component's executors, live in thread mode (repeatable; Storm's -e)")] = None,
-        workers: Annotated[int | None, typer.Option("--workers", "-n", help="with --parallelism: this many workers (more than now: new ones from free slots)")] = None,
+        workers: Annotated[int | None, typer.Option("--workers", "-n", help="this many workers (more than now: new ones from free slots); alone: spread evenly over them (Storm's -n), with --parallelism: for the new executors")] = None,
         zk: ZkOption = None,
         zk_root: ZkRootOption = None,
     ) -> None:
         """Move executors between workers, or change a component's parallelism; by default live,
-        as threads, without stopping anything."""
+        as threads, without stopping anything. With no option (or only --workers N), spread the
+        executors evenly over the workers (over N), as Storm's rebalance does."""
         from nstorm.client import check_rebalance_options
         from nstorm.errors import UsageError
         from nstorm.rescale import parse_parallelism
@@ -208,6 +209,12 @@ def register(app: typer.Typer) -> None:
         with cluster_client(zk, zk_root) as client:
             result = client.rebalance(name, mode=mode, moves=moves, random_count=random_count, wait_secs=wait,
                                       workers=workers)
+            if not result["moves"]:
+                released = result.get("released")
+                typer.echo(f"{name}: plan v{result['version']}: "
+                           + (f"released {', '.join(released)} (only ackers there)" if released
+                              else "already even over its workers, nothing moved"))
+                return
             typer.echo(f"{name}: plan v{result['version']}, {mode} mode: "
                        + ", ".join(f"{e} -> {w}" for e, w in result["moves"]))
             done = client.wait_migrations(name, result["records"], timeout=timeout)

@@ -6,7 +6,8 @@ conf: ``test.output.dir`` (required), ``test.sentences`` per spout executor (def
 output directory and ends ``test.after.go`` sentences after the spout first sees it
 (``test.sentences`` is then only a cap): a test's fault, however long it takes, lands while the
 spouts still emit. Each spout writes ``total`` (the sentences it emits in all; null until it
-has seen ``go``) next to its acks.
+has seen ``go``) next to its acks. ``test.movable``: the spouts keep their position, acks and
+replays in ``self.state``, so that a live move hands them over (else a moved spout starts over).
 """
 
 from __future__ import annotations
@@ -28,10 +29,10 @@ class FixedSentences(Spout):
         self.dir = conf["test.output.dir"]
         self.name = f"spout-{context.task_index}"
         self.todo = sentences(int(conf.get("test.sentences", 2000)), seed=100 + context.task_index)
-        self.next = 0
-        self.acks: dict[int, int] = {}
-        self.fails = 0
-        self.replay: list[int] = []
+        self.movable = bool(conf.get("test.movable"))
+        self.own: dict = {}
+        for key, empty in (("next", 0), ("acks", {}), ("fails", 0), ("replay", [])):
+            self.book.setdefault(key, empty)
         self.dumped = 0.0
         self.dirty = True
         self.rate = float(conf.get("test.rate") or 0)
@@ -41,6 +42,15 @@ class FixedSentences(Spout):
         self.go = Path(self.dir) / "go"
         self.looked = 0.0
         self.total = len(self.todo) if self.more is None else None  # known once "go" is seen
+
+    @property
+    def book(self) -> dict:
+        return self.state if self.movable else self.own  # (a hand-over replaces self.state: never cached)
+
+    next = property(lambda self: self.book["next"], lambda self, v: self.book.__setitem__("next", v))
+    fails = property(lambda self: self.book["fails"], lambda self, v: self.book.__setitem__("fails", v))
+    acks = property(lambda self: self.book["acks"])
+    replay = property(lambda self: self.book["replay"])
 
     def next_tuple(self):
         now = time.monotonic()

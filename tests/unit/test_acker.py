@@ -92,6 +92,36 @@ def test_a_stopped_acker_drops_what_is_put_on_it() -> None:
     assert worker.take(0, control=True) == [] and acker.executed == 0
 
 
+def test_a_moved_acker_hands_its_open_trees_over_and_sends_on_what_reaches_it_later() -> None:
+    """Nimbus moves the ackers off a worker it releases: the old copy's table merges into the new
+    copy's (XOR commutes), so every tree completes once, wherever its acks went."""
+    moved = {**PLACES, "__acker:0": "n2:1"}
+    old_host = FakeHost(_plan(PLACES))
+    old = AckerExecutor(old_host, "__acker:0", 2)  # type: ignore[arg-type]
+    new_host = FakeHost(_plan(moved), worker_id="n2:1")
+    new = AckerExecutor(new_host, "__acker:0", 2)  # type: ignore[arg-type]
+    rng = random.Random(3)
+    roots = [rng.getrandbits(40) << wire.ROOT_TASK_BITS for _ in range(50)]
+    edges = {r: (rng.getrandbits(64) | 1, rng.getrandbits(64) | 1) for r in roots}
+    for r in roots:
+        old.ctl_q.put((wire.ACK, 1, [(r, edges[r][0])]))  # before the move: each tree's first ack
+    old_host.routing = RoutingTable.from_plan(_plan(moved))  # the worker's swap, then the hand-over
+    assert old.hand_over() == 50 and old.counters()["pending"] == 0
+    late = roots[:10]
+    old.ctl_q.put((wire.ACK, 1, [(r, edges[r][0] ^ edges[r][1]) for r in late]))  # sent before the senders swapped
+    sent = [(wid, m) for wid, m in old_host.sockets.control_messages()]
+    assert [(wid, m[0]) for wid, m in sent] == [("n2:1", wire.ACKER_TABLE), ("n2:1", wire.ACK)]
+    for _wid, (kind, dst, _src, entries) in sent:
+        assert dst == 2 and wire.control_entries_ok(kind, tuple(tuple(e) for e in entries))
+        new.ctl_q.put((kind, 2, entries))
+    new.ctl_q.put((wire.ACK, 1, [(r, edges[r][0] ^ edges[r][1]) for r in roots[10:]]))
+    new.ctl_q.put((wire.ACK, 1, [(r, edges[r][1]) for r in roots]))  # the leaves
+    answers = new_host.sockets.control_messages()  # to the spout, in the old worker
+    done = [root for wid, (kind, dst, _src, batch) in answers if kind == wire.ACKED for root in batch]
+    assert sorted(done) == sorted(roots) and new.counters()["pending"] == 0
+    assert old.acked == 0 and old_host.take(0, control=True) == []
+
+
 def _spout(worker: FakeHost, task: int = 0) -> SpoutExecutor:
     ex = SpoutExecutor(worker, "sentences:0", task, Sentences, _definition())  # type: ignore[arg-type]
     ex.setup()

@@ -175,7 +175,8 @@ def test_daemon_ids(value: str, empty_ok: bool, ok: bool) -> None:
 @pytest.mark.parametrize(("args", "needle"), [
     (["-e", "count=3", "--move", "garbage"], "not both"),
     (["-e", "count=3", "--random", "5"], "not both"),
-    (["--workers", "3", "--random", "1"], "--workers goes with --parallelism"),
+    (["--workers", "3", "--random", "1"], "--workers goes alone"),
+    (["--workers", "2", "--move", "count:0=n1:6701"], "--workers goes alone"),
     (["-e", "count=3", "--timeout", "-1"], "--timeout"),
     (["--random", "1", "--timeout", "nan"], "--timeout"),
 ])

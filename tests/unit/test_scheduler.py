@@ -69,7 +69,7 @@ def test_spread_moves_refill_returned_slots_from_the_busiest_workers() -> None:
 
 
 def test_a_worker_that_moves_emptied_is_released_and_its_ackers_keep_their_tasks() -> None:
-    from nimbus.rebalance import apply_moves, drained_workers, release_workers
+    from nimbus.rebalance import apply_moves, drained_workers, hollow, release_workers, shed_ackers
 
     slots = [Slot("n1", "h", 1, 11), Slot("n2", "h", 1, 11), Slot("n3", "h", 1, 11)]
     places = {"s:0": "n1:1", "b:0": "n2:1", "b:1": "n3:1", "__acker:0": "n1:1", "__acker:1": "n2:1",
@@ -80,10 +80,16 @@ def test_a_worker_that_moves_emptied_is_released_and_its_ackers_keep_their_tasks
     assert "n3:1" in moved.workers  # it still drains the moved-away copy
     assert drained_workers(moved, []) == []  # the move is still open
     assert drained_workers(moved, ["b:1"]) == ["n3:1"]  # done: only an acker is left there
-    released = release_workers(moved, ["n3:1"])
-    assert set(released.workers) == {"n1:1", "n2:1"}
-    assert released.tasks == plan.tasks  # ackers keep their count and task ids
-    assert released.executors["__acker:2"] in ("n1:1", "n2:1")
+    moved = moved.replace(moved={})
+    # First its ackers move (handing their open trees over), the worker stays, holding nothing...
+    shed = shed_ackers(moved, ["n3:1"], 3)
+    assert set(shed.workers) == {"n1:1", "n2:1", "n3:1"} and shed.releasing == {"n3:1": 3}
+    assert shed.tasks == plan.tasks  # ackers keep their count and task ids
+    assert shed.executors["__acker:2"] in ("n1:1", "n2:1") and hollow(shed, "n3:1") and not hollow(shed, "n2:1")
+    assert Plan.from_json("t", shed.to_json()).releasing == {"n3:1": 3}
+    # ... then, once every worker has that plan, it goes.
+    released = release_workers(shed, ["n3:1"])
+    assert set(released.workers) == {"n1:1", "n2:1"} and not released.releasing
     # An initial plan's worker with only an acker (more workers than executors) is not "emptied".
     assert drained_workers(plan, []) == []
 
