@@ -65,8 +65,12 @@ round after round for ``otd.autoscale.cooldown.secs``, gets one fewer. Not out w
 workers are starved for CPU (their threads waited ``otd.cpu.wait.high`` of a core) and the new
 executor would be too: every free slot on a machine (host address) where a worker of the
 topology is starved, or, with no free slot, in workers that all are; on a saturated machine
-another thread only waits (the round warns instead). A new worker goes to a free slot on a
-machine with CPU to give first (the request names those machines, :func:`hosts_with_cpu`). One
+another thread only waits (the round warns instead). Workers capped by a cgroup quota are never
+starved (their wait is their own throttling) and gain only from a new worker: not out when
+every free slot is on a machine whose workers' caps already take its cores (the supervisors
+register their machine's cores and the cap they give, :func:`cap_room`). A new worker goes to
+a free slot on a machine with CPU to give first (the request names those machines,
+:func:`hosts_with_cpu`). One
 step a round at most: out again once a whole window (``otd.window.secs``) has passed since the
 last step, in only after the cool-down; executor CPU is each executor thread's (the workers
 measure it).
@@ -83,7 +87,7 @@ import numpy as np
 from nstorm.topology import is_acker
 
 __all__ = ["HIGH", "LOW", "NORMAL", "Decision", "ScaleStep", "WorkerLoad", "allocation_scores", "autoscale", "behind",
-           "classify", "hosts_with_cpu", "no_cpu_for_more", "otd_round"]
+           "cap_room", "classify", "hosts_with_cpu", "no_cpu_for_more", "otd_round"]
 
 HIGH, NORMAL, LOW = "high", "normal", "low"
 
@@ -291,25 +295,52 @@ def behind(loads: Mapping[str, WorkerLoad], conf: Mapping[str, Any]) -> set[str]
     return {w for w, load in loads.items() if load.queue >= queue_high or load.trend >= growth_high}
 
 
+def cap_room(host: str, loads: Mapping[str, WorkerLoad], worker_host: Mapping[str, str], cap: float,
+             cores: float) -> bool:
+    """Whether a new worker capped at ``cap`` cores has room on ``host`` (``cores`` usable there):
+    the caps of the topology's capped workers on it, and the CPU its uncapped ones use, leave
+    that much. Capped workers' caps may add up past a machine's cores; then each gets less."""
+    used = sum(load.capacity if load.capped else load.cpu * load.capacity
+               for w, load in loads.items() if worker_host.get(w) == host)
+    return used + min(cap, 1.0) <= cores + 1e-9
+
+
 def hosts_with_cpu(free_hosts: Sequence[str], loads: Mapping[str, WorkerLoad], worker_host: Mapping[str, str],
-                   wait_high: float) -> list[str]:
+                   wait_high: float, machines: Mapping[str, tuple[float, float]] | None = None) -> list[str]:
     """The machines (host addresses, which the supervisors of one machine share) of free slots
-    where no worker of the topology is starved, in Nimbus's order: a new worker goes there first."""
+    where no worker of the topology is starved and, where supervisors cap their workers
+    (``machines``: host -> (the cap of a new worker, the machine's cores)), a new capped worker
+    has room (:func:`cap_room`), in Nimbus's order: a new worker goes there first."""
     starved = {worker_host[w] for w, load in loads.items() if w in worker_host and load.starved(wait_high)}
-    return list(dict.fromkeys(h for h in free_hosts if h not in starved))
+    machines = machines or {}
+
+    def room(host: str) -> bool:
+        cap, cores = machines.get(host, (0.0, 0.0))
+        return not (cap > 0 and cores > 0) or cap_room(host, loads, worker_host, cap, cores)
+
+    return list(dict.fromkeys(h for h in free_hosts if h not in starved and room(h)))
 
 
 def no_cpu_for_more(lagging_high: set[str], loads: Mapping[str, WorkerLoad], worker_host: Mapping[str, str],
-                    free_hosts: Sequence[str], wait_high: float) -> str | None:
+                    free_hosts: Sequence[str], wait_high: float,
+                    machines: Mapping[str, tuple[float, float]] | None = None) -> str | None:
     """Why one executor more would find no CPU, or None: every lagging high-load worker is starved
     (its threads wait for a CPU of its machine), and so would the new executor be: every free slot
     (``free_hosts``: their machines) is on a machine where a worker of the topology is starved, or,
     with no free slot, every worker it has is. A machine with no worker of the topology, or none
-    starved, may have CPU to give (:func:`hosts_with_cpu`)."""
+    starved, may have CPU to give (:func:`hosts_with_cpu`). Workers capped by a cgroup quota are
+    never starved (their wait is their throttling) and gain only from a new worker: not when every
+    free slot is on a machine whose workers' caps already take its cores (``machines``)."""
+    if lagging_high and all(w in loads and loads[w].capped for w in lagging_high):
+        if not free_hosts or not machines or hosts_with_cpu(free_hosts, loads, worker_host, wait_high, machines):
+            return None
+        return (f"workers {sorted(lagging_high)} fall behind at their CPU caps, and a new capped worker would "
+                "find no cores free: the caps of the workers on every machine with a free slot take its cores "
+                f"({', '.join(sorted(set(free_hosts)))})")
     if not lagging_high or not all(w in loads and loads[w].starved(wait_high) for w in lagging_high):
         return None
     if free_hosts:
-        if hosts_with_cpu(free_hosts, loads, worker_host, wait_high):
+        if hosts_with_cpu(free_hosts, loads, worker_host, wait_high, machines):
             return None
         where = ("every free slot is on a machine where the topology's workers wait for a CPU too "
                  f"({', '.join(sorted(set(free_hosts)))})")

@@ -23,6 +23,7 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -256,7 +257,8 @@ class OtdRunner:
         worker_host = {w: s.host for w, s in plan.workers.items()}
         wait_high = float(conf.get("otd.cpu.wait.high", 0.25))
         free_hosts = [s.host for s in free]
-        no_cpu = no_cpu_for_more(high & lagging, loads, worker_host, free_hosts, wait_high)
+        machines = _machines(supervisors)
+        no_cpu = no_cpu_for_more(high & lagging, loads, worker_host, free_hosts, wait_high, machines)
         capacity = {w: load.capacity for w, load in loads.items()}
         step = autoscale(decision, placement, bolts, executor_cpu, capacity, conf, len(free),
                          self._low_since.setdefault(name, {}), now, lagging, no_cpu)
@@ -270,9 +272,20 @@ class OtdRunner:
                  f" on {step.workers} workers" if step.workers else "", step.why)
         request = {"mode": "thread", "moves": [], "random": 0, "by": "otd", "requested_at": time.time(),
                    "parallelism": {step.component: step.parallelism}, "workers": step.workers,
-                   "hosts": hosts_with_cpu(free_hosts, loads, worker_host, wait_high)}  # a new worker goes there first
+                   "hosts": hosts_with_cpu(free_hosts, loads, worker_host, wait_high, machines)}  # a new worker goes there first
         self.zk.create(f"{self.paths.requests(name)}/req-", encode(request), sequence=True, makepath=True)
         return step
+
+
+def _machines(supervisors: Mapping[str, Mapping[str, Any]]) -> dict[str, tuple[float, float]]:
+    """Host -> (the CPU cap its supervisors give a new worker, 0 for none; its usable cores), from
+    the supervisors' registrations (one that registered neither is left out)."""
+    machines: dict[str, tuple[float, float]] = {}
+    for info in supervisors.values():
+        cap, cores = info.get("worker_cpu_limit"), info.get("cores")
+        if isinstance(cap, (int, float)) and isinstance(cores, (int, float)) and cores > 0:
+            machines[str(info.get("host"))] = (float(cap), float(cores))
+    return machines
 
 
 def _capacity(beat: Heartbeat) -> float:

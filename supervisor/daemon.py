@@ -132,7 +132,10 @@ class Supervisor:
     def _register(self) -> None:
         assert self.zk is not None
         path = self.paths.supervisor(self.node)
-        data = encode({"node": self.node, "host": self.host, "slots": self.slots, "pid": os.getpid(), "started_at": time.time()})
+        # cores and worker_cpu_limit: OTD's autoscaling adds no capped worker to a machine whose caps take its cores
+        data = encode({"node": self.node, "host": self.host, "slots": self.slots, "pid": os.getpid(),
+                       "started_at": time.time(), "cores": len(os.sched_getaffinity(0)),
+                       "worker_cpu_limit": self.cpu.cores if self.cpu.enabled else 0})
         deadline = time.monotonic() + float(self.conf["nstorm.zookeeper.session.timeout.secs"]) * 2
         while True:
             try:

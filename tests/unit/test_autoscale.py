@@ -59,6 +59,29 @@ def test_busy_workers_that_keep_up_are_not_scaled_out() -> None:
     assert step is not None and step.component == "count" and "w2" in step.why
 
 
+def test_no_capped_worker_more_where_the_caps_take_the_machine_s_cores() -> None:
+    """Capped workers are never starved (their wait is their throttling): session 33's capped run
+    added 0.4-core workers until eight shared two cores. A new capped worker needs a machine
+    whose workers' caps (and uncapped workers' CPU) leave room for its cap."""
+    from scheduler_otd.otd import WorkerLoad, cap_room, hosts_with_cpu, no_cpu_for_more
+
+    capped = {f"w{i}": WorkerLoad(0.95, 20.0, 3.0, capacity=0.4, wait=1.0, capped=True) for i in range(5)}
+    hosts = {w: "10.0.0.1" for w in capped}
+    lagging = set(capped)
+    machines = {"10.0.0.1": (0.4, 2.0), "10.0.0.2": (0.4, 2.0)}
+    assert not cap_room("10.0.0.1", capped, hosts, 0.4, 2.0)  # 5 x 0.4 = 2 cores taken
+    assert cap_room("10.0.0.1", {w: capped[w] for w in ("w0", "w1", "w2", "w3")}, hosts, 0.4, 2.0)
+    why = no_cpu_for_more(lagging, capped, hosts, ["10.0.0.1", "10.0.0.1"], 0.25, machines)
+    assert why is not None and "caps" in why and "10.0.0.1" in why
+    assert no_cpu_for_more(lagging, capped, hosts, ["10.0.0.1", "10.0.0.2"], 0.25, machines) is None
+    assert hosts_with_cpu(["10.0.0.1", "10.0.0.2"], capped, hosts, 0.25, machines) == ["10.0.0.2"]
+    # Without the supervisors' cores (older registrations), or with no free slot, as before.
+    assert no_cpu_for_more(lagging, capped, hosts, ["10.0.0.1"], 0.25) is None
+    assert no_cpu_for_more(lagging, capped, hosts, [], 0.25, machines) is None
+    # An uncapped supervisor's free slot gives a worker a whole core's chance.
+    assert no_cpu_for_more(lagging, capped, hosts, ["10.0.0.1"], 0.25, {"10.0.0.1": (0.0, 2.0)}) is None
+
+
 def test_no_scale_out_where_the_new_executor_would_wait_for_a_cpu_too() -> None:
     """On a saturated machine (every lagging high-load worker's threads wait for a CPU), one
     executor more in a new worker on that machine, or in the workers it has, only adds a thread
