@@ -228,10 +228,12 @@ class Nimbus:
         current = plan  # every change below goes into one next version
         repaired = self.scheduler.repair_plan(plan, live, free)
         if repaired is not None:
-            lost = sorted(set(plan.workers) - set(repaired.workers))
-            log.warning("topology %s: workers %s lost; executors reassigned (v%d)", name, lost, current.version + 1)
-            if self.checkpoints is not None:
-                self.checkpoints.roll_back(name, f"workers {lost} lost with their executors")
+            lost = sorted(set(plan.workers) - set(repaired.workers) - set(plan.releasing))  # (those held nothing)
+            if lost:
+                log.warning("topology %s: workers %s lost; executors reassigned (v%d)", name, lost,
+                            current.version + 1)
+                if self.checkpoints is not None:
+                    self.checkpoints.roll_back(name, f"workers {lost} lost with their executors")
             stranded = {e: m for e, m in repaired.moved.items() if m.target in lost}
             if stranded:
                 # Their new copies were on a lost worker: the executors start afresh where the

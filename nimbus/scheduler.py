@@ -113,6 +113,10 @@ class EvenScheduler(Scheduler):
             return None
         for w in lost:
             del workers[w]
+        releasing = {w: v for w, v in plan.releasing.items() if w not in lost}
+        lost = [w for w in lost if w not in plan.releasing]  # one being released holds nothing to replace
+        if not lost:
+            return plan.next(workers=workers, releasing=releasing)
         replacements = list(free[: len(lost)])
         for slot in replacements:
             workers[slot.worker_id] = slot
@@ -125,4 +129,5 @@ class EvenScheduler(Scheduler):
         # Executors a rescale removes that were on a lost worker have nothing left to hand over:
         # their key groups' new owners stop waiting at their deadline (or the topology rolls back).
         retiring = {e: w for e, w in plan.retiring.items() if w not in lost}
-        return plan.next(executors=executors, workers=workers, missing_workers=missing, retiring=retiring)
+        return plan.next(executors=executors, workers=workers, missing_workers=missing, retiring=retiring,
+                         releasing=releasing)

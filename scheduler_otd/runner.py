@@ -189,10 +189,11 @@ class OtdRunner:
         last_move = max((float(r.completed_at or r.requested_at or 0.0) for r in migrations if r.by == "otd"),
                         default=0.0)
         # A worker whose supervisor is down reads no new plan: Nimbus refuses a move from or to it,
-        # so it is neither a source nor a target (a worker without a load is in no class).
+        # so it is neither a source nor a target (a worker without a load is in no class); nor is
+        # one being released (moves emptied it: its idle load would draw them back).
         supervisors = self.cluster.supervisors()
         unwatched = unwatched_workers(plan.workers, supervisors)
-        loads = {w: load for w, load in loads.items() if w not in unwatched}
+        loads = {w: load for w, load in loads.items() if w not in unwatched and w not in plan.releasing}
         movable = [e for e in executors if not is_acker(e) and e not in held and plan.executors[e] not in unwatched]
         decision = otd_round(executors, plan.executors, worker_node, loads, edges, conf, movable)
         elapsed = time.monotonic() - started

@@ -90,6 +90,10 @@ def test_a_worker_that_moves_emptied_is_released_and_its_ackers_keep_their_tasks
     # ... then, once every worker has that plan, it goes.
     released = release_workers(shed, ["n3:1"])
     assert set(released.workers) == {"n1:1", "n2:1"} and not released.releasing
+    # Lost with its node meanwhile: gone, and no worker is missing (it held nothing to replace).
+    repaired = EvenScheduler().repair_plan(shed, {w: s for w, s in live.items() if w != "n3:1"}, [])
+    assert repaired is not None and set(repaired.workers) == {"n1:1", "n2:1"}
+    assert not repaired.releasing and repaired.missing_workers == 0 and repaired.executors == shed.executors
     # An initial plan's worker with only an acker (more workers than executors) is not "emptied".
     assert drained_workers(plan, []) == []
 
