@@ -271,8 +271,9 @@ class ClusterClient:
         workers: int | None = None,
     ) -> dict[str, Any]:
         """Ask Nimbus to move executors, or to change components' parallelism (``parallelism``,
-        with ``workers`` for more worker processes); returns its result (``version``,
-        ``records``, ``moves``).
+        with ``workers`` for more worker processes), or, with neither, to spread the executors
+        evenly over the workers (over ``workers`` of them: Storm's rebalance [-n N]); returns its
+        result (``version``, ``records``, ``moves``).
 
         :raises UsageError: bad input (unknown executor, component or worker, an acker, a busy
             executor, a parallelism out of range, a rescale in progress).

@@ -45,7 +45,8 @@ def _check(plan: Plan, workers: int) -> None:
         raise RebalanceError(msg)
     if plan.rescales or plan.moved or plan.releasing:
         busy = ", ".join(sorted([*plan.rescales, *plan.moved, *plan.releasing])[:5])
-        msg = f"moves or rescales of {busy} are in progress in {plan.topology!r}; rebalance once they complete"
+        msg = (f"moves, rescales or worker releases ({busy}) are in progress in {plan.topology!r}; "
+               "rebalance once they complete")
         raise RebalanceError(msg)
 
 

@@ -143,9 +143,11 @@ class AckerExecutor(Executor):
         try:
             for entry in entries:
                 self.outbox.control(kind, self.task, entry)
-        except TypeError:  # not a list of entries (a peer's garbage): dropped
-            self.record_error("acker entries", TypeError(f"{kind}: {type(entries).__name__}"))
-        self.outbox.flush_control()
+            self.outbox.flush_control()
+        except Exception as exc:  # noqa: BLE001 - entries that are no list (a peer's garbage), a socket
+            # error: dropped, their trees time out and are replayed; the caller (a receiver) goes on
+            self.outbox.ctl_buffers.clear()
+            self.record_error("acker entries sent on", exc)
 
     def loop(self) -> None:
         while self._running:
