@@ -423,8 +423,7 @@ class Nimbus:
         if request.get("spread"):  # Storm's rebalance [-n N]: even over N workers (default: as many as now)
             count = request.get("workers")
             count = len(plan.workers) if count is None else count
-            free = [s for w, s in live.items() if w not in self._owners]
-            moves = even_moves(plan, count, free, self._unwatched)
+            moves = even_moves(plan, count, self._free(live), self._unwatched)
             idle = idle_dropped_workers(plan, count, moves, self._unwatched)
             if not moves:
                 return self._release_idle(name, plan, zk_version, idle, mode)
@@ -450,6 +449,10 @@ class Nimbus:
         log.info("topology %s: %s-mode move of %s (v%d, by %s)", name, mode.value,
                  ", ".join(f"{e}->{w}" for e, w in moves), new.version, by)
         return {"ok": True, "version": new.version, "records": records, "moves": moves, "mode": mode.value}
+
+    def _free(self, live: Mapping[str, Slot]) -> list[Slot]:
+        """The live slots no topology's plan holds, in Nimbus's order (for new workers)."""
+        return [s for w, s in live.items() if w not in self._owners]
 
     def _release_idle(self, name: str, plan: Plan, zk_version: int, idle: list[str], mode: MoveMode) -> dict[str, Any]:
         """An even placement that needs no move: the workers it drops that hold only ackers are
@@ -478,7 +481,7 @@ class Nimbus:
         raw = request.get("parallelism")
         changes = {str(k): v for k, v in raw.items()} if isinstance(raw, Mapping) else {}
         workers = request.get("workers")
-        free = [s for w, s in live.items() if w not in self._owners]
+        free = self._free(live)
         validate_rescale(plan, definition, changes, groups, len(free), workers)
         hosts = request.get("hosts") or []
         if not isinstance(hosts, list) or not all(isinstance(h, str) for h in hosts):

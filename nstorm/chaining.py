@@ -28,13 +28,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from nstorm.plan import Plan
-from nstorm.topology import LOCAL_OR_SHUFFLE
+from nstorm.topology import LOCAL_OR_SHUFFLE, component_of
 
 __all__ = ["chainable_channel", "every_pointwise_pair", "kept_chains", "pointwise_pairs"]
 
-
-def _component(executor: str) -> str:
-    return executor.rpartition(":")[0]
 
 
 def chainable_channel(definition: Mapping[str, Any], upstream: str, downstream: str) -> str | None:
@@ -63,7 +60,7 @@ def pointwise_pairs(definition: Mapping[str, Any], plan: Plan, upstream: str, do
     ups: dict[str, list[str]] = {}
     downs: dict[str, list[str]] = {}
     for e, w in plan.executors.items():
-        c = _component(e)
+        c = component_of(e)
         if c == upstream:
             ups.setdefault(w, []).append(e)
         elif c == downstream:
@@ -94,7 +91,7 @@ def kept_chains(definition: Mapping[str, Any], plan: Plan) -> dict[str, str]:
     for d, u in plan.chains.items():
         if d in moving or u in moving:
             continue
-        if pointwise_pairs(definition, plan, _component(u), _component(d)).get(d) == u:
+        if pointwise_pairs(definition, plan, component_of(u), component_of(d)).get(d) == u:
             kept[d] = u
     return kept
 

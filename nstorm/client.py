@@ -26,7 +26,7 @@ from nstorm.constraints import constraints_of
 from nstorm.errors import ClusterError, ConfigError, NotFoundError, UsageError
 from nstorm.loader import load_topology, make_archive
 from nstorm.moves import MODES, RebalanceError, unwatched_workers, validate_moves
-from nstorm.plan import Plan, interleave_slots
+from nstorm.plan import Plan, Slot, interleave_slots
 from nstorm.qospolicy import ConstraintState, status_entry
 from nstorm.records import Heartbeat, MigrationRecord, TopologyStatus
 from nstorm.rescale import validate_rescale
@@ -241,20 +241,23 @@ class ClusterClient:
         validate_moves(plan, moves, live, self.cluster.busy_executors(name), others,
                        unwatched_workers(plan.workers, {s.node for s in live.values()}))
 
+    def _slots(self, plan: Plan) -> tuple[list[Slot], list[Slot]]:
+        """Every live slot in Nimbus's order, and those no topology's plan holds (``plan``'s included)."""
+        used = {w for other in self.names() for w in (self.plan(other) or plan.replace(workers={})).workers}
+        slots = interleave_slots(self.cluster.supervisors())
+        return slots, [s for s in slots if s.worker_id not in used]
+
     def _check_spread(self, name: str, workers: int | None) -> None:
         """The checks Nimbus makes of an even spread over ``workers`` (None: as many as now)."""
         plan = self._require_plan(name)
-        used = {w for other in self.names() for w in (self.plan(other) or plan.replace(workers={})).workers}
-        slots = interleave_slots(self.cluster.supervisors())
-        free = [s for s in slots if s.worker_id not in used]
+        slots, free = self._slots(plan)
         fixed = unwatched_workers(plan.workers, {s.node for s in slots})
         even_moves(plan, len(plan.workers) if workers is None else workers, free, fixed)
 
     def _check_rescale(self, name: str, topo: Mapping[str, Any], changes: Mapping[str, int], workers: int | None) -> None:
         """The checks Nimbus makes of a parallelism change, done here first (exit 2 on bad input)."""
         plan = self._require_plan(name)
-        used = {w for other in self.names() for w in (self.plan(other) or plan.replace(workers={})).workers}
-        free = [s for s in interleave_slots(self.cluster.supervisors()) if s.worker_id not in used]
+        _slots, free = self._slots(plan)
         conf = merge_conf(topo["definition"].get("conf"), topo.get("conf"))
         validate_rescale(plan, topo["definition"], changes, int(conf["topology.max.parallelism"]), len(free), workers)
 

@@ -24,14 +24,11 @@ from typing import Any
 
 from nstorm.moves import RebalanceError
 from nstorm.plan import Plan, Rescale, Slot
-from nstorm.topology import ACKER, MAX_TASKS, is_acker
+from nstorm.topology import ACKER, MAX_TASKS, component_of, is_acker
 
 __all__ = ["executors_of_component", "gaining_executors", "new_worker_slots", "parse_parallelism", "rescale_plan",
            "validate_rescale"]
 
-
-def _component(executor: str) -> str:
-    return executor.rpartition(":")[0]
 
 
 def parse_parallelism(items: Sequence[str]) -> dict[str, int]:
@@ -56,7 +53,7 @@ def parse_parallelism(items: Sequence[str]) -> dict[str, int]:
 
 def executors_of_component(plan: Plan, component: str) -> list[str]:
     """The component's executors now (the plan's ``executors``), in task order."""
-    return [e for e in plan.tasks if e in plan.executors and _component(e) == component]
+    return [e for e in plan.tasks if e in plan.executors and component_of(e) == component]
 
 
 def validate_rescale(plan: Plan, definition: Mapping[str, Any], changes: Mapping[str, int], max_parallelism: int,
@@ -139,7 +136,7 @@ def new_worker_slots(free: Sequence[Slot], count: int, hosts: Collection[str] = 
 
 def _new_index(plan: Plan, component: str) -> int:
     """The next executor index of ``component`` (never one it had before)."""
-    return 1 + max((int(e.rpartition(":")[2]) for e in plan.tasks if _component(e) == component), default=-1)
+    return 1 + max((int(e.rpartition(":")[2]) for e in plan.tasks if component_of(e) == component), default=-1)
 
 
 def rescale_plan(plan: Plan, changes: Mapping[str, int], new_slots: Sequence[Slot], live: bool,

@@ -27,13 +27,10 @@ from collections.abc import Collection, Sequence
 
 from nstorm.moves import RebalanceError
 from nstorm.plan import Plan, Slot
-from nstorm.topology import is_acker
+from nstorm.topology import component_of, is_acker
 
 __all__ = ["even_moves", "idle_dropped_workers"]
 
-
-def _component(executor: str) -> str:
-    return executor.rpartition(":")[0]
 
 
 def _check(plan: Plan, workers: int) -> None:
@@ -97,7 +94,7 @@ def even_moves(plan: Plan, workers: int, free: Sequence[Slot], fixed: Collection
     by_load = sorted(receivers, key=lambda w: (-len(held.get(w, ())), targets.index(w)))
     share = {w: base + (1 if i < extra else 0) for i, w in enumerate(by_load)}
     have = {w: list(held.get(w, ())) for w in receivers}
-    kinds = {w: Counter(_component(e) for e in have[w]) for w in receivers}
+    kinds = {w: Counter(component_of(e) for e in have[w]) for w in receivers}
     # Executors of dropped workers all go; then kept workers give what exceeds their share.
     donors = {w: list(v) for w, v in held.items() if w not in fixed and w not in share and v}
     moves: list[tuple[str, str]] = []
@@ -113,15 +110,15 @@ def even_moves(plan: Plan, workers: int, free: Sequence[Slot], fixed: Collection
             pool_of = have[donor]
         receiver = max((w for w in receivers if len(have[w]) < share[w]),
                        key=lambda w: (share[w] - len(have[w]), -targets.index(w)))
-        counts = Counter(_component(e) for e in pool_of)
-        executor = min(pool_of, key=lambda e: (kinds[receiver][_component(e)], -counts[_component(e)], e))
+        counts = Counter(component_of(e) for e in pool_of)
+        executor = min(pool_of, key=lambda e: (kinds[receiver][component_of(e)], -counts[component_of(e)], e))
         pool_of.remove(executor)
         if donor in kinds:
-            kinds[donor][_component(executor)] -= 1
+            kinds[donor][component_of(executor)] -= 1
         elif not pool_of:
             del donors[donor]
         have[receiver].append(executor)
-        kinds[receiver][_component(executor)] += 1
+        kinds[receiver][component_of(executor)] += 1
         moves.append((executor, receiver))
 
 

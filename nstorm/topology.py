@@ -32,6 +32,7 @@ __all__ = [
     "Topology",
     "TopologyBuilder",
     "check_topology_name",
+    "component_of",
     "is_acker",
     "normalize_outputs",
 ]
@@ -43,6 +44,11 @@ ACKER = "__acker"  # the component name of the acker executors (system executors
 def is_acker(executor_id: str) -> bool:
     """True for an acker executor id."""
     return executor_id.startswith(ACKER + ":")
+
+
+def component_of(executor_id: str) -> str:
+    """The component of an executor id (``count`` of ``count:3``)."""
+    return executor_id.rpartition(":")[0]
 
 SHUFFLE = "shuffle"
 FIELDS = "fields"

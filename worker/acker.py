@@ -127,7 +127,7 @@ class AckerExecutor(Executor):
         """Stop, and send the open entries to this acker's new place (the host's routing, swapped
         already, says where); returns how many went. What reaches this copy later follows them."""
         with self.lock:
-            self._running = False
+            self.stop()
             self.moved_away = True
             table, self.entries = self.entries, {}
             self._send_on(wire.ACKER_TABLE, list(table.items()))

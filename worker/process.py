@@ -320,8 +320,7 @@ class Worker:
             self.routing = routing  # the atomic swap: every executor sees it on its next loop
             self.version = routing.version
             for acker in ackers:
-                sent = acker.hand_over()
-                acker.stop()
+                sent = acker.hand_over()  # (and stops it)
                 log.info("plan v%d: acker %s moved to %s with %d open trees", self.version, acker.executor_id,
                          routing.location[acker.task], sent)
         self.applied_once = True
