@@ -309,14 +309,15 @@ def hosts_with_cpu(free_hosts: Sequence[str], loads: Mapping[str, WorkerLoad], w
                    wait_high: float, machines: Mapping[str, tuple[float, float]] | None = None) -> list[str]:
     """The machines (host addresses, which the supervisors of one machine share) of free slots
     where no worker of the topology is starved and, where supervisors cap their workers
-    (``machines``: host -> (the cap of a new worker, the machine's cores)), a new capped worker
-    has room (:func:`cap_room`), in Nimbus's order: a new worker goes there first."""
+    (``machines``: host -> (the cap of a new worker, the cores the topology may use there: the
+    machine's, less the caps of other topologies' workers on it)), a new capped worker has room
+    (:func:`cap_room`), in Nimbus's order: a new worker goes there first."""
     starved = {worker_host[w] for w, load in loads.items() if w in worker_host and load.starved(wait_high)}
     machines = machines or {}
 
     def room(host: str) -> bool:
         cap, cores = machines.get(host, (0.0, 0.0))
-        return not (cap > 0 and cores > 0) or cap_room(host, loads, worker_host, cap, cores)
+        return cap <= 0 or cap_room(host, loads, worker_host, cap, cores)
 
     return list(dict.fromkeys(h for h in free_hosts if h not in starved and room(h)))
 

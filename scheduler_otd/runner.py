@@ -23,7 +23,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -33,7 +33,7 @@ from nstorm.clusterstate import ClusterState
 from nstorm.config import flag, merge_conf
 from nstorm.home import metrics_dir
 from nstorm.moves import recently_moved, unwatched_workers
-from nstorm.plan import interleave_slots
+from nstorm.plan import Slot, interleave_slots
 from nstorm.records import Heartbeat, TopologyStatus
 from nstorm.topology import is_acker
 from nstorm.zkschema import ZkPaths, encode
@@ -251,14 +251,19 @@ class OtdRunner:
             for eid, counters in beat.executors.items():
                 if isinstance(counters.get("cpu"), (int, float)):
                     executor_cpu[eid] = float(counters["cpu"])
-        used = {w for other in self.cluster.names() for w in ((self.cluster.plan(other)[0] or plan).workers)}
+        others: list[Slot] = []  # other topologies' workers
+        for other in self.cluster.names():
+            other_plan = self.cluster.plan(other)[0] if other != name else None
+            if other_plan is not None:
+                others.extend(other_plan.workers.values())
+        used = set(plan.workers) | {s.worker_id for s in others}
         free = [s for s in interleave_slots(supervisors) if s.worker_id not in used]  # Nimbus's order
         placement = {e: w for e, w in plan.executors.items() if not is_acker(e)}
         high = {w for w, c in decision.classes.items() if c == HIGH}
         worker_host = {w: s.host for w, s in plan.workers.items()}
         wait_high = float(conf.get("otd.cpu.wait.high", 0.25))
         free_hosts = [s.host for s in free]
-        machines = _machines(supervisors)
+        machines = _machines(supervisors, others)
         no_cpu = no_cpu_for_more(high & lagging, loads, worker_host, free_hosts, wait_high, machines)
         capacity = {w: load.capacity for w, load in loads.items()}
         step = autoscale(decision, placement, bolts, executor_cpu, capacity, conf, len(free),
@@ -278,14 +283,19 @@ class OtdRunner:
         return step
 
 
-def _machines(supervisors: Mapping[str, Mapping[str, Any]]) -> dict[str, tuple[float, float]]:
-    """Host -> (the CPU cap its supervisors give a new worker, 0 for none; its usable cores), from
-    the supervisors' registrations (one that registered neither is left out)."""
+def _machines(supervisors: Mapping[str, Mapping[str, Any]], others: Sequence[Slot] = ()) -> dict[str, tuple[float, float]]:
+    """Host -> (the CPU cap its supervisors give a new worker, 0 for none; the cores a topology
+    may use there), from the supervisors' registrations (one that registered neither is left
+    out): the machine's cores less the caps of ``others`` (other topologies' workers) on it."""
     machines: dict[str, tuple[float, float]] = {}
     for info in supervisors.values():
         cap, cores = info.get("worker_cpu_limit"), info.get("cores")
         if isinstance(cap, (int, float)) and isinstance(cores, (int, float)) and cores > 0:
             machines[str(info.get("host"))] = (float(cap), float(cores))
+    for slot in others:
+        if slot.host in machines and machines[slot.host][0] > 0:
+            cap, cores = machines[slot.host]
+            machines[slot.host] = (cap, cores - min(cap, 1.0))
     return machines
 
 

@@ -101,10 +101,13 @@ def test_the_executors_a_latency_move_joined_are_held_with_it(monkeypatch: pytes
     assert not {"a:0", "a:1", "b:0"} & set(seen["movable"]), "b:0 moved next to a:0 and a:1: neither moves away"
 
 
-def _saturated_round(monkeypatch: pytest.MonkeyPatch, free_node: str) -> tuple[dict[str, Any], list[Any]]:
+def _saturated_round(monkeypatch: pytest.MonkeyPatch, free_node: str, cap: float = 0.0,
+                     other_workers: int = 0) -> tuple[dict[str, Any], list[Any]]:
     """A Case 2 round with ``otd.autoscale`` whose two workers (both on n1, 127.0.0.1) fall behind
     with their threads waiting for a CPU; the free slots: n1's first (the first in Nimbus's order),
-    and one on ``free_node`` if it is not n1 (n2: 127.0.0.2). Returns the record and the requests."""
+    and one on ``free_node`` if it is not n1 (n2: 127.0.0.2). With ``cap``, the supervisors cap
+    workers at that many cores on machines of 2 cores; ``other_workers``: another topology's
+    workers on n1. Returns the record and the requests."""
     from nstorm.records import Heartbeat
     from scheduler_otd.otd import Decision
 
@@ -116,13 +119,22 @@ def _saturated_round(monkeypatch: pytest.MonkeyPatch, free_node: str) -> tuple[d
     plan, _ = runner.cluster.plan("t")
     plan = plan.replace(workers={"n1:3": Slot("n1", "127.0.0.1", 3, 4), "n1:5": Slot("n1", "127.0.0.1", 5, 6)},
                         executors={"a:0": "n1:3", "a:1": "n1:5", "b:0": "n1:5", "__acker:0": "n1:3"})
-    slots = {"n1": [[1, 2], [3, 4], [5, 6]], **({free_node: [[7, 8]]} if free_node != "n1" else {})}
-    beat = Heartbeat("n1:3", 1, time.time(), 1, executors={"a:0": {"cpu": 0.6}, "a:1": {"cpu": 0.5}})
+    others = {f"n1:{p}": Slot("n1", "127.0.0.1", p, p + 1) for p in range(11, 11 + 2 * other_workers, 2)}
+    other = Plan.first("u", [f"c:{i}" for i in range(other_workers)],
+                       {f"c:{i}": w for i, w in enumerate(others)}, list(others.values()))
+    slots = {"n1": [[1, 2], [3, 4], [5, 6], *([s.port, s.port + 1] for s in others.values())],
+             **({free_node: [[7, 8]]} if free_node != "n1" else {})}
+    limit = cap if cap > 0 else None
+    beats = {w: Heartbeat(w, 1, time.time(), 1, cpu=0.4, cpu_limit=limit,
+                          executors={"a:0": {"cpu": 0.6}, "a:1": {"cpu": 0.5}} if w == "n1:3" else {})
+             for w in plan.workers}
+    registration = {"worker_cpu_limit": cap, "cores": 2} if cap > 0 else {}
     runner.cluster = types.SimpleNamespace(  # type: ignore[assignment]
-        plan=lambda name: (plan, None), busy_executors=lambda name: set(), children=lambda path: [],
-        heartbeats=lambda name: {"n1:3": beat}, migrations=lambda name: [], names=lambda: ["t"],
+        plan=lambda name: (plan if name == "t" else other, None), busy_executors=lambda name: set(),
+        children=lambda path: [], heartbeats=lambda name: beats, migrations=lambda name: [],
+        names=lambda: ["t", "u"] if other_workers else ["t"],
         topology=lambda name: {"definition": {"components": {"a": {"kind": "bolt"}, "b": {"kind": "bolt"}}}},
-        supervisors=lambda: {node: {"host": "127.0.0.1" if node == "n1" else "127.0.0.2", "slots": s}
+        supervisors=lambda: {node: {"host": "127.0.0.1" if node == "n1" else "127.0.0.2", "slots": s, **registration}
                              for node, s in slots.items()})
     runner.traffic = lambda name, window, load: (  # type: ignore[method-assign]
         {"workers": [{"id": w, "cpu": 0.95, "backlog": 40.0, "trend": 3.0, "wait": 0.8} for w in plan.workers],
@@ -143,3 +155,19 @@ def test_autoscale_adds_no_executor_where_the_machine_has_no_cpu_to_give(monkeyp
     assert record["autoscale"]["component"] == "a" and record["autoscale"]["workers"] == 3 and len(requests) == 1
     assert record["warning"] is None
     assert requests[0]["hosts"] == ["127.0.0.2"], "the new worker goes to the machine with CPU, not n1's free slot"
+
+
+def test_a_capped_scale_out_counts_other_topologies_caps_on_the_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Capped workers (0.4 cores on 2-core machines) fall behind at their caps: a new capped worker
+    needs a machine with room for one cap more. Another topology's capped workers take that
+    machine's cores as much as this topology's own: before, only its own were counted, and two
+    topologies' caps together could exceed a machine's cores."""
+    record, requests = _saturated_round(monkeypatch, "n1", cap=0.4)  # 2 x 0.4 of n1's 2 cores
+    assert record["autoscale"]["component"] == "a" and requests[0]["hosts"] == ["127.0.0.1"]
+    record, requests = _saturated_round(monkeypatch, "n1", cap=0.4, other_workers=2)  # 4 x 0.4 + 0.4 = 2 cores
+    assert record["autoscale"]["component"] == "a" and requests[0]["hosts"] == ["127.0.0.1"]
+    record, requests = _saturated_round(monkeypatch, "n1", cap=0.4, other_workers=3)  # 5 x 0.4: no room
+    assert "autoscale" not in record and requests == []
+    assert "caps" in record["warning"] and "127.0.0.1" in record["warning"]
+    record, requests = _saturated_round(monkeypatch, "n2", cap=0.4, other_workers=3)  # n2 has room
+    assert record["autoscale"]["component"] == "a" and requests[0]["hosts"] == ["127.0.0.2"]
