@@ -85,7 +85,9 @@ def apply_moves(
     executors = dict(plan.executors)
     workers = dict(plan.workers)
     moved = dict(plan.moved)
-    restart: dict[str, int] = {}
+    # Restarts asked before stay asked (a supervisor may see only this version: each restart is
+    # keyed by the version that asked it, and a worker started since then is not restarted again).
+    restart = dict(plan.restart)
     for executor, target in moves:
         source = executors[executor]
         executors[executor] = target

@@ -8,7 +8,7 @@ A plan is versioned; each version is a whole :class:`Plan`. In JSON::
      "workers": {"n1:6700": {"node": "n1", "host": "127.0.0.1", "port": 6700, "ctl_port": 7700}},
      "moved": {"count:3": {"from": "n1:6700", "to": "n2:6701", "mode": "thread", "version": 3,
                            "record": "m-0000000004"}},
-     "restart": {"n1:6700": 3},                           # process mode: workers to restart
+     "restart": {"n1:6700": 3},                           # process mode: workers to restart, and the version that asked
      "retiring": {"count:7": "n2:6701"},                  # removed by a rescale, handing its key groups over
      "rescale": {"count": {"from": ["count:0", ...], "to": [...], "version": 5, "record": "m-0000000007"}},
      "missing_workers": 1,                                 # lost with a node, no slot to replace them

@@ -182,7 +182,7 @@ def rescale_plan(plan: Plan, changes: Mapping[str, int], new_slots: Sequence[Slo
         if live:
             steps[component] = Rescale(component, tuple(old), tuple(kept + added), version, records.get(component))
     return plan.replace(version=version, tasks=tuple(tasks), executors=executors, workers=workers,
-                        retiring=retiring, rescales=steps, restart={})
+                        retiring=retiring, rescales=steps)
 
 
 def gaining_executors(step: Rescale, groups: int) -> list[str]:

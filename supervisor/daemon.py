@@ -37,6 +37,7 @@ from nstorm.curvekeys import checked_keys_dir
 from nstorm.home import home_dir, home_lock, logs_dir, supervisor_dir
 from nstorm.loader import unpack_archive
 from nstorm.plan import LocalPlan
+from nstorm.records import Heartbeat, RecordError
 from nstorm.signals import relay_signals
 from nstorm.ticker import passes
 from nstorm.zkauth import credentials_env
@@ -114,7 +115,7 @@ class Supervisor:
         self._stop = threading.Event()
         self._topo_cache: dict[str, tuple[str, dict[str, Any]]] = {}
         self._stored_submission: dict[str, str | None] = {}  # topology -> submission of its plans in the store
-        self._restarted: set[tuple[str, int, int]] = set()  # process-mode restarts already done
+        self._restarted: set[tuple[str, str | None, int, int]] = set()  # process-mode restarts already done
         self._desired: set[tuple[str, int]] | None = None  # the worker slots the last sync wanted
         # N-Storm+ reacts to a plan change through a watch at once; without it only TS applies.
         self._use_watch = daemon_flag(self.conf, "supervisor.sync.watch", True)  # bool("false") was True
@@ -269,12 +270,14 @@ class Supervisor:
                 desired.update(k for k in self.workers if k[0] == name)
                 continue
             desired.update((name, p) for p in ports)
-            version = plan.version
             for port in ports:
-                key = (name, port, version)
-                if plan.restart.get(f"{self.node}:{port}") == version and key not in self._restarted:
+                # Keyed by the version that asked: a later plan carries the ask on, so a restart
+                # asked in a version this supervisor never read (two written in one Nimbus pass) is done too.
+                asked = plan.restart.get(f"{self.node}:{port}")
+                key = (name, plan.submission, port, asked)
+                if asked is not None and key not in self._restarted:
                     self._restarted.add(key)
-                    if _started_after(self.workers.get((name, port)), plan.updated_at):
+                    if self._ran_since(name, port, asked, plan.updated_at):
                         continue  # restarted for it already (by this supervisor before it restarted itself)
                     proc = self.workers.pop((name, port), None)
                     if proc is not None:
@@ -291,6 +294,21 @@ class Supervisor:
             self.store.put_meta("synced", {"at": time.time()})
         self._desired = desired
         self._reconcile(desired)
+
+    def _ran_since(self, name: str, port: int, asked: int, written_at: float | None) -> bool:
+        """Whether the worker running on ``port`` runs plan ``asked`` or later from its start: it
+        started after the plan read now was written, or its heartbeat (this process's) says it
+        applied ``asked`` (a worker waiting for its restart applies no plan from then on)."""
+        proc = self.workers.get((name, port))
+        if proc is None or _started_after(proc, written_at):
+            return proc is not None
+        assert self.cluster is not None
+        data, _ = self.cluster.read(self.paths.workerbeat(name, f"{self.node}:{port}"))
+        try:
+            beat = Heartbeat.from_json(data) if data is not None else None
+        except RecordError:
+            return False
+        return beat is not None and beat.pid == proc.pid and beat.version >= asked
 
     def _check_store(self) -> None:
         """Free the reader slots of workers that died (LMDB's table is full after ~126, and then

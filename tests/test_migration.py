@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import collections
+import time
 from pathlib import Path
 
 import psutil
 import pytest
 
+from nstorm.zkschema import encode
 from topologies.sentences import sentences
 
 from conftest import TOPOLOGIES, read_outputs, run_cli, wait_until
@@ -132,6 +134,32 @@ def test_process_mode_restarts_exactly_the_affected_workers(client, cluster) -> 
         assert client.plan("procmode").executors[executor] == target
         migration = client.status("procmode")["migrations"][-1]
         assert migration["mode"] == "process" and migration["completed_at"]
+
+        # Two requests at once, so that Nimbus writes two versions in one pass: a supervisor that
+        # read only the second restarted none of the first's workers (session 33's item).
+        plan = client.plan("procmode")
+        workers = sorted(plan.workers)
+        first = next(e for e in sorted(plan.executors) if plan.executors[e] == workers[0] and "stage" in e)
+        second = next(e for e in sorted(plan.executors) if plan.executors[e] == workers[2] and "stage" in e)
+        moves = {first: workers[1], second: workers[0]}
+        tx = client.zk.transaction()
+        for e, w in moves.items():
+            request = {"mode": "process", "moves": [[e, w]], "random": 0, "by": "user", "requested_at": time.time()}
+            tx.create(f"{client.paths.requests('procmode')}/req-", encode(request), sequence=True)
+        paths = tx.commit()
+        results = [wait_until(lambda p=p: (client.cluster.read(p)[0] or {}).get("result"), 30, what="nimbus to take both")
+                   for p in paths]
+        for p in paths:
+            client.zk.delete(p)
+        assert all(r["ok"] for r in results) and results[1]["version"] == results[0]["version"] + 1, results
+
+        def all_restarted():
+            later = _pids(client, "procmode")
+            return later if all(later.get(w) and later[w] != now[w] for w in workers) else None
+
+        wait_until(all_restarted, 60, what="every worker of both moves to restart")
+        assert {e: client.plan("procmode").executors[e] for e in moves} == moves
+        client.wait_migrations("procmode", {**results[0]["records"], **results[1]["records"]}, timeout=30)
     finally:
         client.kill("procmode")
         client.wait_removed("procmode", 30)

@@ -120,6 +120,7 @@ class Worker:
         self.restart_pending = False
         self.routing: RoutingTable | None = None
         self.version = 0
+        self.first_version = 0  # the plan this process started with: a restart asked later is not done yet
         self.active = False
         self.conf: dict[str, Any] = {}
         self.core_pin: CorePin | None = None  # the core this worker holds (worker.cpu.pin), if any
@@ -269,10 +270,13 @@ class Worker:
         if self.worker_id not in routing.endpoints:
             return False
         self.local = local
-        if self.version and routing.restart.get(self.worker_id) == routing.version:
-            # process mode: the supervisor restarts this worker; move nothing as threads.
+        self.first_version = self.first_version or routing.version
+        asked = routing.restart_asked(self.worker_id, self.first_version)
+        if asked is not None:
+            # process mode: the supervisor restarts this worker (for the plan ``asked``, which a
+            # later plan carries on until it is done); move nothing as threads, apply no later plan.
             if not self.restart_pending:
-                log.info("plan v%d restarts this worker (process mode): waiting to be restarted", routing.version)
+                log.info("plan v%d restarts this worker (process mode): waiting to be restarted", asked)
             self.restart_pending = True
             return True
         state_wait = float(self.conf["worker.state.wait.ms"]) / 1000.0

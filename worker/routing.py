@@ -65,7 +65,7 @@ class RoutingTable:
     task_component: tuple[str, ...]
     task_index: tuple[int, ...]
     ackers: tuple[int, ...]
-    restart: Mapping[str, int] = field(default_factory=dict)  # worker id -> version (process mode)
+    restart: Mapping[str, int] = field(default_factory=dict)  # worker id -> the version that asked (process mode)
     rescales: Mapping[str, RescaleStep] = field(default_factory=dict)  # component -> its rescale in progress
     retiring: frozenset[int] = frozenset()  # removed by a rescale: they still have a place (acks, markers)
     tuning: Mapping[str, Mapping[str, float]] = field(default_factory=dict)  # channel -> buffer sizes (plan)
@@ -108,6 +108,13 @@ class RoutingTable:
         """``task``'s place among its component's executors (what owns key groups), -1 if retiring."""
         tasks = self.component_tasks.get(self.task_component[task], ())
         return tasks.index(task) if task in tasks else -1
+
+    def restart_asked(self, worker_id: str, first_version: int) -> int | None:
+        """The plan version that asked a process-mode restart of ``worker_id``, if the process
+        that started with plan ``first_version`` has not been restarted for it yet (later plans
+        carry the ask on until it is done)."""
+        asked = self.restart.get(worker_id)
+        return asked if asked is not None and asked > first_version else None
 
     def executors_of(self, worker_id: str) -> list[str]:
         return [self.tasks[t] for t, w in enumerate(self.location) if w == worker_id]

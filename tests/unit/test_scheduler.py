@@ -142,3 +142,30 @@ def test_local_units_follow_chains_of_channels_and_wrap_parallelism() -> None:
     }}
     tasks = task_list({**definition, "workers": 2}, 0)
     assert local_units(definition, tasks) == [["a:0", "b:0", "b:2", "c:0", "c:2"], ["a:1", "b:1", "c:1"], ["d:0"]]
+
+
+def test_a_process_mode_restart_is_carried_on_until_the_worker_runs_its_version() -> None:
+    """``restart`` was replaced by the next move (and cleared by a rescale): a supervisor that read
+    only the later of two versions written in one Nimbus pass never restarted the first's
+    workers. The ask is carried on, keyed by the version that asked; a worker waits for it while
+    its process started before that version (session 33's item)."""
+    from nimbus.rebalance import apply_moves
+    from nstorm.rescale import rescale_plan
+    from worker.routing import RoutingTable
+
+    slots = [Slot("n1", "h", 1, 11), Slot("n2", "h", 1, 11), Slot("n3", "h", 1, 11)]
+    places = {"a:0": "n1:1", "a:1": "n2:1", "b:0": "n3:1", "__acker:0": "n1:1"}
+    plan = Plan.first("t", places, places, slots)
+    live = {s.worker_id: s for s in slots}
+    first = apply_moves(plan, [("a:0", "n2:1")], "process", live, {})
+    assert first.restart == {"n1:1": 2, "n2:1": 2}
+    second = apply_moves(first, [("b:0", "n1:1")], "process", live, {})
+    assert second.restart == {"n1:1": 3, "n2:1": 2, "n3:1": 3}
+    third = apply_moves(second, [("a:1", "n3:1")], "thread", live, {})
+    assert third.restart == second.restart
+    assert rescale_plan(third, {"a": 3}, [], True, {}).restart == second.restart
+    routing = RoutingTable.from_plan(third)
+    assert routing.restart_asked("n2:1", 1) == 2, "started with v1: waits for its restart"
+    assert routing.restart_asked("n2:1", 2) is None, "started with v2 (restarted for it)"
+    assert routing.restart_asked("n1:1", 2) == 3 and routing.restart_asked("n1:1", 3) is None
+    assert routing.restart_asked("n3:1", 4) is None and RoutingTable.from_plan(plan).restart_asked("n1:1", 1) is None

@@ -316,3 +316,86 @@ def test_a_worker_started_with_another_transport_is_stopped_not_adopted(tmp_path
     finally:
         popen.kill()
         popen.wait()
+
+
+def _restart_sync(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sleeper: subprocess.Popen[bytes],
+                  beat: dict[str, Any] | None) -> tuple[Supervisor, Any]:
+    """One sync of a supervisor that runs ``sleeper`` as worker n9:7005 of ``t`` and reads plan v6,
+    which carries the process-mode restart that v5 asked for it (``restart: {n9:7005: 5}``): v5
+    itself was written and replaced before this supervisor read it. ``beat``: the worker's
+    heartbeat in ZooKeeper."""
+    monkeypatch.setenv("NSTORM_HOME", str(tmp_path))
+    sup = Supervisor("n9", "127.0.0.1", [(7005, 7105)], "127.0.0.1:1")
+    sup.registry = WorkerRegistry(tmp_path / "workers", "n9", "/nstorm")
+    places = {"a:0": "n9:7005"}
+    plan = Plan.first("t", list(places), places, [Slot("n9", "127.0.0.1", 7005, 7105)]).replace(
+        submission="s1", version=6, restart={"n9:7005": 5}, updated_at=time.time())
+    written: list[int] = []
+
+    class Store:
+        def latest_version(self, name: str) -> int | None:
+            return written[-1] if written else 4
+
+        def put_plan(self, name: str, version: int, data: Any) -> None:
+            written.append(version)
+
+        def topologies(self) -> list[str]:
+            return ["t"]
+
+        def get_meta(self, key: str) -> Any:
+            return {"at": 0}
+
+        def replaced(self) -> bool:
+            return False
+
+        def clear_stale_readers(self) -> None:
+            pass
+
+    sup.zk = object()  # type: ignore[assignment]
+    sup.store = Store()  # type: ignore[assignment]
+    sup.cluster = types.SimpleNamespace(  # type: ignore[assignment]
+        children=lambda path, watch=False: ["t"], plan=lambda name, watch=False: (plan, object()),
+        read=lambda path, watch=False: (beat, object()) if beat is not None and path.endswith("n9:7005") else (None, None))
+    sup._stored_submission["t"] = "s1"
+    monkeypatch.setattr(sup, "_reregister_if_lost", lambda: None)
+    monkeypatch.setattr(sup, "_topology_info", lambda *args: {"definition": {}, "code_dir": "x", "main": "t.py"})
+    monkeypatch.setattr(sup, "_nudge", lambda name: None)
+    monkeypatch.setattr(sup, "_reconcile", lambda desired: None)
+    handle = sup.registry.record("t", 7005, sleeper)  # type: ignore[arg-type]
+    sup.workers[("t", 7005)] = handle
+    sup.sync()
+    return sup, handle
+
+
+def test_a_restart_asked_in_a_plan_version_never_read_is_done(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              sleeper: subprocess.Popen[bytes]) -> None:
+    """A process-mode restart was asked only in the version that moved (``restart`` replaced by
+    the next move, and checked against the plan's own version): two versions written in one
+    Nimbus pass, and the first's workers were never restarted. It is carried on, keyed by the
+    version that asked, until the worker runs that version."""
+    sup, handle = _restart_sync(tmp_path, monkeypatch, sleeper, None)
+    assert ("t", 7005) not in sup.workers and sup.stopping[7005][0] is handle, "stopped to be started again"
+    assert sleeper.wait(10) is not None
+    again = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:  # the worker started again (by the next pass) is not restarted for the same ask
+        sup.stopping.clear()
+        sup.workers[("t", 7005)] = new = sup.registry.record("t", 7005, again)  # type: ignore[arg-type]
+        new.started_at -= 20
+        monkeypatch.setattr("supervisor.daemon._started_after", lambda proc, when: False)
+        sup.sync()
+        assert sup.workers.get(("t", 7005)) is new and 7005 not in sup.stopping and again.poll() is None
+    finally:
+        again.kill()
+        again.wait()
+
+
+def test_a_worker_that_ran_the_version_that_asked_is_not_restarted_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sleeper: subprocess.Popen[bytes]) -> None:
+    """A supervisor restarted after it restarted a worker for v5 reads v6, which still carries the
+    ask: the worker's heartbeat (this process's, at v5 or later) says it was done."""
+    beat = {"worker_id": "n9:7005", "pid": sleeper.pid, "time": time.time(), "version": 5}
+    sup, handle = _restart_sync(tmp_path, monkeypatch, sleeper, beat)
+    assert sup.workers.get(("t", 7005)) is handle and 7005 not in sup.stopping and sleeper.poll() is None
+    stale = {**beat, "pid": sleeper.pid + 1}  # the previous process's heartbeat: not this one's
+    sup, handle = _restart_sync(tmp_path, monkeypatch, sleeper, stale)
+    assert sup.stopping[7005][0] is handle
