@@ -91,6 +91,10 @@ class Tuple:
             except KeyError:
                 msg = f"stream {self.meta.source}/{self.meta.stream} has no field {key!r}"
                 raise KeyError(msg) from None
+            except IndexError:
+                msg = (f"field {key!r} of stream {self.meta.source}/{self.meta.stream} is missing: "
+                       f"{self.meta.source} emitted {len(self.values)} values for {len(self.meta.fields)} fields")
+                raise IndexError(msg) from None
         return self.values[key]
 
     def __len__(self) -> int:

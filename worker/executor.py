@@ -209,6 +209,7 @@ class UserExecutor(Executor):
         self.instance = cls()
         self.outbox = Outbox(host, task, self.component, definition)
         self.outbox.courier.on_error = self.record_error  # a value with no wire form: lastError, not a dead loop
+        self.outbox.on_error = self.record_error  # a tuple whose values do not match its stream's fields
         self.routing = None
         comps = definition["components"]
         self.context = Context(
@@ -689,6 +690,8 @@ class UserExecutor(Executor):
             data["unencodable"] = outbox.courier.unencodable
         if outbox.garbage_acks:
             data["garbage_acks"] = outbox.garbage_acks  # a peer's anchors that were no integer pairs
+        if outbox.wrong_arity:
+            data["wrong_arity"] = outbox.wrong_arity  # batches whose values did not match the declared fields
         if self.handover.awaiting:
             data["awaiting_state"] = True
         if self.context.metrics:

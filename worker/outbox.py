@@ -110,7 +110,13 @@ class Outbox:
         self.current: Any = None  # the tuple (or batch) being processed: what emits anchor to
         self.last_run: Buffer | None = None  # the buffer whose run was opened last (see BoltExecutor)
         self.auto_anchor = True
-        self.streams = set(definition["components"][component]["outputs"])
+        outputs = definition["components"][component]["outputs"]
+        self.streams = set(outputs)
+        self.arities = {stream: len(fields) for stream, fields in outputs.items()}  # declared fields a stream
+        self.arity = self.arities.get("default", -1)
+        self.wrong_arity = 0  # batches whose first tuple's values were not its stream's declared fields
+        self.arity_reported_at = -1e9
+        self.on_error: Any = None  # its executor's record_error (a wrong arity is reported there)
         self.key_groups = int(host.conf.get("topology.max.parallelism") or 128)
         self.downstream: list[int] = []  # every task of every subscribing component (barriers go to all)
         self.subscribers = sorted(name for name, comp in definition["components"].items()
@@ -586,6 +592,14 @@ class Outbox:
         streams = buf.streams
         if streams is not None:
             buf.streams = None
+        try:  # a batch's first tuple against its stream's fields: a len a batch, no check a tuple
+            odd = len(values[0]) != self.arity or streams is not None
+        except IndexError:  # nothing buffered
+            odd = False
+        except TypeError:  # values with no length at all
+            odd = True
+        if odd:
+            self._check_arity(values[0], streams)
         n = len(values)
         self.emitted += n
         self.batches += 1
@@ -614,6 +628,31 @@ class Outbox:
                 self.flush_buffer(buf)
             self.courier.barrier(dst, location[dst], cid)
         self.flush_control()
+
+    def _check_arity(self, values: Any, streams: Mapping[int, str] | None) -> None:
+        """Report (as this executor's error, at most once a second) a batch whose first tuple's
+        values do not match its stream's declared fields, as Storm's emit does ("Tuple created
+        with wrong number of fields"): the batch still goes (nothing is lost), and the receivers'
+        ``tup["field"]`` says what is missing. Checked a batch, not a tuple: a component that
+        emits the wrong number every time is reported at its first batch."""
+        stream = streams.get(0, "default") if streams else "default"
+        expected = self.arities.get(stream, -1)
+        try:
+            got = len(values)
+        except TypeError:
+            got = -1
+        if got == expected:
+            return
+        self.wrong_arity += 1
+        now = self.clock()
+        if self.on_error is None or now - self.arity_reported_at < 1.0:
+            return
+        self.arity_reported_at = now
+        fields = self.definition["components"][self.component]["outputs"].get(stream, [])
+        what = f"{got} values" if got >= 0 else "no sequence of values"
+        self.on_error("emit", ValueError(
+            f"{self.component} emitted {values!r:.80} ({what}) on stream {stream!r}, which declares "
+            f"{len(fields)} fields {list(fields)}: emit a sequence of one value a declared field"))
 
     def _garbage(self, what: str) -> None:
         """Count (and log once) a control entry dropped because a peer sent anchors that are not
