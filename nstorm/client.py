@@ -427,6 +427,7 @@ class ClusterClient:
                 "cpu_limit": beat.cpu_limit if beat else None, "core": beat.core if beat else None,
                 "sched_batch": beat.sched_batch if beat else None, "gil": beat.gil if beat else None,
                 "curve": beat.curve if beat else None,
+                "releasing": bool(plan and wid in plan.releasing),  # emptied by moves: released next
             })
         counters: dict[str, dict[str, Any]] = {}
         for beat in beats.values():

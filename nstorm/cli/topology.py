@@ -101,7 +101,8 @@ def register(app: typer.Typer) -> None:
             return
         typer.echo(f"{info['name']} {info['status']} plan v{info['plan_version']}")
         for w in info["workers"]:
-            typer.echo(f"  worker {w['id']} pid={w['pid']} executors={','.join(w['executors'])}")
+            typer.echo(f"  worker {w['id']} pid={w['pid']} executors={','.join(w['executors'])}"
+                       + (" (emptied: being released)" if w.get("releasing") else ""))
         for cname, c in info["components"].items():
             lat = c.get("latency_ms")
             typer.echo(
