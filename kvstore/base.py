@@ -57,6 +57,10 @@ class PlanStore(abc.ABC):
     def put_meta(self, key: str, value: dict[str, Any]) -> None:
         """Store ``value`` under ``meta/<key>``: the supervisor's own bookkeeping."""
 
+    @abc.abstractmethod
+    def remove_meta(self, key: str) -> None:
+        """Drop ``meta/<key>`` (a no-op if there is none)."""
+
     # -- workers (readers) and the supervisor ---------------------------------
 
     @abc.abstractmethod

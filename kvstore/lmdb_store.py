@@ -609,6 +609,10 @@ class LMDBPlanStore(PlanStore):
         data = _pack(value, f"meta {key!r}")
         self._write(lambda txn: txn.put(mkey, data), f"put_meta({key!r})")
 
+    def remove_meta(self, key: str) -> None:
+        mkey = _meta_key(key)
+        self._write(lambda txn: txn.delete(mkey), f"remove_meta({key!r})")
+
     # -- readers ---------------------------------------------------------------------
 
     def latest_version(self, topology: str) -> int | None:

@@ -693,7 +693,7 @@ class Nimbus:
         else:
             drop_checkpoints(topo, name)
         for path in (self.paths.checkpoints(name), self.paths.assignment(name), self.paths.code(name), self.paths.requests(name),
-                     self.paths.migrations(name), self.paths.otd(name), self.paths.latency(name),
+                     self.paths.migrations(name), self.paths.otd(name), self.paths.latency(name), self.paths.logconfig(name),
                      self.paths.workerbeats(name), self.paths.topology(name), self.paths.status(name)):
             self._delete(path)
         self.watchdog.forget(name)

@@ -12,11 +12,11 @@ import math
 import statistics
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from nstorm import latency
 from nstorm.clusterstate import ClusterState
@@ -25,6 +25,7 @@ from nstorm.constraints import check_submit as check_constraints
 from nstorm.constraints import constraints_of
 from nstorm.errors import ClusterError, ConfigError, NotFoundError, UsageError
 from nstorm.loader import load_topology, make_archive
+from nstorm.loglevels import LogConfig
 from nstorm.moves import MODES, RebalanceError, unwatched_workers, validate_moves
 from nstorm.plan import Plan, Slot, interleave_slots
 from nstorm.qospolicy import ConstraintState, status_entry
@@ -208,6 +209,48 @@ class ClusterClient:
             raise UsageError(msg)
         now = time.time()  # Nimbus times the wait itself: kill_at - updated_at (clocks differ between machines)
         self.zk.set(self.paths.status(name), encode({"status": KILLED, "kill_at": now + wait_secs, "updated_at": now}))
+
+    # -- dynamic log levels (nstorm.loglevels) ------------------------------------------------
+    def log_levels(self, name: str) -> dict[str, dict[str, Any]]:
+        """The log levels set on ``name``'s workers and in force now: ``{logger: {"level", "until"}}``
+        (``until``: wall-clock seconds, None until reset)."""
+        topo = self._require(name)
+        raw, _ = self.cluster.read(self.paths.logconfig(name))
+        config = LogConfig.from_json(raw)
+        if config.submission != topo.get("submission"):
+            return {}
+        now = time.time()
+        return {n: s.to_json() for n, s in sorted(config.settings.items()) if s.until is None or s.until > now}
+
+    def set_log_levels(self, name: str, levels: Mapping[str, tuple[str, float]],
+                       reset: Iterable[str] = ()) -> dict[str, dict[str, Any]]:
+        """Set loggers of ``name``'s workers to levels (``{logger: (level, timeout secs)}``, 0 for
+        none; ``ROOT`` is the root logger) and give ``reset`` ones their own level back, live
+        (Storm's ``set_log_level``); returns the levels in force. Timeouts run on the workers'
+        clocks, as in Storm (the cluster's clocks are taken to agree).
+
+        :raises UsageError: an unknown level, a bad logger name or timeout.
+        """
+        topo = self._require(name)
+        reset = list(reset)
+        path = self.paths.logconfig(name)
+        while True:  # compare and set: two clients' changes both land
+            raw, stat = self.cluster.read(path)
+            config = LogConfig.from_json(raw)
+            if config.submission != topo.get("submission"):
+                config = LogConfig(topo.get("submission"), {})
+            try:
+                data = encode(config.changed(levels, reset, time.time()).to_json())
+            except ValueError as exc:
+                raise UsageError(str(exc)) from None
+            try:
+                if stat is None:
+                    self.zk.create(path, data, makepath=True)
+                else:
+                    self.zk.set(path, data, version=stat.version)
+            except (NodeExistsError, BadVersionError):
+                continue
+            return self.log_levels(name)
 
     def wait_removed(self, name: str, timeout: float) -> bool:
         deadline = time.monotonic() + timeout

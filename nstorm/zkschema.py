@@ -13,6 +13,7 @@ Layout under the root (``nstorm.zookeeper.root``, default ``/nstorm``)::
     otd/<name>                JSON: the last OTD round (case, move, warning, inter-node ratio)
     otd/<name>/rounds         JSON: the last otd.history.size rounds in short, and rounds per case
     latency/<name>            JSON: the latency constraints' controller record (windows, actions, warnings)
+    logconfig/<name>          JSON: dynamic log levels (nstorm.loglevels), mirrored by supervisors to workers
 
 Everything is JSON: nothing read from ZooKeeper is ever unpickled.
 
@@ -146,6 +147,10 @@ class ZkPaths:
 
     def otd(self, name: str) -> str:
         return self._p("otd", name)
+
+    def logconfig(self, name: str) -> str:
+        """The dynamic log levels of ``name`` (nstorm.loglevels; ``nstorm set-log-level``)."""
+        return self._p("logconfig", name)
 
     def otd_rounds(self, name: str) -> str:
         """The last OTD rounds of ``name`` and their count per case (scheduler_otd/history.py)."""

@@ -36,6 +36,7 @@ from nstorm.config import daemon_flag, merge_conf, positive_number
 from nstorm.curvekeys import checked_keys_dir
 from nstorm.home import home_dir, home_lock, logs_dir, supervisor_dir
 from nstorm.loader import unpack_archive
+from nstorm.loglevels import LogConfig, store_key
 from nstorm.plan import LocalPlan
 from nstorm.records import Heartbeat, RecordError
 from nstorm.signals import relay_signals
@@ -116,6 +117,7 @@ class Supervisor:
         self._topo_cache: dict[str, tuple[str, dict[str, Any]]] = {}
         self._stored_submission: dict[str, str | None] = {}  # topology -> submission of its plans in the store
         self._restarted: set[tuple[str, str | None, int, int]] = set()  # process-mode restarts already done
+        self._log_levels: dict[str, dict[str, Any]] = {}  # topology -> the log levels mirrored last
         self._desired: set[tuple[str, int]] | None = None  # the worker slots the last sync wanted
         # N-Storm+ reacts to a plan change through a watch at once; without it only TS applies.
         self._use_watch = daemon_flag(self.conf, "supervisor.sync.watch", True)  # bool("false") was True
@@ -270,6 +272,12 @@ class Supervisor:
                 desired.update(k for k in self.workers if k[0] == name)
                 continue
             desired.update((name, p) for p in ports)
+            try:
+                self._mirror_log_levels(name)
+            except StoreCorruptError:
+                raise  # the pass rebuilds the store
+            except Exception:  # noqa: BLE001 - the plans are written: the workers keep the levels they have
+                log.exception("cannot mirror the log levels of %s", name)
             for port in ports:
                 # Keyed by the version that asked: a later plan carries the ask on, so a restart
                 # asked in a version this supervisor never read (two written in one Nimbus pass) is done too.
@@ -286,6 +294,8 @@ class Supervisor:
         for name in self.store.topologies():
             if name not in planned:
                 self.store.remove(name)
+                self.store.remove_meta(store_key(name))
+                self._log_levels.pop(name, None)
                 self._stored_submission.pop(name, None)
                 log.info("topology %s has no workers here any more: removed from the store", name)
         if self.store.get_meta("synced") is None:
@@ -294,6 +304,23 @@ class Supervisor:
             self.store.put_meta("synced", {"at": time.time()})
         self._desired = desired
         self._reconcile(desired)
+
+    def _mirror_log_levels(self, name: str) -> None:
+        """Mirror ``name``'s dynamic log levels (nstorm.loglevels) into the store, and nudge its
+        workers here when they changed: they read them at once."""
+        assert self.cluster is not None and self.store is not None and self.zk is not None
+        path = self.paths.logconfig(name)
+        raw, stat = self.cluster.read(path, watch=True)
+        if stat is None:
+            self.zk.exists(path, watch=self._watcher)  # a watch for its creation (a read sets none)
+        config = LogConfig.from_json(raw).to_json()
+        key = store_key(name)
+        if self._log_levels.get(name) == config:
+            return
+        if self.store.get_meta(key) != config:
+            self.store.put_meta(key, config)
+            self._nudge(name)
+        self._log_levels[name] = config
 
     def _ran_since(self, name: str, port: int, asked: int, written_at: float | None) -> bool:
         """Whether the worker running on ``port`` runs plan ``asked`` or later from its start: it
@@ -328,6 +355,7 @@ class Supervisor:
             self.store.close()
         self.store = None
         self._stored_submission.clear()
+        self._log_levels.clear()  # written again too
         self.store, _ = LMDBPlanStore.open_or_rebuild(self.store_path)
 
     def _nudge(self, name: str) -> None:

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from _ui import BROKEN, MET, UiProcess, start_chained_with_constraints, wait_json
-from conftest import TOPOLOGIES, wait_until
+from conftest import TOPOLOGIES, run_cli, wait_until
 
 METERED = TOPOLOGIES / "metered.py"
 
@@ -301,6 +302,63 @@ def test_migrations_otd_traffic_and_log_endpoints(ui: UiProcess, metered: str) -
     log = ui.http.get(f"/api/v1/topology/metered/worker/{worker}/log?lines=50")
     assert log.status == 200 and 0 < len(log.json["lines"]) <= 50
     assert log.json["file"] == f"worker-{worker.replace(':', '-')}.log"
+
+
+def _square_logs(ui: UiProcess) -> dict[Path, int]:
+    """The log files of the workers that run ``square`` executors, and their sizes now."""
+    from nstorm.home import logs_dir
+
+    workers = ui.http.get("/api/v1/topology/metered").json["workers"]
+    files = {logs_dir() / f"worker-{w['id'].replace(':', '-')}.log"
+             for w in workers if any(e.startswith("square:") for e in w["executors"])}
+    assert files
+    return {f: f.stat().st_size for f in files}
+
+
+def _since(logs: dict[Path, int]) -> str:
+    return "".join(f.read_bytes()[start:].decode(errors="replace") for f, start in logs.items())
+
+
+def test_log_levels_set_time_out_and_reset_live(ui: UiProcess, metered: str, cluster: Any) -> None:
+    """Storm's set_log_level (CLI) and its REST API's logconfig: a logger of the running workers
+    is set to DEBUG (for a while, or until reset) and gets its own level back, with no restart."""
+    pids = {w["id"]: w["pid"] for w in ui.http.get("/api/v1/topology/metered").json["workers"]}
+    logs = _square_logs(ui)
+    back = "log level of metered.square back to NOTSET"
+    assert "metered.square: squared" not in _since(logs)
+    result = run_cli("set-log-level", "metered", "-l", "metered.square=DEBUG:3", cluster=cluster)
+    assert result.returncode == 0 and "metered: metered.square=DEBUG for 3s more" in result.stdout, result
+    wait_until(lambda: "metered.square: squared" in _since(logs), 30, what="square's DEBUG lines")
+    wait_until(lambda: _since(logs).count(back) == len(logs), 30, what="the 3 s to pass")
+
+    logs = _square_logs(ui)  # REST: until reset
+    reply = ui.http.post("/api/v1/topology/metered/logconfig",
+                         {"namedLoggerLevels": {"metered.square": {"target_level": "DEBUG", "timeout": 0}}})
+    assert reply.status == 200, reply.json
+    assert reply.json["namedLoggerLevels"] == {"metered.square": {"target_level": "DEBUG", "timeout": 0,
+                                                                  "timeout_epoch": 0}}
+    assert ui.http.get("/api/v1/topology/metered/logconfig").json == reply.json
+    wait_until(lambda: "metered.square: squared" in _since(logs), 30, what="square's DEBUG lines again")
+    reset = ui.http.post("/api/v1/topology/metered/logconfig",
+                         {"namedLoggerLevels": {"metered.square": {"target_level": None}}})
+    assert reset.status == 200 and reset.json["namedLoggerLevels"] == {}
+    wait_until(lambda: _since(logs).count(back) == len(logs), 30, what="the reset")
+    ends = {f: f.read_bytes().rfind(back.encode()) for f in logs}
+    def squared() -> int:
+        bolts = ui.http.get("/api/v1/topology/metered").json["bolts"]
+        return next(b["executed"] for b in bolts if b["boltId"] == "square")
+
+    executed = squared()
+    wait_until(lambda: squared() > executed + 200, 30, what="square to go on")
+    for f, end in ends.items():
+        assert b"metered.square: squared" not in f.read_bytes()[end:], f"{f}: DEBUG lines after the reset"
+    assert "no log level set" in run_cli("set-log-level", "metered", cluster=cluster).stdout
+    for bad, words in ((["-l", "metered.square=LOUD"], "log level 'LOUD'"), (["-r", "a=b"], "logger name")):
+        result = run_cli("set-log-level", "metered", *bad, cluster=cluster)
+        assert result.returncode == 2 and words in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    bad = ui.http.post("/api/v1/topology/metered/logconfig", {"namedLoggerLevels": {"x": {"target_level": "LOUD"}}})
+    assert bad.status == 400 and "LOUD" in bad.json["errorMessage"]
+    assert {w["id"]: w["pid"] for w in ui.http.get("/api/v1/topology/metered").json["workers"]} == pids, "no restart"
 
 
 def test_pages_and_assets_are_served(ui: UiProcess, metered: str) -> None:

@@ -120,6 +120,34 @@ def test_the_page_shows_components_errors_metrics_and_state(browser: Any, ui: Ui
         page.close()
 
 
+def test_log_levels_are_set_and_reset_from_the_page(browser: Any, ui: UiProcess, metered: str) -> None:
+    """Storm UI's "Change Log Level": the dialog says what is set and posts to /logconfig."""
+    page = browser.new_page()
+
+    def change(level: str, timeout: str = "0") -> str:
+        page.click('[data-testid="loglevels"]')
+        dialog = page.wait_for_selector('dialog[data-testid="confirm"]')
+        text = dialog.inner_text()
+        page.fill('dialog input[name="logger"]', "metered.square")
+        page.select_option('dialog select[name="level"]', level)
+        page.fill('dialog input[name="timeout"]', timeout)
+        page.click('[data-testid="confirm-ok"]')
+        return text
+
+    try:
+        page.goto(ui.url + "topology/metered")
+        page.wait_for_selector('#bolts tr[data-component="square"]')
+        assert "None set now" in change("WARN")
+        wait_json(ui.http, "/api/v1/topology/metered/logconfig",
+                  lambda d: d["namedLoggerLevels"].get("metered.square", {}).get("target_level") == "WARN",
+                  what="the level set from the page")
+        assert "metered.square=WARN (until reset)" in change("reset")
+        wait_json(ui.http, "/api/v1/topology/metered/logconfig", lambda d: d["namedLoggerLevels"] == {},
+                  what="the level reset from the page")
+    finally:
+        page.close()
+
+
 def test_the_page_shows_latency_constraints_and_chained_executors(browser: Any, ui: UiProcess,
                                                                  chained: dict[str, str]) -> None:
     wait_json(ui.http, "/api/v1/topology/uilat/latency",

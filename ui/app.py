@@ -7,6 +7,9 @@ Routes (Storm's REST shape, ``:id`` is the topology's name; see :mod:`ui.documen
     GET  /api/v1/topology/:id/component/:component   per executor: host, port, worker, counters
     GET  /api/v1/topology/:id/migrations | /otd | /traffic?window=S | /worker/:worker/log?lines=N
     GET  /api/v1/topology/:id/latency                latency constraints and chains, as status --json
+    GET  /api/v1/topology/:id/logconfig              dynamic log levels (Storm's namedLoggerLevels)
+    POST /api/v1/topology/:id/logconfig              {"namedLoggerLevels": {"ROOT": {"target_level": "DEBUG",
+                                                     "timeout": 30}}}; a null target_level resets the logger
     POST /api/v1/topology/:id/activate | /deactivate | /rebalance/:wait-time | /kill/:wait-time
     POST /api/v1/topology/:id/move                   {"executor": "count:3", "to": "n2:6701"}: live, by "ui"
     GET  /metrics                                    Prometheus' text format
@@ -208,6 +211,11 @@ class Api:
         name = request.path_params["id"]
         return JSONResponse({"topologyId": name, **documents.latency_document(self.view(name))})
 
+    def logconfig(self, request: Request) -> JSONResponse:
+        """Storm's ``GET /logconfig``: the log levels set on the topology's workers (nstorm.loglevels)."""
+        name = request.path_params["id"]
+        return JSONResponse(_named_levels(name, self._live().log_levels(name)))
+
     def traffic(self, request: Request) -> JSONResponse:
         """The ``nstorm traffic --json`` document over the last ``window`` seconds, aggregated in
         Python (Spark stays the CLI's and OTD's engine: a page asks every few seconds)."""
@@ -332,6 +340,17 @@ class Api:
         return self._done(name, "move", executor=executor, **{"from": source, "to": target},
                           planVersion=result["version"], migration=result["records"].get(executor))
 
+    def set_logconfig(self, name: str, body: Mapping[str, Any]) -> JSONResponse:
+        """Storm's ``POST /logconfig``: set loggers (``target_level``, ``timeout`` seconds, 0 for
+        none) and reset those whose ``target_level`` is null, live."""
+        named = body.get("namedLoggerLevels")
+        if not isinstance(named, dict) or not all(isinstance(e, dict) for e in named.values()):
+            raise ApiError(400, 'expected {"namedLoggerLevels": {"ROOT": {"target_level": "DEBUG", "timeout": 30}}}')
+        levels = {str(n): (e["target_level"], e.get("timeout") or 0) for n, e in named.items() if e.get("target_level")}
+        reset = [str(n) for n, e in named.items() if not e.get("target_level")]
+        self._open(name)
+        return JSONResponse(_named_levels(name, self._live().set_log_levels(name, levels, reset)))
+
     @staticmethod
     def _check_moves(view: documents.TopologyView, moves: list[tuple[str, str]]) -> None:
         """What Nimbus would refuse as a conflict (409) rather than as bad input (400)."""
@@ -359,6 +378,15 @@ def _moves(data: Any) -> list[tuple[str, str]]:
             isinstance(p, (list, tuple)) and len(p) == 2 and all(isinstance(x, str) for x in p) for p in pairs):
         raise ApiError(400, 'moves must be {"count:3": "n2:6701", ...} or [["count:3", "n2:6701"], ...]')
     return [(str(e), str(w)) for e, w in pairs]
+
+
+def _named_levels(name: str, levels: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Log levels in Storm's REST shape: ``timeout`` (seconds left, 0 for none) and ``timeout_epoch`` (ms)."""
+    now = time.time()
+    return {"topologyId": name, "namedLoggerLevels": {
+        logger: {"target_level": s["level"], "timeout": round(max(0.0, s["until"] - now)) if s.get("until") else 0,
+                 "timeout_epoch": int(s["until"] * 1000) if s.get("until") else 0}
+        for logger, s in levels.items()}}
 
 
 def _page(filename: str) -> Callable[[Request], Response]:
@@ -396,6 +424,10 @@ def create_app(source: ClusterSource, credentials: tuple[str, str] | None = None
         body = await _body(request, required=True)
         return await run_in_threadpool(api.move, request.path_params["id"], body)
 
+    async def post_logconfig(request: Request) -> JSONResponse:
+        body = await _body(request, required=True)
+        return await run_in_threadpool(api.set_logconfig, request.path_params["id"], body)
+
     topology = "/api/v1/topology/{id}"
     routes = [
         Route("/", _page("index.html")),
@@ -414,6 +446,8 @@ def create_app(source: ClusterSource, credentials: tuple[str, str] | None = None
         Route(topology + "/latency", api.latency),
         Route(topology + "/traffic", api.traffic),
         Route(topology + "/worker/{worker}/log", api.worker_log),
+        Route(topology + "/logconfig", api.logconfig),
+        Route(topology + "/logconfig", post_logconfig, methods=["POST"]),
         Route(topology + "/activate", post_status, methods=["POST"]),
         Route(topology + "/deactivate", post_status, methods=["POST"]),
         Route(topology + "/rebalance/{wait}", post_rebalance, methods=["POST"]),

@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from nstorm.component import Batch
@@ -116,7 +116,7 @@ class Outbox:
         self.arity = self.arities.get("default", -1)
         self.wrong_arity = 0  # batches whose first tuple's values were not its stream's declared fields
         self.arity_reported_at = -1e9
-        self.on_error: Any = None  # its executor's record_error (a wrong arity is reported there)
+        self.on_error: Callable[[str, BaseException], None] | None = None  # its executor's record_error
         self.key_groups = int(host.conf.get("topology.max.parallelism") or 128)
         self.downstream: list[int] = []  # every task of every subscribing component (barriers go to all)
         self.subscribers = sorted(name for name, comp in definition["components"].items()

@@ -47,6 +47,7 @@ from worker.delivery import CONTROL, DATA, Courier, Inbox, Sockets
 from worker.executor import Executor, UserExecutor
 from worker.fencing import Fence
 from worker.host import ExecutorStats
+from worker.loglevels import LogLevels
 from worker.metrics import MetricsCollector
 from worker.migration import MigrationDesk
 from worker.recovery import WorkerCheckpoints
@@ -118,6 +119,7 @@ class Worker:
         # replays held frames through the receiver's path while it holds it.
         self.lock = threading.RLock()
         self.restart_pending = False
+        self.log_levels: LogLevels | None = None  # the topology's dynamic log levels (set_log_level)
         self.routing: RoutingTable | None = None
         self.version = 0
         self.first_version = 0  # the plan this process started with: a restart asked later is not done yet
@@ -641,6 +643,7 @@ class Worker:
             log.error("no plan for topology %s in %s", self.topology, self.store_path)
             return 1
         self._load_code(local)
+        levels = self.log_levels = LogLevels(self.topology, self.submission)
         # A thread woken by a socket or queue waits for the GIL until the running thread
         # is forced to drop it; a short interval keeps hand-offs between executors quick.
         sys.setswitchinterval(float(self.conf["worker.gil.switch.interval.ms"]) / 1000.0)
@@ -688,6 +691,7 @@ class Worker:
                     log.info("worker %s is not in plan v%d: stopping", self.worker_id, got.plan.version)
                     left = True
                     break
+            levels.poll(store.get_meta, time.time(), time.monotonic())  # set_log_level's settings
             if self.fence is not None:
                 self.fenced = self.fence.check(self._plan_is_current)
             # A ZooKeeper call made while disconnected waits for the reconnect (kazoo queues it):
@@ -819,5 +823,7 @@ class Worker:
                        signal.SIGUSR1: self.nudge})
 
     def nudge(self, *_: Any) -> None:
-        """A new plan is in the store (the supervisor says so): read it now, not at the next TW."""
+        """A new plan (or log levels) is in the store (the supervisor says so): read it now, not at the next TW."""
+        if self.log_levels is not None:
+            self.log_levels.stale = True
         self._wake.set()

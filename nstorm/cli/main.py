@@ -9,7 +9,7 @@ import typer
 from typer.exceptions import TyperException
 
 from nstorm import __version__
-from nstorm.cli import cluster, daemons, keys, local, topology, traffic, zookeeper
+from nstorm.cli import cluster, daemons, keys, local, loglevel, topology, traffic, zookeeper
 from nstorm.cli.common import err_console
 
 app = typer.Typer(
@@ -23,6 +23,7 @@ app.add_typer(zookeeper.app, name="zookeeper", rich_help_panel="Clusters")
 app.add_typer(keys.app, name="keys", rich_help_panel="Clusters")
 local.register(app)
 topology.register(app)
+loglevel.register(app)
 traffic.register(app)
 daemons.register(app)
 

@@ -1,15 +1,19 @@
 """A small topology for the UI's tests: user metrics, an error with a stack trace, two workers.
 
 ``numbers`` emits about ``test.rate`` tracked numbers a second (default 200); ``square``
-registers a counter (``squares``) and a gauge (``last_n``); ``sink`` raises for every 97th
-number, so the component has a last error with its trace.
+registers a counter (``squares``) and a gauge (``last_n``) and logs each number at DEBUG
+(logger ``metered.square``: silent until ``nstorm set-log-level`` turns it on); ``sink`` raises
+for every 97th number, so the component has a last error with its trace.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 
 from nstorm import Bolt, Spout, TopologyBuilder
+
+log = logging.getLogger("metered.square")
 
 
 class Numbers(Spout):
@@ -41,6 +45,7 @@ class Square(Bolt):
         n = tup["n"]
         self.last = n
         self.squares.inc()
+        log.debug("squared %d", n)
         self.emit((n, n * n))
 
 

@@ -399,3 +399,12 @@ def test_submit_connects_where_its_settings_say(monkeypatch: Any) -> None:
                                       "-c", "nstorm.zookeeper.root=/r", "-c", "nstorm.zookeeper.auth=u:p"])
     assert result.exit_code == 0, result.output
     assert seen == [("z:1", "/r", "u:p")]
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["-l", "ROOT"], "expected LOGGER=LEVEL"), (["-l", "ROOT=LOUD"], "log level 'LOUD'"),
+    (["-l", "ROOT=DEBUG:nan"], "timeout nan"), (["-l", "ROOT=DEBUG:-5"], "timeout -5.0"),
+    (["-l", "=INFO"], "logger name ''"), (["-r", "a=b"], "logger name 'a=b'"),
+])
+def test_set_log_level_checks_its_settings_before_connecting(args: list[str], needle: str) -> None:
+    _one_line_exit_2(["set-log-level", "wc", *args, "--zk", "127.0.0.1:1"], needle)

@@ -345,13 +345,16 @@ def _restart_sync(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sleeper: subp
         def get_meta(self, key: str) -> Any:
             return {"at": 0}
 
+        def put_meta(self, key: str, value: Any) -> None:
+            pass
+
         def replaced(self) -> bool:
             return False
 
         def clear_stale_readers(self) -> None:
             pass
 
-    sup.zk = object()  # type: ignore[assignment]
+    sup.zk = types.SimpleNamespace(exists=lambda path, watch=None: None)  # type: ignore[assignment]
     sup.store = Store()  # type: ignore[assignment]
     sup.cluster = types.SimpleNamespace(  # type: ignore[assignment]
         children=lambda path, watch=False: ["t"], plan=lambda name, watch=False: (plan, object()),

@@ -607,6 +607,20 @@
         { name: "wait", label: "wait before a stop-mode restart (s)", value: String(state.doc ? state.doc.msgTimeout : 30), type: "number", size: 5 }]);
       if (v) act("rebalance", `/rebalance/${encodeURIComponent(v.wait || 0)}`, { mode: v.mode, random: Number(v.random) || 0 });
     });
+    document.getElementById("loglevels").addEventListener("click", async () => {
+      let set = {};
+      try { set = (await api(BASE + "/logconfig")).namedLoggerLevels; } catch (e) { toast(`log levels: ${e.message}`, true); return; }
+      const now = Object.entries(set).map(([n, s]) => `${n}=${s.target_level}` + (s.timeout ? ` (${s.timeout}s left)` : " (until reset)"));
+      const v = await confirmDialog(`Log levels of ${NAME}`, "Set a logger of the running workers to a level, live (Storm's Change Log Level). "
+        + (now.length ? "Set now: " + now.join(", ") + "." : "None set now."), [
+        { name: "logger", label: "logger (ROOT: the root logger)", value: "ROOT", size: 24 },
+        { name: "level", label: "level", value: "DEBUG", options: ["DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF", "TRACE", "ALL", "reset"],
+          help: "reset: the level it had before" },
+        { name: "timeout", label: "for seconds (0: until reset)", value: "30", type: "number", size: 5 }]);
+      if (!v || !v.logger) return;
+      const entry = v.level === "reset" ? { target_level: null } : { target_level: v.level, timeout: Number(v.timeout) || 0 };
+      act("log levels", "/logconfig", { namedLoggerLevels: { [v.logger]: entry } });
+    });
     document.getElementById("kill").addEventListener("click", async () => {
       const v = await confirmDialog(`Kill ${NAME}?`, "It is deactivated now, then its workers are stopped and it is removed (checkpoints included).", [
         { name: "wait", label: "seconds deactivated before the kill", value: "0", type: "number", size: 5 }]);
