@@ -138,17 +138,22 @@ class ClusterState:
             submission = (self.topology(name) or {}).get("submission")
         beats = {}
         for wid in self.children(self.paths.workerbeats(name)):
-            data, stat = self.read(self.paths.workerbeat(name, wid))
-            if data is None:
-                continue
-            try:
-                beat = Heartbeat.from_json(data)
-            except RecordError as exc:
-                self._once(self.paths.workerbeat(name, wid), stat.mzxid, f"heartbeat of {name}/{wid}: {exc}")
-                continue
-            if submission is None or beat.submission in (None, submission):
+            beat = self.heartbeat(name, wid)
+            if beat is not None and (submission is None or beat.submission in (None, submission)):
                 beats[wid] = beat
         return beats
+
+    def heartbeat(self, name: str, worker_id: str) -> Heartbeat | None:
+        """One worker's heartbeat (None if it has none, or a damaged one: logged once)."""
+        path = self.paths.workerbeat(name, worker_id)
+        data, stat = self.read(path)
+        if data is None:
+            return None
+        try:
+            return Heartbeat.from_json(data)
+        except RecordError as exc:
+            self._once(path, stat.mzxid, f"heartbeat of {name}/{worker_id}: {exc}")
+            return None
 
     def migrations(self, name: str) -> list[MigrationRecord]:
         """Every migration record of ``name``, oldest first."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["LEVELS", "ROOT", "LogConfig", "LoggerSetting", "check_logger", "check_timeout", "logger_of", "parse_setting",
@@ -97,11 +97,7 @@ class LogConfig:
     of the same name does not inherit them)."""
 
     submission: str | None = None
-    loggers: Mapping[str, LoggerSetting] | None = None
-
-    @property
-    def settings(self) -> Mapping[str, LoggerSetting]:
-        return self.loggers or {}
+    settings: Mapping[str, LoggerSetting] = field(default_factory=dict)  # logger -> its setting
 
     def changed(self, set_: Mapping[str, tuple[str, float]], reset: Iterable[str], now: float) -> LogConfig:
         """This config with loggers set (``{logger: (level, timeout)}``, timeout 0 for none) and

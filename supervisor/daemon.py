@@ -38,7 +38,6 @@ from nstorm.home import home_dir, home_lock, logs_dir, supervisor_dir
 from nstorm.loader import unpack_archive
 from nstorm.loglevels import LogConfig, store_key
 from nstorm.plan import LocalPlan
-from nstorm.records import Heartbeat, RecordError
 from nstorm.signals import relay_signals
 from nstorm.ticker import passes
 from nstorm.zkauth import credentials_env
@@ -330,11 +329,7 @@ class Supervisor:
         if proc is None or _started_after(proc, written_at):
             return proc is not None
         assert self.cluster is not None
-        data, _ = self.cluster.read(self.paths.workerbeat(name, f"{self.node}:{port}"))
-        try:
-            beat = Heartbeat.from_json(data) if data is not None else None
-        except RecordError:
-            return False
+        beat = self.cluster.heartbeat(name, f"{self.node}:{port}")
         return beat is not None and beat.pid == proc.pid and beat.version >= asked
 
     def _check_store(self) -> None:

@@ -19,6 +19,7 @@ import pytest
 
 from nstorm.localcluster import _recorded_daemon
 from nstorm.plan import Plan, Slot
+from nstorm.records import Heartbeat
 from supervisor.daemon import Supervisor
 from supervisor.workers import WorkerHandle, WorkerRegistry
 
@@ -358,7 +359,8 @@ def _restart_sync(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sleeper: subp
     sup.store = Store()  # type: ignore[assignment]
     sup.cluster = types.SimpleNamespace(  # type: ignore[assignment]
         children=lambda path, watch=False: ["t"], plan=lambda name, watch=False: (plan, object()),
-        read=lambda path, watch=False: (beat, object()) if beat is not None and path.endswith("n9:7005") else (None, None))
+        read=lambda path, watch=False: (None, None),
+        heartbeat=lambda name, wid: Heartbeat.from_json(beat) if beat is not None and wid == "n9:7005" else None)
     sup._stored_submission["t"] = "s1"
     monkeypatch.setattr(sup, "_reregister_if_lost", lambda: None)
     monkeypatch.setattr(sup, "_topology_info", lambda *args: {"definition": {}, "code_dir": "x", "main": "t.py"})
