@@ -55,6 +55,7 @@ from nstorm.signals import relay_signals
 from nstorm.spread import even_moves, idle_dropped_workers
 from nstorm.state.config import state_config
 from nstorm.ticker import passes
+from nstorm.topology import component_of
 from nstorm.zkschema import ZkPaths, connect, encode
 
 __all__ = ["Nimbus"]
@@ -249,7 +250,7 @@ class Nimbus:
         finished = self._finished_rescales(name, plan)
         if finished:
             plan = plan.replace(rescales={c: r for c, r in plan.rescales.items() if c not in finished},
-                                retiring={e: w for e, w in plan.retiring.items() if e.rpartition(":")[0] not in finished})
+                                retiring={e: w for e, w in plan.retiring.items() if component_of(e) not in finished})
             log.info("topology %s: rescale of %s completed, dropped from the plan (v%d)", name, sorted(finished),
                      current.version + 1)
         done = self._finished_moves(name, plan)
@@ -494,7 +495,7 @@ class Nimbus:
         draft = rescale_plan(plan, changes, new_slots, live_mode, {})
         records: dict[str, str] = {}
         for component, n in changes.items():
-            before = sum(1 for e in plan.executors if e.rpartition(":")[0] == component)
+            before = sum(1 for e in plan.executors if component_of(e) == component)
             waiting = tuple(gaining_executors(draft.rescales[component], groups)) if live_mode else ()
             record = MigrationRecord(component, str(before), str(n), MoveMode.RESCALE if live_mode else MoveMode.STOP,
                                      by, requested_at, plan.version + 1, waiting=waiting)

@@ -43,7 +43,7 @@ from nstorm.qospolicy import (
     path_window,
     status_entry,
 )
-from nstorm.topology import is_acker
+from nstorm.topology import component_of, is_acker
 from nstorm.zkschema import ZkPaths, encode
 
 __all__ = ["LatencyController", "colocating_move"]
@@ -103,13 +103,13 @@ def colocating_move(plan: Plan, channel: str, held: set[str] | frozenset[str] = 
     a, _, b = channel.partition(">")
     ups: dict[str, int] = {}
     for e, w in plan.executors.items():
-        if e.rpartition(":")[0] == a:
+        if component_of(e) == a:
             ups[w] = ups.get(w, 0) + 1
     if not ups:
         return None
     target = max(sorted(ups), key=lambda w: ups[w])
     for e, w in sorted(plan.executors.items()):
-        if e.rpartition(":")[0] == b and w not in ups and not is_acker(e) and e not in held:
+        if component_of(e) == b and w not in ups and not is_acker(e) and e not in held:
             return e, target
     return None
 
@@ -144,7 +144,7 @@ def _busy(plan: Plan | None, path: Sequence[str], beats: Mapping[str, Any]) -> b
     session 17)."""
     if plan is None:
         return True
-    workers = {w for e, w in plan.executors.items() if e.rpartition(":")[0] in path}
+    workers = {w for e, w in plan.executors.items() if component_of(e) in path}
     return len(workers) != 1 or any(float(beats[w].cpu) >= BUSY_CORES for w in workers if w in beats)
 
 

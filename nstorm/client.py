@@ -35,7 +35,7 @@ from nstorm.spread import even_moves
 from nstorm.stall import find_stall
 from nstorm.state.config import state_config
 from nstorm.state.record import CheckpointRecord
-from nstorm.topology import check_topology_name
+from nstorm.topology import check_topology_name, component_of
 from nstorm.window.checks import check_submit as check_windows
 from nstorm.window.status import merge_window_status
 from nstorm.zkauth import without_secrets
@@ -492,7 +492,7 @@ class ClusterClient:
         spouts = {"pending": 0, "acked": 0, "failed": 0, "replayed": 0}
         for cname, comp in definition["components"].items():
             # The component's executors now (a live rescale changes them; their ids keep growing).
-            eids = ([e for e in plan.tasks if e in plan.executors and e.rpartition(":")[0] == cname] if plan
+            eids = ([e for e in plan.tasks if e in plan.executors and component_of(e) == cname] if plan
                     else [f"{cname}:{i}" for i in range(comp["parallelism"])])
             agg = {"parallelism": len(eids), "emitted": 0, "batches": 0, "executed": 0, "acked": 0,
                    "failed": 0, "queue": 0, "errors": 0, "last_error": None}
@@ -613,7 +613,7 @@ class ClusterClient:
         result = {}
         for beat in self.heartbeats(name).values():
             for eid, counters in beat.executors.items():
-                if eid.rpartition(":")[0] == component and counters.get("arrival_ms"):
+                if component_of(eid) == component and counters.get("arrival_ms"):
                     result[eid] = counters["arrival_ms"]
         return result
 
@@ -624,7 +624,7 @@ class ClusterClient:
         hists = []
         for beat in self.heartbeats(name).values():
             for eid, counters in beat.executors.items():
-                if eid.rpartition(":")[0] == component and counters.get("arrival_hist"):
+                if component_of(eid) == component and counters.get("arrival_hist"):
                     hists.append(counters["arrival_hist"])
         return latency.merge(*hists)
 

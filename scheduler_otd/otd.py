@@ -84,7 +84,7 @@ from typing import Any
 
 import numpy as np
 
-from nstorm.topology import is_acker
+from nstorm.topology import component_of, is_acker
 
 __all__ = ["HIGH", "LOW", "NORMAL", "Decision", "ScaleStep", "WorkerLoad", "allocation_scores", "autoscale", "behind",
            "cap_room", "classify", "hosts_with_cpu", "no_cpu_for_more", "otd_round"]
@@ -381,7 +381,7 @@ def autoscale(
     share = {e: executor_cpu.get(e, 0.0) / max(capacity.get(w, 1.0), 1e-6) for e, w in placement.items()}
     per_component: dict[str, list[str]] = {}
     for e in placement:
-        component = e.rpartition(":")[0]
+        component = component_of(e)
         if component in bolts:
             per_component.setdefault(component, []).append(e)
     groups = int(conf.get("topology.max.parallelism", 128))

@@ -35,7 +35,7 @@ from nstorm.home import metrics_dir
 from nstorm.moves import recently_moved, unwatched_workers
 from nstorm.plan import Slot, interleave_slots
 from nstorm.records import Heartbeat, TopologyStatus
-from nstorm.topology import is_acker
+from nstorm.topology import component_of, is_acker
 from nstorm.zkschema import ZkPaths, encode
 from scheduler_otd.history import record_round
 from scheduler_otd.otd import (
@@ -270,7 +270,7 @@ class OtdRunner:
                          self._low_since.setdefault(name, {}), now, lagging, no_cpu)
         if step is None:
             return None
-        scaling_in = step.parallelism < sum(1 for e in placement if e.rpartition(":")[0] == step.component)
+        scaling_in = step.parallelism < sum(1 for e in placement if component_of(e) == step.component)
         if scaling_in and since < float(conf.get("otd.autoscale.cooldown.secs", 30)):
             return None  # out as soon as the load asks for it, in only after the cool-down
         self._scaled_at[name] = now

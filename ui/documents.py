@@ -24,6 +24,7 @@ from nstorm.config import flag, merge_conf, without_credentials
 from nstorm.plan import Plan
 from nstorm.records import Heartbeat, MigrationRecord
 from nstorm.rescale import executors_of_component
+from nstorm.topology import component_of
 
 __all__ = [
     "TopologyView",
@@ -250,7 +251,7 @@ def _last_error(view: TopologyView, component: str, counters: Mapping[str, tuple
     """Storm's lastError fields of a component: the newest error among its executors."""
     newest: tuple[float, Mapping[str, Any], str] | None = None
     for eid, (c, wid) in counters.items():
-        if eid.rpartition(":")[0] != component or not c.get("last_error"):
+        if component_of(eid) != component or not c.get("last_error"):
             continue
         at = float(c.get("last_error_at") or 0.0)
         if newest is None or at > newest[0]:
@@ -297,7 +298,7 @@ def _executor_row(view: TopologyView, eid: str, c: Mapping[str, Any], reported_b
     placed = view.plan.executors.get(eid, reported_by) if view.plan else reported_by
     slot = view.plan.workers.get(placed) if view.plan else None
     lat = c.get("latency_ms") or {}
-    return {"id": eid, "component": eid.rpartition(":")[0], "kind": c.get("kind"), "worker": placed,
+    return {"id": eid, "component": component_of(eid), "kind": c.get("kind"), "worker": placed,
             "node": slot.node if slot else placed.rpartition(":")[0], "host": slot.host if slot else None,
             "port": slot.port if slot else None, "emitted": int(c.get("emitted") or 0),
             "transferred": int(c.get("emitted") or 0), "executed": int(c.get("executed") or 0),
@@ -352,7 +353,7 @@ def topology_document(view: TopologyView, now: float | None = None) -> dict[str,
         beat = view.beats.get(w["id"])
         tasks: dict[str, int] = {}
         for eid in by_worker.get(w["id"], []):
-            tasks[eid.rpartition(":")[0]] = tasks.get(eid.rpartition(":")[0], 0) + 1
+            tasks[component_of(eid)] = tasks.get(component_of(eid), 0) + 1
         workers.append({"supervisorId": w["node"], "host": w["host"], "port": w["port"], "id": w["id"],
                         "topologyId": view.name, "topologyName": view.name,
                         "executorsTotal": len(by_worker.get(w["id"], [])), "componentNumTasks": tasks,

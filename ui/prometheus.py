@@ -38,6 +38,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from nstorm import latency
 from nstorm.plan import Plan
+from nstorm.topology import component_of
 from ui.documents import TopologyView
 
 __all__ = ["CONTENT_TYPE_LATEST", "LATENCY_BOUNDS", "cluster_families", "render", "topology_families"]
@@ -197,7 +198,7 @@ def _components(f: _Families, view: TopologyView) -> None:
     hists: dict[tuple[str, str], list[Mapping[Any, int]]] = {}
     counters = view.executor_counters()
     for eid, (c, _wid) in counters.items():
-        comp = eid.rpartition(":")[0]
+        comp = component_of(eid)
         if c.get("latency_hist"):
             hists.setdefault((comp, "complete"), []).append(c["latency_hist"])
         if c.get("arrival_hist"):
@@ -225,7 +226,7 @@ def _executors(f: _Families, view: TopologyView) -> None:
     for eid, (c, wid) in sorted(view.executor_counters().items()):
         placed = plan.executors.get(eid, wid) if plan else wid
         slot = plan.workers.get(placed) if plan else None
-        key = [view.name, eid.rpartition(":")[0], eid, placed, slot.node if slot else placed.rpartition(":")[0]]
+        key = [view.name, component_of(eid), eid, placed, slot.node if slot else placed.rpartition(":")[0]]
         for field in ("emitted", "executed", "acked", "failed", "errors"):
             f.counter(f"nstorm_executor_{field}", f"Tuples {field} by the executor" if field != "errors"
                       else "Errors raised by the executor's code", _EXECUTOR).add_metric(key, int(c.get(field) or 0))

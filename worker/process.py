@@ -36,7 +36,7 @@ from nstorm.signals import relay_signals
 from nstorm.state.config import state_config
 from nstorm.state.record import CheckpointRecord
 from nstorm.ticker import passes
-from nstorm.topology import ACKER, is_acker
+from nstorm.topology import ACKER, component_of, is_acker
 from nstorm.zkschema import ZkPaths, connect, encode
 from worker import wire
 from worker.acker import AckerExecutor
@@ -243,7 +243,7 @@ class Worker:
         self.classes = topology.classes
 
     def _make_executor(self, eid: str, task: int) -> Executor:
-        comp = eid.rpartition(":")[0]
+        comp = component_of(eid)
         if comp == ACKER:
             return AckerExecutor(self, eid, task)
         spec = self.definition["components"][comp]
