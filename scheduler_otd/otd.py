@@ -63,7 +63,8 @@ live, in a new worker from a free slot if there is one; and a bolt component who
 would all stay below ``otd.cpu.low`` with one executor fewer (its CPU spread over ``n - 1``),
 round after round for ``otd.autoscale.cooldown.secs``, gets one fewer. Not out when the lagging
 workers are starved for CPU (their threads waited ``otd.cpu.wait.high`` of a core) and the new
-executor would be too: every free slot on a machine (host address) where a worker of the
+executor would be too: every free slot on a machine (the supervisors' registered ``machine``,
+the kernel's boot id: network namespaces and containers of one machine share it) where a worker of the
 topology is starved, or, with no free slot, in workers that all are; on a saturated machine
 another thread only waits (the round warns instead). Workers capped by a cgroup quota are never
 starved (their wait is their own throttling) and gain only from a new worker: not out when
@@ -306,34 +307,41 @@ def cap_room(host: str, loads: Mapping[str, WorkerLoad], worker_host: Mapping[st
 
 
 def hosts_with_cpu(free_hosts: Sequence[str], loads: Mapping[str, WorkerLoad], worker_host: Mapping[str, str],
-                   wait_high: float, machines: Mapping[str, tuple[float, float]] | None = None) -> list[str]:
-    """The machines (host addresses, which the supervisors of one machine share) of free slots
-    where no worker of the topology is starved and, where supervisors cap their workers
-    (``machines``: host -> (the cap of a new worker, the cores the topology may use there: the
-    machine's, less the caps of other topologies' workers on it)), a new capped worker has room
-    (:func:`cap_room`), in Nimbus's order: a new worker goes there first."""
-    starved = {worker_host[w] for w, load in loads.items() if w in worker_host and load.starved(wait_high)}
+                   wait_high: float, machines: Mapping[str, tuple[float, float]] | None = None,
+                   machine_of: Mapping[str, str] | None = None) -> list[str]:
+    """The hosts of free slots on machines where no worker of the topology is starved and, where
+    supervisors cap their workers (``machines``: machine -> (the cap of a new worker, the cores the
+    topology may use there: the machine's, less the caps of other topologies' workers on it)), a
+    new capped worker has room (:func:`cap_room`), in Nimbus's order: a new worker goes there first.
+    ``machine_of`` (host -> machine, from the supervisors' registrations) joins the hosts of one
+    machine (network namespaces, containers: an address each, one machine's cores); a host it
+    does not name is a machine of its own."""
+    machine = (lambda host: machine_of.get(host, host)) if machine_of else (lambda host: host)
+    worker_machine = {w: machine(h) for w, h in worker_host.items()}
+    starved = {worker_machine[w] for w, load in loads.items() if w in worker_machine and load.starved(wait_high)}
     machines = machines or {}
 
-    def room(host: str) -> bool:
-        cap, cores = machines.get(host, (0.0, 0.0))
-        return cap <= 0 or cap_room(host, loads, worker_host, cap, cores)
+    def room(where: str) -> bool:
+        cap, cores = machines.get(where, (0.0, 0.0))
+        return cap <= 0 or cap_room(where, loads, worker_machine, cap, cores)
 
-    return list(dict.fromkeys(h for h in free_hosts if h not in starved and room(h)))
+    return list(dict.fromkeys(h for h in free_hosts if machine(h) not in starved and room(machine(h))))
 
 
 def no_cpu_for_more(lagging_high: set[str], loads: Mapping[str, WorkerLoad], worker_host: Mapping[str, str],
                     free_hosts: Sequence[str], wait_high: float,
-                    machines: Mapping[str, tuple[float, float]] | None = None) -> str | None:
+                    machines: Mapping[str, tuple[float, float]] | None = None,
+                    machine_of: Mapping[str, str] | None = None) -> str | None:
     """Why one executor more would find no CPU, or None: every lagging high-load worker is starved
     (its threads wait for a CPU of its machine), and so would the new executor be: every free slot
     (``free_hosts``: their machines) is on a machine where a worker of the topology is starved, or,
     with no free slot, every worker it has is. A machine with no worker of the topology, or none
     starved, may have CPU to give (:func:`hosts_with_cpu`). Workers capped by a cgroup quota are
     never starved (their wait is their throttling) and gain only from a new worker: not when every
-    free slot is on a machine whose workers' caps already take its cores (``machines``)."""
+    free slot is on a machine whose workers' caps already take its cores (``machines``). Machines
+    as in :func:`hosts_with_cpu` (``machine_of``)."""
     if lagging_high and all(w in loads and loads[w].capped for w in lagging_high):
-        if not free_hosts or not machines or hosts_with_cpu(free_hosts, loads, worker_host, wait_high, machines):
+        if not free_hosts or not machines or hosts_with_cpu(free_hosts, loads, worker_host, wait_high, machines, machine_of):
             return None
         return (f"workers {sorted(lagging_high)} fall behind at their CPU caps, and a new capped worker would "
                 "find no cores free: the caps of the workers on every machine with a free slot take its cores "
@@ -341,7 +349,7 @@ def no_cpu_for_more(lagging_high: set[str], loads: Mapping[str, WorkerLoad], wor
     if not lagging_high or not all(w in loads and loads[w].starved(wait_high) for w in lagging_high):
         return None
     if free_hosts:
-        if hosts_with_cpu(free_hosts, loads, worker_host, wait_high, machines):
+        if hosts_with_cpu(free_hosts, loads, worker_host, wait_high, machines, machine_of):
             return None
         where = ("every free slot is on a machine where the topology's workers wait for a CPU too "
                  f"({', '.join(sorted(set(free_hosts)))})")

@@ -263,8 +263,8 @@ class OtdRunner:
         worker_host = {w: s.host for w, s in plan.workers.items()}
         wait_high = float(conf.get("otd.cpu.wait.high", 0.25))
         free_hosts = [s.host for s in free]
-        machines = _machines(supervisors, others)
-        no_cpu = no_cpu_for_more(high & lagging, loads, worker_host, free_hosts, wait_high, machines)
+        machines, hosts = _machines(supervisors, others), machine_of(supervisors)
+        no_cpu = no_cpu_for_more(high & lagging, loads, worker_host, free_hosts, wait_high, machines, hosts)
         capacity = {w: load.capacity for w, load in loads.items()}
         step = autoscale(decision, placement, bolts, executor_cpu, capacity, conf, len(free),
                          self._low_since.setdefault(name, {}), now, lagging, no_cpu)
@@ -278,24 +278,36 @@ class OtdRunner:
                  f" on {step.workers} workers" if step.workers else "", step.why)
         request = {"mode": "thread", "moves": [], "random": 0, "by": "otd", "requested_at": time.time(),
                    "parallelism": {step.component: step.parallelism}, "workers": step.workers,
-                   "hosts": hosts_with_cpu(free_hosts, loads, worker_host, wait_high, machines)}  # a new worker goes there first
+                   "hosts": hosts_with_cpu(free_hosts, loads, worker_host, wait_high, machines, hosts)}  # a new worker goes there first
         self.zk.create(f"{self.paths.requests(name)}/req-", encode(request), sequence=True, makepath=True)
         return step
 
 
+def machine_of(supervisors: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+    """Host -> the machine the supervisors there registered (``machine``: the kernel's boot id,
+    which network namespaces and containers of one machine share); a host whose supervisors
+    registered none (an older supervisor) is a machine of its own."""
+    return {str(info.get("host")): str(info.get("machine") or info.get("host")) for info in supervisors.values()}
+
+
 def _machines(supervisors: Mapping[str, Mapping[str, Any]], others: Sequence[Slot] = ()) -> dict[str, tuple[float, float]]:
-    """Host -> (the CPU cap its supervisors give a new worker, 0 for none; the cores a topology
-    may use there), from the supervisors' registrations (one that registered neither is left
-    out): the machine's cores less the caps of ``others`` (other topologies' workers) on it."""
+    """Machine (:func:`machine_of`) -> (the CPU cap its supervisors give a new worker, the largest
+    where they differ, 0 for none; the cores a topology may use there), from the supervisors'
+    registrations (one that registered neither is left out): the machine's cores less the caps
+    of ``others`` (other topologies' workers) on it."""
     machines: dict[str, tuple[float, float]] = {}
+    where = machine_of(supervisors)
     for info in supervisors.values():
         cap, cores = info.get("worker_cpu_limit"), info.get("cores")
         if isinstance(cap, (int, float)) and isinstance(cores, (int, float)) and cores > 0:
-            machines[str(info.get("host"))] = (float(cap), float(cores))
+            machine = where[str(info.get("host"))]
+            had_cap, had_cores = machines.get(machine, (0.0, 0.0))
+            machines[machine] = (max(had_cap, float(cap)), max(had_cores, float(cores)))
     for slot in others:
-        if slot.host in machines and machines[slot.host][0] > 0:
-            cap, cores = machines[slot.host]
-            machines[slot.host] = (cap, cores - min(cap, 1.0))
+        machine = where.get(slot.host, slot.host)
+        if machine in machines and machines[machine][0] > 0:
+            cap, cores = machines[machine]
+            machines[machine] = (cap, cores - min(cap, 1.0))
     return machines
 
 

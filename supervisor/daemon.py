@@ -43,6 +43,7 @@ from nstorm.ticker import passes
 from nstorm.zkauth import credentials_env
 from nstorm.zkschema import ZkPaths, connect, decode, encode
 from supervisor.cpulimit import ENV_CPU_LIMIT, CpuLimiter
+from supervisor.machine import machine_id
 from supervisor.workers import WorkerHandle, WorkerRegistry, write_json_atomic
 
 __all__ = ["Supervisor", "pick_slots"]
@@ -134,9 +135,10 @@ class Supervisor:
     def _register(self) -> None:
         assert self.zk is not None
         path = self.paths.supervisor(self.node)
-        # cores and worker_cpu_limit: OTD's autoscaling adds no capped worker to a machine whose caps take its cores
+        # cores and worker_cpu_limit: OTD's autoscaling adds no capped worker to a machine whose caps
+        # take its cores; machine: which supervisors share those cores (their hosts may differ)
         data = encode({"node": self.node, "host": self.host, "slots": self.slots, "pid": os.getpid(),
-                       "started_at": time.time(), "cores": len(os.sched_getaffinity(0)),
+                       "started_at": time.time(), "cores": len(os.sched_getaffinity(0)), "machine": machine_id(),
                        "worker_cpu_limit": self.cpu.cores if self.cpu.enabled else 0})
         deadline = time.monotonic() + float(self.conf["nstorm.zookeeper.session.timeout.secs"]) * 2
         while True:

@@ -71,6 +71,19 @@ def _first_line(path: Path, pattern: str) -> str | None:
         return None
 
 
+def test_supervisors_in_namespaces_register_their_addresses_and_one_machine(cut_cluster) -> None:
+    """Each namespace's supervisor has an address of its own and registers the machine they share
+    (the kernel's boot id): OTD's autoscaling counts their cores once."""
+    from nstorm.client import ClusterClient
+    from supervisor.machine import machine_id
+
+    with ClusterClient(cut_cluster.address, cut_cluster.root, timeout=30) as client:
+        supervisors = wait_until(lambda: (s := client.cluster.supervisors()) and len(s) == 2 and s, 30,
+                                 what="both supervisors registered")
+    assert len({info["host"] for info in supervisors.values()}) == 2
+    assert {info["machine"] for info in supervisors.values()} == {machine_id()}
+
+
 def test_node_cut_off_loses_its_executors_and_gets_them_back(cut_cluster, tmp_path: Path) -> None:
     from nstorm import netns
     from nstorm.client import ClusterClient

@@ -102,12 +102,13 @@ def test_the_executors_a_latency_move_joined_are_held_with_it(monkeypatch: pytes
 
 
 def _saturated_round(monkeypatch: pytest.MonkeyPatch, free_node: str, cap: float = 0.0,
-                     other_workers: int = 0) -> tuple[dict[str, Any], list[Any]]:
+                     other_workers: int = 0, one_machine: bool = False) -> tuple[dict[str, Any], list[Any]]:
     """A Case 2 round with ``otd.autoscale`` whose two workers (both on n1, 127.0.0.1) fall behind
     with their threads waiting for a CPU; the free slots: n1's first (the first in Nimbus's order),
     and one on ``free_node`` if it is not n1 (n2: 127.0.0.2). With ``cap``, the supervisors cap
     workers at that many cores on machines of 2 cores; ``other_workers``: another topology's
-    workers on n1. Returns the record and the requests."""
+    workers on n1; ``one_machine``: n1 and n2 register one machine (network namespaces or
+    containers of one machine: an address each). Returns the record and the requests."""
     from nstorm.records import Heartbeat
     from scheduler_otd.otd import Decision
 
@@ -134,7 +135,8 @@ def _saturated_round(monkeypatch: pytest.MonkeyPatch, free_node: str, cap: float
         children=lambda path: [], heartbeats=lambda name: beats, migrations=lambda name: [],
         names=lambda: ["t", "u"] if other_workers else ["t"],
         topology=lambda name: {"definition": {"components": {"a": {"kind": "bolt"}, "b": {"kind": "bolt"}}}},
-        supervisors=lambda: {node: {"host": "127.0.0.1" if node == "n1" else "127.0.0.2", "slots": s, **registration}
+        supervisors=lambda: {node: {"host": "127.0.0.1" if node == "n1" else "127.0.0.2", "slots": s, **registration,
+                                    "machine": "boot-1" if one_machine or node == "n1" else "boot-2"}
                              for node, s in slots.items()})
     runner.traffic = lambda name, window, load: (  # type: ignore[method-assign]
         {"workers": [{"id": w, "cpu": 0.95, "backlog": 40.0, "trend": 3.0, "wait": 0.8} for w in plan.workers],
@@ -171,3 +173,24 @@ def test_a_capped_scale_out_counts_other_topologies_caps_on_the_machine(monkeypa
     assert "caps" in record["warning"] and "127.0.0.1" in record["warning"]
     record, requests = _saturated_round(monkeypatch, "n2", cap=0.4, other_workers=3)  # n2 has room
     assert record["autoscale"]["component"] == "a" and requests[0]["hosts"] == ["127.0.0.2"]
+
+
+def test_supervisors_of_one_machine_at_other_addresses_are_one_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """n2 at its own address (a network namespace, a container) on n1's machine: its free slot
+    has no CPU to give starved n1 workers, nor room for one cap more when n1's caps take the
+    cores. Before, a machine was a host address, and the new worker went to n2 to wait there."""
+    record, requests = _saturated_round(monkeypatch, "n2", one_machine=True)
+    assert "autoscale" not in record and requests == []
+    assert "no CPU to give" in record["warning"] and "127.0.0.2" in record["warning"]
+    record, requests = _saturated_round(monkeypatch, "n2", cap=0.4, other_workers=3, one_machine=True)
+    assert "autoscale" not in record and requests == []
+    assert "caps" in record["warning"] and "127.0.0.2" in record["warning"]
+
+
+def test_a_machine_is_its_supervisors_registered_machine_else_its_host() -> None:
+    supervisors = {"n1": {"host": "10.77.0.11", "machine": "b1", "cores": 2, "worker_cpu_limit": 0.5},
+                   "n2": {"host": "10.77.0.12", "machine": "b1", "cores": 2, "worker_cpu_limit": 0.25},
+                   "n3": {"host": "10.0.0.9"}}
+    assert runner_module.machine_of(supervisors) == {"10.77.0.11": "b1", "10.77.0.12": "b1", "10.0.0.9": "10.0.0.9"}
+    others = [Slot("n1", "10.77.0.11", 1, 2), Slot("n2", "10.77.0.12", 1, 2)]
+    assert runner_module._machines(supervisors, others) == {"b1": (0.5, 1.0)}  # one machine, both caps off its cores
