@@ -69,6 +69,7 @@ DEFAULTS: dict[str, Any] = {
     "supervisor.worker.cpu.limit": None,  # cores per worker process (cgroup CFS quota; needs root); None: uncapped
     "supervisor.worker.timeout.secs": 30,  # a worker whose local heartbeat is older is killed and restarted (Storm's)
     "supervisor.worker.start.timeout.secs": 120,  # ... and one that has not beaten this long after its start
+    "supervisor.logviewer.port": 0,  # the node's worker logs for the UI (Storm's logviewer.port); 0: a free port, None: none
     "topology.worker.timeout.secs": 0,  # a topology's own heartbeat timeout for its workers (0: the supervisor's)
     "worker.sync.interval.ms": 100,  # TW: worker polls its LMDB plan
     "worker.lazy.kill.ms": 2000,  # DK: a moved executor's old copy drains at most this long

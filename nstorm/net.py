@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+import ipaddress
 import socket
 
-__all__ = ["free_port"]
+__all__ = ["free_port", "is_ip_address"]
+
+
+def is_ip_address(host: str) -> bool:
+    """Whether ``host`` is an IP address (a server binds to it) rather than a name (a
+    docker-compose service's: a server there binds every interface)."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -89,10 +89,18 @@ def ui(url: str, name: str) -> dict[str, Any]:
         with urllib.request.urlopen(f"{url}{path}", timeout=10) as response:
             return json.loads(response.read())
 
+    def log_lines(worker: str) -> int:  # from the worker's supervisor container (its logviewer)
+        try:
+            return len(get(f"/api/v1/topology/{name}/worker/{worker}/log?lines=20")["lines"])
+        except OSError:
+            return 0
+
     topology = get(f"/api/v1/topology/{name}")
     migrations = get(f"/api/v1/topology/{name}/migrations")
-    return {"supervisors": sorted({w["supervisorId"] for w in topology["workers"] if w.get("alive")}),
-            "migrations": [m["executor"] for m in migrations["migrations"]]}
+    alive = [w for w in topology["workers"] if w.get("alive")]
+    return {"supervisors": sorted({w["supervisorId"] for w in alive}),
+            "migrations": [m["executor"] for m in migrations["migrations"]],
+            "logs": {w["id"]: log_lines(w["id"]) for w in alive}}
 
 
 def main(argv: list[str]) -> int:

@@ -34,6 +34,7 @@ from kvstore import LMDBPlanStore, StoreCorruptError
 from nstorm.clusterstate import ClusterState
 from nstorm.config import daemon_flag, merge_conf, positive_number
 from nstorm.curvekeys import checked_keys_dir
+from nstorm.errors import ConfigError
 from nstorm.home import home_dir, home_lock, logs_dir, supervisor_dir
 from nstorm.loader import unpack_archive
 from nstorm.loglevels import LogConfig, store_key
@@ -43,6 +44,7 @@ from nstorm.ticker import passes
 from nstorm.zkauth import credentials_env
 from nstorm.zkschema import ZkPaths, connect, decode, encode
 from supervisor.cpulimit import ENV_CPU_LIMIT, CpuLimiter
+from supervisor.logserver import LogServer
 from supervisor.machine import machine_id
 from supervisor.workers import WorkerHandle, WorkerRegistry, write_json_atomic
 
@@ -78,6 +80,22 @@ def check_supervisor_conf(conf: Mapping[str, Any]) -> None:
     if conf.get("supervisor.worker.cpu.limit") is not None:  # None (or 0): uncapped
         positive_number(conf, "supervisor.worker.cpu.limit", zero_ok=True)
     daemon_flag(conf, "supervisor.sync.watch", True)
+    logviewer_port(conf)
+
+
+def logviewer_port(conf: Mapping[str, Any]) -> int | None:
+    """``supervisor.logviewer.port``: a port (0: one the OS picks), or None: no logviewer.
+
+    :raises ConfigError: one line naming the setting.
+    """
+    value = conf.get("supervisor.logviewer.port")
+    if value is None:
+        return None
+    number = positive_number(conf, "supervisor.logviewer.port", zero_ok=True)
+    if number != int(number) or number > 65535:
+        msg = f"-c supervisor.logviewer.port={value!r}: expected a port (0: a free one) or null (none)"
+        raise ConfigError(msg)
+    return int(number)
 
 
 class Supervisor:
@@ -123,6 +141,8 @@ class Supervisor:
         self._use_watch = daemon_flag(self.conf, "supervisor.sync.watch", True)  # bool("false") was True
         self._lost = False
         self.cpu = CpuLimiter(self.conf.get("supervisor.worker.cpu.limit"), node, str(home_dir()))
+        port = logviewer_port(self.conf)
+        self.logviewer = LogServer(logs_dir(), host, port) if port is not None else None
 
     # -- ZooKeeper ------------------------------------------------------------------------
     def _watch(self, *_: Any) -> None:
@@ -139,7 +159,8 @@ class Supervisor:
         # take its cores; machine: which supervisors share those cores (their hosts may differ)
         data = encode({"node": self.node, "host": self.host, "slots": self.slots, "pid": os.getpid(),
                        "started_at": time.time(), "cores": len(os.sched_getaffinity(0)), "machine": machine_id(),
-                       "worker_cpu_limit": self.cpu.cores if self.cpu.enabled else 0})
+                       "worker_cpu_limit": self.cpu.cores if self.cpu.enabled else 0,
+                       **({"logviewer": self.logviewer.registration()} if self.logviewer else {})})
         deadline = time.monotonic() + float(self.conf["nstorm.zookeeper.session.timeout.secs"]) * 2
         while True:
             try:
@@ -520,6 +541,7 @@ class Supervisor:
         self.zk.add_listener(self._on_state)
         self.paths.ensure(self.zk)
         self.cluster = ClusterState(self.zk, self.paths, watch=self._watcher)
+        self._start_logviewer()
         self._register()
         self.state = "RUNNING"
         log.info("supervisor %s running on %s with slots %s", self.node, self.host, self.slots)
@@ -530,6 +552,20 @@ class Supervisor:
             away = self._pass(away, interval)
         self.shutdown()
         return 0
+
+    def _start_logviewer(self) -> None:
+        """Serve the node's worker logs (supervisor/logserver.py); a port that is taken costs the
+        UI the logs of this node, not the node its supervisor."""
+        if self.logviewer is None:
+            return
+        try:
+            port = self.logviewer.start()
+        except OSError as exc:
+            log.error("logviewer: cannot serve on port %s (%s); the UI shows no logs of this node",
+                      self.logviewer.port, exc)
+            self.logviewer = None
+            return
+        log.info("logviewer serving this node's worker logs on port %d", port)
 
     def _pass(self, away: bool, interval: float) -> bool:
         """One pass of the loop: sync with ZooKeeper, or, while it is away, keep the workers the
@@ -566,6 +602,8 @@ class Supervisor:
         self.workers.clear()
         self._wait_stopped()
         self.cpu.close()
+        if self.logviewer is not None:
+            self.logviewer.stop()
         if self.zk is not None:
             try:
                 self.zk.delete(self.paths.supervisor(self.node))

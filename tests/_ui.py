@@ -79,8 +79,9 @@ class UiProcess:
     """``python -m ui`` on a free port against ``zk_address``/``root``."""
 
     def __init__(self, zk_address: str, root: str, auth: str | None = None, conf: list[str] | None = None,
-                 zk_auth: str | None = None, connected: bool = True) -> None:
-        """Start it and wait until it answers (and, with ``connected``, until it reached ZooKeeper)."""
+                 zk_auth: str | None = None, connected: bool = True, home: Path | None = None) -> None:
+        """Start it and wait until it answers (and, with ``connected``, until it reached ZooKeeper);
+        ``home``: its own ``$NSTORM_HOME`` (else the tests')."""
         from nstorm.net import free_port
 
         self.port = free_port("127.0.0.1")
@@ -95,7 +96,9 @@ class UiProcess:
         args = [sys.executable, "-m", "ui", "--zk", zk_address, "--root", root, "--port", str(self.port)]
         for option in conf or []:
             args += ["-c", option]
-        home = Path(os.environ["NSTORM_HOME"])
+        if home is not None:
+            env["NSTORM_HOME"] = str(home)
+        home = Path(env["NSTORM_HOME"])
         (home / "logs").mkdir(parents=True, exist_ok=True)
         self.out = open(home / "logs" / f"ui-{self.port}.out", "ab")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(args, stdout=self.out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)

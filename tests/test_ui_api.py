@@ -304,6 +304,37 @@ def test_migrations_otd_traffic_and_log_endpoints(ui: UiProcess, metered: str) -
     assert log.json["file"] == f"worker-{worker.replace(':', '-')}.log"
 
 
+def test_a_workers_log_comes_from_its_supervisors_logviewer(cluster: Any, ui: UiProcess, metered: str,
+                                                            tmp_path: Path) -> None:
+    """A UI whose machine has no worker logs (its own home: the compose cluster's ui container, a
+    namespace's node) shows them: each supervisor serves its node's (Storm's logviewer), with the
+    token it registered; without it, nothing."""
+    import urllib.error
+    import urllib.request
+
+    from nstorm.client import ClusterClient
+
+    elsewhere = UiProcess(cluster.address, cluster.root, home=tmp_path / "ui-home")
+    try:
+        workers = elsewhere.http.get("/api/v1/topology/metered").json["workers"]
+        for w in workers:
+            log = elsewhere.http.get(f"/api/v1/topology/metered/worker/{w['id']}/log?lines=20")
+            assert log.status == 200 and 0 < len(log.json["lines"]) <= 20, (w["id"], log.text)
+    finally:
+        elsewhere.stop()
+    assert not list((tmp_path / "ui-home" / "logs").glob("worker-*"))
+    with ClusterClient(cluster.address, cluster.root) as client:
+        node, info = next(iter(client.cluster.supervisors().items()))
+    viewer = info["logviewer"]
+    assert viewer["port"] > 0 and viewer["token"]
+    request = urllib.request.Request(f"http://{info['host']}:{viewer['port']}/log?worker={node}:1")
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=10)  # noqa: S310 - the test cluster's logviewer
+    assert refused.value.code == 401
+    for shown in ("/api/v1/supervisor/summary", "/api/v1/cluster/summary", "/metrics"):
+        assert viewer["token"] not in ui.http.get(shown).text, shown
+
+
 def _square_logs(ui: UiProcess) -> dict[Path, int]:
     """The log files of the workers that run ``square`` executors, and their sizes now."""
     from nstorm.home import logs_dir

@@ -5,7 +5,7 @@ Routes (Storm's REST shape, ``:id`` is the topology's name; see :mod:`ui.documen
     GET  /api/v1/cluster/summary | /supervisor/summary | /nimbus/summary | /topology/summary
     GET  /api/v1/topology/:id                        spouts, bolts, workers, configuration, placement, dag
     GET  /api/v1/topology/:id/component/:component   per executor: host, port, worker, counters
-    GET  /api/v1/topology/:id/migrations | /otd | /traffic?window=S | /worker/:worker/log?lines=N
+    GET  /api/v1/topology/:id/migrations | /otd | /traffic?window=S | /worker/:worker/log?lines=N (from its node)
     GET  /api/v1/topology/:id/latency                latency constraints and chains, as status --json
     GET  /api/v1/topology/:id/logconfig              dynamic log levels (Storm's namedLoggerLevels)
     POST /api/v1/topology/:id/logconfig              {"namedLoggerLevels": {"ROOT": {"target_level": "DEBUG",
@@ -43,10 +43,12 @@ from starlette.staticfiles import StaticFiles
 from nstorm.client import ClusterClient
 from nstorm.errors import ClusterError, NotFoundError, NStormError, UsageError
 from nstorm.home import logs_dir, metrics_dir
+from nstorm.logtail import MAX_LINES
 from nstorm.records import TopologyStatus
 from nstorm.topology import is_acker
-from ui import documents, logtail, prometheus
+from ui import documents, prometheus
 from ui.guard import Guard
+from ui.logfetch import LogUnavailable, fetch_log
 from ui.source import ZOOKEEPER_TROUBLE, ClusterSource, Unreachable
 
 __all__ = ["ApiError", "create_app"]
@@ -67,7 +69,7 @@ class ApiError(Exception):
 
 
 _REASONS = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed",
-            409: "Conflict", 500: "Internal Server Error", 503: "Service Unavailable"}
+            409: "Conflict", 500: "Internal Server Error", 502: "Bad Gateway", 503: "Service Unavailable"}
 
 
 def error_response(status: int, message: str) -> JSONResponse:
@@ -234,18 +236,17 @@ class Api:
 
     def worker_log(self, request: Request) -> JSONResponse:
         name, worker = request.path_params["id"], request.path_params["worker"]
-        lines = int(_number(request.query_params.get("lines", "200"), "lines", 1, logtail.MAX_LINES))
+        lines = int(_number(request.query_params.get("lines", "200"), "lines", 1, MAX_LINES))
         view = self.view(name)
         known = set(view.plan.workers if view.plan else ()) | {w for m in view.migrations for w in (m.source, m.target)}
         if worker not in known:
             raise ApiError(404, f"topology {name!r} has no worker {worker!r}")
-        path = logtail.worker_log(logs_dir(), worker)
+        node = worker.rpartition(":")[0]
         try:
-            text, size = logtail.tail(path, lines)
-        except FileNotFoundError:
-            msg = f"no log of worker {worker} on this host (the UI reads {logs_dir()})"
-            raise ApiError(404, msg) from None
-        return JSONResponse({"topologyId": name, "worker": worker, "file": path.name, "size": size, "lines": text})
+            found = fetch_log(worker, lines, self.cluster()["supervisors"].get(node), logs_dir())
+        except (LogUnavailable, ValueError) as exc:
+            raise ApiError(getattr(exc, "status", 404), str(exc)) from None
+        return JSONResponse({"topologyId": name, "worker": worker, **found})
 
     def metrics(self, request: Request) -> Response:
         def build() -> bytes:

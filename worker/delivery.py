@@ -25,7 +25,6 @@ refuse.
 from __future__ import annotations
 
 import collections
-import ipaddress
 import logging
 import queue
 import threading
@@ -36,6 +35,7 @@ from typing import Any
 
 import zmq
 
+from nstorm.net import is_ip_address
 from worker import wire
 from worker.chaining import CHAIN_MARK
 from worker.host import Host
@@ -73,11 +73,7 @@ def try_send_frames(sock: zmq.Socket, header: bytes, payload: bytes) -> bool:
 
 def bind_address(host: str) -> str:
     """Bind to ``host`` if it is an IP address; a host name (docker-compose) binds every interface."""
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return "*"
-    return host
+    return host if is_ip_address(host) else "*"
 
 
 class Inbox:

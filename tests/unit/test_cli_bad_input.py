@@ -262,6 +262,8 @@ def test_a_scheduler_that_is_not_static_or_otd_is_one_line_at_submit() -> None:
     ("supervisor", "nstorm.zookeeper.session.timeout.secs=nan"), ("supervisor", "supervisor.worker.cpu.limit=abc"),
     ("supervisor", "supervisor.worker.cpu.limit=-1"), ("supervisor", "supervisor.sync.watch=maybe"),
     ("supervisor", "supervisor.worker.timeout.secs=abc"),
+    ("supervisor", "supervisor.logviewer.port=abc"), ("supervisor", "supervisor.logviewer.port=70000"),
+    ("supervisor", "supervisor.logviewer.port=1.5"),
     ("nimbus", "nimbus.monitor.interval.secs=abc"),
     ("nimbus", "nstorm.zookeeper.session.timeout.secs=-1"), ("nimbus", "nimbus.spread.grace.secs=abc"),
     ("nimbus", "otd.spark.eager=maybe"), ("nimbus", "nstorm.metrics.dir=5"), ("nimbus", "otd.spark.master=3"),

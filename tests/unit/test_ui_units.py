@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from nstorm import Bolt, Spout, TopologyBuilder
+from nstorm import Bolt, Spout, TopologyBuilder, logtail
 from nstorm.plan import Plan, Slot
 from nstorm.records import Heartbeat, MigrationRecord, MoveMode
 from nstorm.usermetrics import UserMetrics
 from nstorm.zkschema import ZkPaths
 from scheduler_otd.history import record_round
-from ui import documents, logtail, prometheus
+from ui import documents, prometheus
 from ui.guard import Guard, origin_allowed
 from worker.stats import StatsWindow
 

@@ -1,24 +1,29 @@
-"""Storm's log viewer, the small version: the tail of a worker's log file.
+"""The tail of a worker's log file, read where the worker ran.
 
-Workers log to ``$NSTORM_HOME/logs/worker-<node>-<port>.log`` (:mod:`nstorm.logs`); the UI reads
-the file of a worker of the topology's plan only (no path comes from the request), on the
-machine it runs on: on a cluster of several hosts, run a UI beside the workers whose logs you
-want, or read them where they are.
+Workers log to ``$NSTORM_HOME/logs/worker-<node>-<port>.log`` (:mod:`nstorm.logs`) on their node.
+Each supervisor serves its node's (``supervisor/logserver.py``, Storm's logviewer) and the UI asks
+it (``ui/logfetch.py``); a file is named by a worker id only, never by a path from a request.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
-__all__ = ["MAX_LINES", "tail", "worker_log"]
+__all__ = ["MAX_LINES", "WORKER_ID", "tail", "worker_log"]
 
 MAX_LINES = 5000
 _CHUNK = 64 * 1024
+WORKER_ID = re.compile(r"[^/\\\x00]+:[0-9]{1,5}")  # node:port, no separator in the node: a file name
 
 
 def worker_log(logs: Path, worker_id: str) -> Path:
-    """The log file of worker ``node:port`` under ``logs``."""
+    """The log file of worker ``node:port`` under ``logs`` (ValueError for anything else: no
+    separator or path reaches a file name)."""
+    if not WORKER_ID.fullmatch(worker_id):
+        msg = f"not a worker id (node:port): {worker_id[:80]!r}"
+        raise ValueError(msg)
     node, _, port = worker_id.rpartition(":")
     return logs / f"worker-{node}-{port}.log"
 

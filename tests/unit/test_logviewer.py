@@ -1,0 +1,99 @@
+"""The supervisor's logviewer (supervisor/logserver.py) and the UI's side of it (ui/logfetch.py):
+a real HTTP server on a free local port, a logs directory in tmp_path."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nstorm.logtail import worker_log
+from supervisor.logserver import LogServer
+from ui.logfetch import LogUnavailable, fetch_log
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[LogServer]:
+    (tmp_path / "worker-n1-6700.log").write_text("".join(f"line {i}\n" for i in range(1000)))
+    (tmp_path / "secret.txt").write_text("not a log\n")
+    viewer = LogServer(tmp_path, "127.0.0.1", 0)
+    viewer.start()
+    try:
+        yield viewer
+    finally:
+        viewer.stop()
+
+
+def _get(server: LogServer, query: str, token: str | None = None) -> tuple[int, Any]:
+    request = urllib.request.Request(f"http://127.0.0.1:{server.port}{query}")
+    if token is not None:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as reply:  # noqa: S310 - a local test server
+            return reply.status, json.loads(reply.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_the_tail_of_a_workers_log_with_the_token(server: LogServer) -> None:
+    status, body = _get(server, "/log?worker=n1:6700&lines=3", server.token)
+    assert status == 200 and body["lines"] == ["line 997", "line 998", "line 999"]
+    assert body["file"] == "worker-n1-6700.log" and body["size"] > 0
+    assert server.registration() == {"port": server.port, "token": server.token}
+
+
+@pytest.mark.parametrize(("query", "token", "status"), [
+    ("/log?worker=n1:6700", None, 401),                 # no token
+    ("/log?worker=n1:6700", "guess", 401),              # a wrong one
+    ("/log?worker=../secret.txt:1", "ok", 400),         # a path, not a worker id
+    ("/log?worker=n1/../../x:1", "ok", 400),
+    ("/log?worker=n1:6700&lines=0", "ok", 400),
+    ("/log?worker=n1:6700&lines=lots", "ok", 400),
+    ("/log?worker=n2:6700", "ok", 404),                 # no such log on this node
+    ("/secret.txt", "ok", 404),
+])
+def test_what_the_logviewer_refuses(server: LogServer, query: str, token: str | None, status: int) -> None:
+    answer, body = _get(server, query, server.token if token == "ok" else token)
+    assert answer == status and "error" in body and "not a log" not in json.dumps(body)
+
+
+def test_the_ui_reads_a_log_from_its_nodes_logviewer(server: LogServer, tmp_path: Path) -> None:
+    registration = {"host": "127.0.0.1", "logviewer": server.registration()}
+    found = fetch_log("n1:6700", 2, registration, tmp_path / "ui-home-logs")
+    assert found == {"file": "worker-n1-6700.log", "size": found["size"], "lines": ["line 998", "line 999"]}
+    with pytest.raises(LogUnavailable) as missing:
+        fetch_log("n2:6700", 2, registration, tmp_path)
+    assert missing.value.status == 404
+    wrong = {"host": "127.0.0.1", "logviewer": {"port": server.port, "token": "stale"}}
+    with pytest.raises(LogUnavailable) as refused:
+        fetch_log("n1:6700", 2, wrong, tmp_path)
+    assert refused.value.status == 502 and "401" in str(refused.value)
+
+
+def test_a_logviewer_that_does_not_answer_is_a_502_naming_it(tmp_path: Path) -> None:
+    from nstorm.net import free_port
+
+    port = free_port()
+    with pytest.raises(LogUnavailable) as exc:
+        fetch_log("n1:6700", 5, {"host": "127.0.0.1", "logviewer": {"port": port, "token": "t"}}, tmp_path)
+    assert exc.value.status == 502 and f"127.0.0.1:{port}" in str(exc.value)
+
+
+def test_a_node_that_serves_no_logs_is_read_on_the_uis_machine(tmp_path: Path) -> None:
+    worker_log(tmp_path, "n1:6700").write_text("a\nb\n")
+    assert fetch_log("n1:6700", 5, {"host": "10.0.0.1"}, tmp_path)["lines"] == ["a", "b"]
+    with pytest.raises(LogUnavailable, match="not registered") as exc:
+        fetch_log("n9:6700", 5, None, tmp_path)
+    assert exc.value.status == 404
+
+
+def test_a_worker_id_names_a_file_in_the_logs_directory_only(tmp_path: Path) -> None:
+    assert worker_log(tmp_path, "s-1.example:6700") == tmp_path / "worker-s-1.example-6700.log"
+    for bad in ("../x:1", "a/b:1", "a\\b:1", "n1", "n1:port", "n1:123456"):
+        with pytest.raises(ValueError, match="not a worker id"):
+            worker_log(tmp_path, bad)
