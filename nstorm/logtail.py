@@ -1,8 +1,10 @@
 """The tail of a worker's log file, read where the worker ran.
 
 Workers log to ``$NSTORM_HOME/logs/worker-<node>-<port>.log`` (:mod:`nstorm.logs`) on their node.
-Each supervisor serves its node's (``supervisor/logserver.py``, Storm's logviewer) and the UI asks
-it (``ui/logfetch.py``); a file is named by a worker id only, never by a path from a request.
+Each supervisor serves its node's (``supervisor/logserver.py``, Storm's logviewer) and the UI and
+the CLI ask it (:mod:`nstorm.logfetch`); a file is named by a worker id only, never by a path from
+a request. A worker's thread dump goes beside its log (:func:`dump_file`), written when the
+supervisor leaves a request (:func:`dump_request`) and nudges it.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import os
 import re
 from pathlib import Path
 
-__all__ = ["MAX_LINES", "WORKER_ID", "tail", "worker_log"]
+__all__ = ["MAX_LINES", "WORKER_ID", "dump_file", "dump_request", "tail", "worker_log"]
 
 MAX_LINES = 5000
 _CHUNK = 64 * 1024
@@ -26,6 +28,16 @@ def worker_log(logs: Path, worker_id: str) -> Path:
         raise ValueError(msg)
     node, _, port = worker_id.rpartition(":")
     return logs / f"worker-{node}-{port}.log"
+
+
+def dump_file(logs: Path, worker_id: str) -> Path:
+    """Where worker ``node:port`` writes its last thread dump (``worker/threaddump.py``)."""
+    return worker_log(logs, worker_id).with_suffix(".dump")
+
+
+def dump_request(logs: Path, worker_id: str) -> Path:
+    """The file whose presence asks worker ``node:port`` for a thread dump (it removes it)."""
+    return worker_log(logs, worker_id).with_suffix(".dump-request")
 
 
 def tail(path: Path, lines: int) -> tuple[list[str], int]:

@@ -38,6 +38,7 @@ from nstorm.errors import ConfigError
 from nstorm.home import home_dir, home_lock, logs_dir, supervisor_dir
 from nstorm.loader import unpack_archive
 from nstorm.loglevels import LogConfig, store_key
+from nstorm.logtail import dump_request
 from nstorm.plan import LocalPlan
 from nstorm.signals import relay_signals
 from nstorm.ticker import passes
@@ -142,7 +143,7 @@ class Supervisor:
         self._lost = False
         self.cpu = CpuLimiter(self.conf.get("supervisor.worker.cpu.limit"), node, str(home_dir()))
         port = logviewer_port(self.conf)
-        self.logviewer = LogServer(logs_dir(), host, port) if port is not None else None
+        self.logviewer = LogServer(logs_dir(), host, port, self._ask_dump) if port is not None else None
 
     # -- ZooKeeper ------------------------------------------------------------------------
     def _watch(self, *_: Any) -> None:
@@ -566,6 +567,21 @@ class Supervisor:
             self.logviewer = None
             return
         log.info("logviewer serving this node's worker logs on port %d", port)
+
+    def _ask_dump(self, worker_id: str) -> bool:
+        """Ask this node's worker ``node:port`` for a thread dump (worker/threaddump.py): a request
+        file beside its log, then a nudge; False if no such worker runs here. (The logviewer's
+        thread calls it: a copy of the workers is read, nothing written.)"""
+        node, _, port = worker_id.rpartition(":")
+        handle = next((h for h in list(self.workers.values()) if node == self.node and str(h.port) == port), None)
+        if handle is None or handle.poll() is not None:
+            return False
+        dump_request(logs_dir(), worker_id).touch()
+        try:
+            handle.process.send_signal(signal.SIGUSR1)
+        except psutil.Error:
+            return False
+        return True
 
     def _pass(self, away: bool, interval: float) -> bool:
         """One pass of the loop: sync with ZooKeeper, or, while it is away, keep the workers the

@@ -8,6 +8,10 @@ with the tail of that worker's log (``{"file", "size", "lines"}``) on
 a bearer token in ``supervisors/<node>`` (``logviewer``): whoever reads the cluster's ZooKeeper
 reads the logs, nobody else on the network. A file is named by a worker id only
 (:func:`nstorm.logtail.worker_log`), never by a path from the request.
+
+``POST /dump?worker=node:port`` asks a worker of this node for a dump of its threads
+(``worker/threaddump.py``: the supervisor leaves a request file and nudges it) and answers it
+(``{"file", "at", "lines"}``) once written, or 504 after :data:`DUMP_WAIT_SECS`.
 """
 
 from __future__ import annotations
@@ -17,17 +21,21 @@ import json
 import logging
 import secrets
 import threading
+import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from nstorm.logtail import MAX_LINES, tail, worker_log
+from nstorm.logtail import MAX_LINES, dump_file, tail, worker_log
 from nstorm.net import is_ip_address
 
 __all__ = ["LogServer"]
 
 log = logging.getLogger(__name__)
+
+DUMP_WAIT_SECS = 5.0
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -36,11 +44,9 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         url = urlsplit(self.path)
         if url.path != "/log":
-            self._answer(404, {"error": f"no such path {url.path[:80]!r}"})
+            self._answer(404 if url.path != "/dump" else 405, {"error": f"no GET {url.path[:80]!r}"})
             return
-        given = self.headers.get("Authorization", "")
-        if not hmac.compare_digest(given.encode(), f"Bearer {self.server.token}".encode()):
-            self._answer(401, {"error": "a bearer token is needed (the supervisor's registration has it)"})
+        if not self._authorized():
             return
         query = parse_qs(url.query)
         worker = (query.get("worker") or [""])[0]
@@ -59,6 +65,43 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self._answer(200, {"file": path.name, "size": size, "lines": text})
 
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        url = urlsplit(self.path)
+        if url.path != "/dump":
+            self._answer(404 if url.path != "/log" else 405, {"error": f"no POST {url.path[:80]!r}"})
+            return
+        if not self._authorized():
+            return
+        worker = (parse_qs(url.query).get("worker") or [""])[0]
+        try:
+            path = dump_file(self.server.logs, worker)
+        except ValueError:
+            self._answer(400, {"error": "expected worker=node:port"})
+            return
+        asked = time.time()
+        if self.server.dump is None or not self.server.dump(worker):
+            self._answer(404, {"error": f"no worker {worker} runs on this node"})
+            return
+        deadline = time.monotonic() + DUMP_WAIT_SECS
+        while time.monotonic() < deadline:
+            try:
+                at = path.stat().st_mtime
+                if at >= asked:
+                    self._answer(200, {"file": path.name, "at": at, "lines": path.read_text().splitlines()})
+                    return
+            except FileNotFoundError:
+                pass
+            time.sleep(0.05)
+        self._answer(504, {"error": f"worker {worker} wrote no thread dump within {DUMP_WAIT_SECS:.0f}s"})
+
+    def _authorized(self) -> bool:
+        """The registration's bearer token, compared in constant time; else a 401 is sent."""
+        given = self.headers.get("Authorization", "")
+        if hmac.compare_digest(given.encode(), f"Bearer {self.server.token}".encode()):
+            return True
+        self._answer(401, {"error": "a bearer token is needed (the supervisor's registration has it)"})
+        return False
+
     def _answer(self, status: int, body: dict[str, Any]) -> None:
         data = json.dumps(body).encode()
         self.send_response(status)
@@ -75,13 +118,18 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     logs: Path
     token: str
+    dump: Callable[[str], bool] | None
 
 
 class LogServer:
-    """The node's logviewer: :meth:`start` binds and serves in a thread, :meth:`stop` ends it."""
+    """The node's logviewer: :meth:`start` binds and serves in a thread, :meth:`stop` ends it.
 
-    def __init__(self, logs: Path, host: str, port: int) -> None:
+    :arg dump: asks a worker of this node (``node:port``) for a thread dump; False: none runs here.
+    """
+
+    def __init__(self, logs: Path, host: str, port: int, dump: Callable[[str], bool] | None = None) -> None:
         self.logs = logs
+        self.dump = dump
         self.bind = host if is_ip_address(host) else ""  # a host name (compose): every interface
         self.port = port
         self.token = secrets.token_urlsafe(24)
@@ -91,9 +139,9 @@ class LogServer:
     def start(self) -> int:
         """Bind (OSError if the port is taken) and serve; the port bound."""
         server = _Server((self.bind, self.port), _Handler)
-        server.logs, server.token = self.logs, self.token
+        server.logs, server.token, server.dump = self.logs, self.token, self.dump
         self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, name="logviewer", daemon=True)
+        self._thread = threading.Thread(target=server.serve_forever, args=(0.1,), name="logviewer", daemon=True)
         self._thread.start()
         self.port = int(server.server_address[1])
         return self.port

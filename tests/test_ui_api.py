@@ -335,6 +335,33 @@ def test_a_workers_log_comes_from_its_supervisors_logviewer(cluster: Any, ui: Ui
         assert viewer["token"] not in ui.http.get(shown).text, shown
 
 
+def test_a_thread_dump_of_a_running_worker_from_the_ui_and_the_cli(cluster: Any, ui: UiProcess, metered: str) -> None:
+    """Storm UI's "JStack": the worker's supervisor asks it, the worker's signal thread writes every
+    thread's stack, and the UI (and ``nstorm thread-dump``) show it; the worker goes on. ``nstorm
+    logs`` prints the end of its log the same way."""
+    doc = ui.http.get("/api/v1/topology/metered").json
+    worker = next(w for w in doc["workers"] if any(e.startswith("square:") for e in w["executors"]))
+    square = next(e for e in worker["executors"] if e.startswith("square:"))
+    dump = ui.http.post(f"/api/v1/topology/metered/worker/{worker['id']}/dump")
+    assert dump.status == 200, dump.text
+    text = "\n".join(dump.json["lines"])
+    assert text.startswith(f"thread dump of worker {worker['id']} (pid ") and "topology metered" in text
+    assert f'"{square}" daemon tid' in text and '"MainThread" tid' in text and "cpu " in text
+    assert dump.json["file"] == f"worker-{worker['id'].replace(':', '-')}.dump"
+    assert "no worker" in ui.http.post("/api/v1/topology/metered/worker/n9:1/dump").json["errorMessage"]
+    cli = run_cli("thread-dump", "metered", worker["id"], cluster=cluster)
+    assert cli.returncode == 0 and f'"{square}" daemon tid' in cli.stdout, cli.stderr
+    tail = run_cli("logs", "metered", worker["id"], "-n", "5", cluster=cluster)
+    assert tail.returncode == 0 and len(tail.stdout.splitlines()) == 5, tail.stderr
+    assert "thread dump written" in run_cli("logs", "metered", worker["id"], cluster=cluster).stdout
+    for bad, says in ((["logs", "metered", "n9:1"], "has no worker 'n9:1'"), (["logs", "metered", "nine"], "not a worker id"),
+                      (["thread-dump", "nope", worker["id"]], "no topology named 'nope'")):
+        result = run_cli(*bad, cluster=cluster)
+        assert result.returncode == 2 and says in result.stderr and "Traceback" not in result.stderr, result.stderr
+    after = ui.http.get("/api/v1/topology/metered").json["workers"]
+    assert worker["id"] in {w["id"] for w in after}
+
+
 def _square_logs(ui: UiProcess) -> dict[Path, int]:
     """The log files of the workers that run ``square`` executors, and their sizes now."""
     from nstorm.home import logs_dir

@@ -12,6 +12,7 @@ Routes (Storm's REST shape, ``:id`` is the topology's name; see :mod:`ui.documen
                                                      "timeout": 30}}}; a null target_level resets the logger
     POST /api/v1/topology/:id/activate | /deactivate | /rebalance/:wait-time | /kill/:wait-time
     POST /api/v1/topology/:id/move                   {"executor": "count:3", "to": "n2:6701"}: live, by "ui"
+    POST /api/v1/topology/:id/worker/:worker/dump    a dump of the worker's threads, from its node
     GET  /metrics                                    Prometheus' text format
     GET  /  and  /topology/:id                       the pages (assets under /static, all served here)
 
@@ -43,12 +44,12 @@ from starlette.staticfiles import StaticFiles
 from nstorm.client import ClusterClient
 from nstorm.errors import ClusterError, NotFoundError, NStormError, UsageError
 from nstorm.home import logs_dir, metrics_dir
+from nstorm.logfetch import LogUnavailable, fetch_log, thread_dump
 from nstorm.logtail import MAX_LINES
 from nstorm.records import TopologyStatus
 from nstorm.topology import is_acker
 from ui import documents, prometheus
 from ui.guard import Guard
-from ui.logfetch import LogUnavailable, fetch_log
 from ui.source import ZOOKEEPER_TROUBLE, ClusterSource, Unreachable
 
 __all__ = ["ApiError", "create_app"]
@@ -69,7 +70,8 @@ class ApiError(Exception):
 
 
 _REASONS = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed",
-            409: "Conflict", 500: "Internal Server Error", 502: "Bad Gateway", 503: "Service Unavailable"}
+            409: "Conflict", 500: "Internal Server Error", 502: "Bad Gateway", 503: "Service Unavailable",
+            504: "Gateway Timeout"}
 
 
 def error_response(status: int, message: str) -> JSONResponse:
@@ -237,16 +239,29 @@ class Api:
     def worker_log(self, request: Request) -> JSONResponse:
         name, worker = request.path_params["id"], request.path_params["worker"]
         lines = int(_number(request.query_params.get("lines", "200"), "lines", 1, MAX_LINES))
-        view = self.view(name)
-        known = set(view.plan.workers if view.plan else ()) | {w for m in view.migrations for w in (m.source, m.target)}
-        if worker not in known:
-            raise ApiError(404, f"topology {name!r} has no worker {worker!r}")
+        self._known_worker(name, worker)
         node = worker.rpartition(":")[0]
         try:
             found = fetch_log(worker, lines, self.cluster()["supervisors"].get(node), logs_dir())
         except (LogUnavailable, ValueError) as exc:
             raise ApiError(getattr(exc, "status", 404), str(exc)) from None
         return JSONResponse({"topologyId": name, "worker": worker, **found})
+
+    def thread_dump(self, name: str, worker: str) -> JSONResponse:
+        """A new dump of a worker's threads, from its node's supervisor (Storm's "JStack")."""
+        self._known_worker(name, worker)
+        try:
+            found = thread_dump(worker, self.cluster()["supervisors"].get(worker.rpartition(":")[0]))
+        except LogUnavailable as exc:
+            raise ApiError(exc.status, str(exc)) from None
+        return JSONResponse({"topologyId": name, "worker": worker, **found})
+
+    def _known_worker(self, name: str, worker: str) -> None:
+        """404 unless ``worker`` is (or was, for a move) one of ``name``'s."""
+        view = self.view(name)
+        known = set(view.plan.workers if view.plan else ()) | {w for m in view.migrations for w in (m.source, m.target)}
+        if worker not in known:
+            raise ApiError(404, f"topology {name!r} has no worker {worker!r}")
 
     def metrics(self, request: Request) -> Response:
         def build() -> bytes:
@@ -425,6 +440,10 @@ def create_app(source: ClusterSource, credentials: tuple[str, str] | None = None
         body = await _body(request, required=True)
         return await run_in_threadpool(api.move, request.path_params["id"], body)
 
+    async def post_dump(request: Request) -> JSONResponse:
+        await _body(request)
+        return await run_in_threadpool(api.thread_dump, request.path_params["id"], request.path_params["worker"])
+
     async def post_logconfig(request: Request) -> JSONResponse:
         body = await _body(request, required=True)
         return await run_in_threadpool(api.set_logconfig, request.path_params["id"], body)
@@ -447,6 +466,7 @@ def create_app(source: ClusterSource, credentials: tuple[str, str] | None = None
         Route(topology + "/latency", api.latency),
         Route(topology + "/traffic", api.traffic),
         Route(topology + "/worker/{worker}/log", api.worker_log),
+        Route(topology + "/worker/{worker}/dump", post_dump, methods=["POST"]),
         Route(topology + "/logconfig", api.logconfig),
         Route(topology + "/logconfig", post_logconfig, methods=["POST"]),
         Route(topology + "/activate", post_status, methods=["POST"]),

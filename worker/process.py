@@ -29,6 +29,7 @@ from typing import Any
 from kvstore import KVStoreError, LMDBPlanStore, StoreMissingError
 from nstorm.config import ENV_CPU_LIMIT
 from nstorm.errors import AuthError, NStormError, TopologyLoadError, UsageError
+from nstorm.home import logs_dir
 from nstorm.loader import is_member_name, load_topology
 from nstorm.plan import LocalPlan, PlanError
 from nstorm.records import Heartbeat, MoveMode, TopologyStatus
@@ -55,6 +56,7 @@ from worker.routing import RoutingTable
 from worker.sched import batch_in_effect, batch_threads
 from worker.spout import SpoutExecutor
 from worker.stats import StatsWindow
+from worker.threaddump import ThreadDumps
 from worker.transport import WORKER_TASK, Transport
 from worker.windowed import WindowedBoltExecutor
 
@@ -120,6 +122,8 @@ class Worker:
         self.lock = threading.RLock()
         self.restart_pending = False
         self.log_levels: LogLevels | None = None  # the topology's dynamic log levels (set_log_level)
+        self.dumps = ThreadDumps(logs_dir(), self.worker_id,
+                                 lambda: f"topology {self.topology}, plan v{self.version}")  # on request
         self.routing: RoutingTable | None = None
         self.version = 0
         self.first_version = 0  # the plan this process started with: a restart asked later is not done yet
@@ -823,7 +827,12 @@ class Worker:
                        signal.SIGUSR1: self.nudge})
 
     def nudge(self, *_: Any) -> None:
-        """A new plan (or log levels) is in the store (the supervisor says so): read it now, not at the next TW."""
+        """A new plan (or log levels) is in the store, or a thread dump is asked for (the supervisor
+        says so): read it now, not at the next TW; the dump at once, in this (the signal) thread."""
+        try:
+            self.dumps.answer()
+        except OSError as exc:
+            log.warning("thread dump not written: %s", exc)
         if self.log_levels is not None:
             self.log_levels.stale = True
         self._wake.set()

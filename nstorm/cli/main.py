@@ -9,7 +9,17 @@ import typer
 from typer.exceptions import TyperException
 
 from nstorm import __version__
-from nstorm.cli import cluster, daemons, keys, local, loglevel, topology, traffic, zookeeper
+from nstorm.cli import (
+    cluster,
+    daemons,
+    keys,
+    local,
+    loglevel,
+    topology,
+    traffic,
+    workerlogs,
+    zookeeper,
+)
 from nstorm.cli.common import err_console
 
 app = typer.Typer(
@@ -24,6 +34,7 @@ app.add_typer(keys.app, name="keys", rich_help_panel="Clusters")
 local.register(app)
 topology.register(app)
 loglevel.register(app)
+workerlogs.register(app)
 traffic.register(app)
 daemons.register(app)
 

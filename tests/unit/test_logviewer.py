@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from nstorm.logfetch import LogUnavailable, fetch_log
 from nstorm.logtail import worker_log
 from supervisor.logserver import LogServer
-from ui.logfetch import LogUnavailable, fetch_log
 
 
 @pytest.fixture
@@ -97,3 +97,83 @@ def test_a_worker_id_names_a_file_in_the_logs_directory_only(tmp_path: Path) -> 
     for bad in ("../x:1", "a/b:1", "a\\b:1", "n1", "n1:port", "n1:123456"):
         with pytest.raises(ValueError, match="not a worker id"):
             worker_log(tmp_path, bad)
+
+
+def _post(server: LogServer, query: str) -> tuple[int, Any]:
+    request = urllib.request.Request(f"http://127.0.0.1:{server.port}{query}", method="POST",
+                                     headers={"Authorization": f"Bearer {server.token}"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as reply:  # noqa: S310 - a local test server
+            return reply.status, json.loads(reply.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_a_thread_dump_asked_of_a_worker_of_the_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The logviewer asks (the supervisor's callback) and answers with the dump once it is newer
+    than the request; a worker not on this node is a 404, one that writes nothing a 504."""
+    from nstorm.logtail import dump_file
+    from supervisor import logserver
+
+    asked: list[str] = []
+
+    def dump(worker: str) -> bool:
+        asked.append(worker)
+        if worker == "n1:6700":
+            dump_file(tmp_path, worker).write_text("thread dump of worker n1:6700\n\"MainThread\"\n")
+        return worker != "n9:1"
+
+    monkeypatch.setattr(logserver, "DUMP_WAIT_SECS", 0.3)
+    viewer = LogServer(tmp_path, "127.0.0.1", 0, dump)
+    viewer.start()
+    try:
+        status, body = _post(viewer, "/dump?worker=n1:6700")
+        assert status == 200 and body["lines"] == ["thread dump of worker n1:6700", '"MainThread"']
+        assert body["file"] == "worker-n1-6700.dump" and body["at"] > 0
+        assert _post(viewer, "/dump?worker=n9:1")[0] == 404
+        assert _post(viewer, "/dump?worker=n1:6701")[0] == 504  # asked, never written
+        assert _post(viewer, "/dump?worker=../x:1")[0] == 400
+        assert _post(viewer, "/log?worker=n1:6700")[0] == 405
+        assert _get(viewer, "/dump?worker=n1:6700", viewer.token)[0] == 405
+        assert asked == ["n1:6700", "n9:1", "n1:6701"]
+    finally:
+        viewer.stop()
+
+
+def test_the_ui_asks_for_a_dump_only_of_a_node_that_serves_them(tmp_path: Path) -> None:
+    from nstorm.logfetch import thread_dump
+
+    for registration in (None, {"host": "127.0.0.1"}):
+        with pytest.raises(LogUnavailable) as exc:
+            thread_dump("n1:6700", registration)
+        assert exc.value.status == 404
+
+
+def test_a_worker_answers_a_dump_request_with_every_thread(tmp_path: Path) -> None:
+    import threading
+
+    from nstorm.logtail import dump_file, dump_request
+    from worker.threaddump import ThreadDumps
+
+    started, stop = threading.Event(), threading.Event()
+
+    def stuck_executor() -> None:
+        started.set()
+        stop.wait()
+
+    thread = threading.Thread(target=stuck_executor, name="count:3", daemon=True)
+    thread.start()
+    started.wait(10)
+    try:
+        dumps = ThreadDumps(tmp_path, "n1:6700", lambda: "topology t, plan v2")
+        assert not dumps.answer() and not dump_file(tmp_path, "n1:6700").exists()  # nobody asked
+        dump_request(tmp_path, "n1:6700").touch()
+        assert dumps.answer()
+        assert not dump_request(tmp_path, "n1:6700").exists()
+        text = dump_file(tmp_path, "n1:6700").read_text()
+    finally:
+        stop.set()
+        thread.join(10)
+    assert text.startswith("thread dump of worker n1:6700 (pid ") and "topology t, plan v2" in text
+    assert '"count:3" daemon tid' in text and "in stuck_executor" in text and "stop.wait()" in text
+    assert '"MainThread" tid' in text

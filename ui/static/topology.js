@@ -431,7 +431,9 @@
   function showLog(worker) {
     const pre = el("pre", { class: "log", "data-testid": "log" }, "loading…");
     const dialog = el("dialog", { class: "wide" }, el("h3", {}, `Log of worker ${worker}`), pre,
-      el("div", { class: "actions" }, el("button", { onclick: () => dialog.close() }, "Close")));
+      el("div", { class: "actions" },
+        el("button", { "data-testid": "dump", onclick: () => showDump(worker) }, "Thread dump"),
+        el("button", { onclick: () => dialog.close() }, "Close")));
     let timer = null;
     const load = async () => {
       try {
@@ -446,6 +448,20 @@
     document.body.append(dialog);
     dialog.showModal();
     load();
+  }
+
+  // Storm UI's "JStack": the worker's supervisor asks it for a dump of its threads.
+  async function showDump(worker) {
+    const pre = el("pre", { class: "log", "data-testid": "threads" }, "asking the worker…");
+    const dialog = el("dialog", { class: "wide" }, el("h3", {}, `Threads of worker ${worker}`), pre,
+      el("div", { class: "actions" }, el("button", { onclick: () => dialog.close() }, "Close")));
+    dialog.addEventListener("close", () => dialog.remove());
+    document.body.append(dialog);
+    dialog.showModal();
+    try {
+      const data = await post(`${BASE}/worker/${encodeURIComponent(worker)}/dump`);
+      pre.textContent = data.lines.join("\n");
+    } catch (e) { pre.textContent = e.message; }
   }
 
   // -- traffic heatmap ----------------------------------------------------------------------------

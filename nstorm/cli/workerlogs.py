@@ -1,0 +1,102 @@
+"""``nstorm logs NAME WORKER`` and ``nstorm thread-dump NAME WORKER``: a worker's log and its
+threads, from wherever it runs (its node's supervisor serves them: Storm's logviewer and the
+UI's "JStack"), so that no one logs in to a node, or into a container, to read them."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from nstorm.cli.common import ZkOption, ZkRootOption, cli_errors, cluster_client, print_json
+from nstorm.topology import check_topology_name
+
+
+def _check(name: str, worker: str) -> None:
+    """Exit 2 for a name or a worker id that cannot be one, before connecting."""
+    from nstorm.errors import UsageError
+    from nstorm.logtail import WORKER_ID
+
+    check_topology_name(name)
+    if not WORKER_ID.fullmatch(worker):
+        msg = f"not a worker id (node:port): {worker[:80]!r}"
+        raise UsageError(msg)
+
+
+def _registration(client: Any, name: str, worker: str) -> dict[str, Any] | None:
+    """The registration of ``worker``'s supervisor (None: not registered); NotFoundError (exit 2)
+    for a topology that is not running or a worker that is not one of its."""
+    from nstorm.errors import NotFoundError
+
+    plan = client.plan(name)
+    if plan is None:
+        msg = f"no topology named {name!r} runs"
+        raise NotFoundError(msg)
+    if worker not in plan.workers:
+        msg = f"topology {name!r} has no worker {worker!r} (its workers: {', '.join(sorted(plan.workers))})"
+        raise NotFoundError(msg)
+    return client.cluster.supervisors().get(worker.rpartition(":")[0])
+
+
+def _unavailable(exc: Any) -> None:
+    from nstorm.errors import ClusterError, NotFoundError
+
+    raise (NotFoundError if exc.status == 404 else ClusterError)(str(exc)) from None
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``logs`` and ``thread-dump`` to the root app."""
+
+    @app.command("logs", rich_help_panel="Topologies")
+    @cli_errors
+    def logs(
+        name: str,
+        worker: Annotated[str, typer.Argument(help="the worker, node:port (status NAME lists them)")],
+        lines: Annotated[int, typer.Option("--lines", "-n", min=1, max=5000, help="lines from the end")] = 200,
+        as_json: Annotated[bool, typer.Option("--json", help="print JSON: file, size, lines")] = False,
+        zk: ZkOption = None,
+        zk_root: ZkRootOption = None,
+    ) -> None:
+        """Print the end of a worker's log, from its node (Storm's logviewer)."""
+        from nstorm.home import logs_dir
+        from nstorm.logfetch import LogUnavailable, fetch_log
+
+        _check(name, worker)
+        with cluster_client(zk, zk_root) as client:
+            registration = _registration(client, name, worker)
+        try:
+            found = fetch_log(worker, lines, registration, logs_dir())
+        except LogUnavailable as exc:
+            _unavailable(exc)
+        if as_json:
+            print_json({"topologyId": name, "worker": worker, **found})
+            return
+        for line in found["lines"]:
+            typer.echo(line)
+
+    @app.command("thread-dump", rich_help_panel="Topologies")
+    @cli_errors
+    def thread_dump(
+        name: str,
+        worker: Annotated[str, typer.Argument(help="the worker, node:port (status NAME lists them)")],
+        as_json: Annotated[bool, typer.Option("--json", help="print JSON: file, at, lines")] = False,
+        zk: ZkOption = None,
+        zk_root: ZkRootOption = None,
+    ) -> None:
+        """Print every thread of a running worker with its stack and CPU time (Storm UI's JStack):
+        where an executor is stuck, which one spins. The worker goes on."""
+        from nstorm.logfetch import LogUnavailable
+        from nstorm.logfetch import thread_dump as ask
+
+        _check(name, worker)
+        with cluster_client(zk, zk_root) as client:
+            registration = _registration(client, name, worker)
+        try:
+            found = ask(worker, registration)
+        except LogUnavailable as exc:
+            _unavailable(exc)
+        if as_json:
+            print_json({"topologyId": name, "worker": worker, **found})
+            return
+        for line in found["lines"]:
+            typer.echo(line)

@@ -1,0 +1,97 @@
+"""A worker's log and a thread dump of it, for the UI and the CLI: from its node's supervisor
+(``supervisor/logserver.py``, Storm's logviewer), or a log, where that supervisor serves none,
+from this machine.
+
+The UI and the CLI seldom run where the workers do (the compose cluster's ``ui`` container, a
+network namespace's node, another host): the logs are on the workers' nodes, and each
+supervisor registers where it serves them (``supervisors/<node>``' ``logviewer``: port and
+bearer token).
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from nstorm.logtail import tail, worker_log
+
+__all__ = ["LogUnavailable", "fetch_log", "thread_dump"]
+
+TIMEOUT_SECS = 5.0
+DUMP_TIMEOUT_SECS = 10.0  # the logviewer waits up to 5 s for the worker's dump
+
+
+class LogUnavailable(Exception):
+    """No log to show: ``status`` is the HTTP status the UI answers (404, or 502 for a logviewer
+    that did not answer) and the message says why."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def fetch_log(worker: str, lines: int, supervisor: Mapping[str, Any] | None, local_logs: Path) -> dict[str, Any]:
+    """``{"file", "size", "lines"}`` of ``worker``'s log: the last ``lines`` lines.
+
+    :arg supervisor: the registration of the worker's node (None: not registered now).
+    :arg local_logs: the UI's own logs directory, read when the node serves no logs.
+    :raises LogUnavailable: no such log, or its node's logviewer did not answer.
+    """
+    viewer = (supervisor or {}).get("logviewer")
+    if isinstance(viewer, Mapping) and isinstance(viewer.get("port"), int) and viewer["port"] > 0:
+        return _remote(worker, lines, str(supervisor["host"]), viewer)  # type: ignore[index]
+    path = worker_log(local_logs, worker)
+    try:
+        text, size = tail(path, lines)
+    except FileNotFoundError:
+        why = "its supervisor is not registered" if supervisor is None else "its supervisor serves no logs"
+        raise LogUnavailable(404, f"no log of worker {worker}: {why}, and the UI's {local_logs} has none") from None
+    return {"file": path.name, "size": size, "lines": text}
+
+
+def thread_dump(worker: str, supervisor: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``{"file", "at", "lines"}``: a new dump of ``worker``'s threads (Storm's jstack, Flink's thread
+    dump), which its node's supervisor asks it for.
+
+    :raises LogUnavailable: its supervisor is not registered or serves no logviewer (404), the
+        worker does not run there (404), or it or the logviewer did not answer (502, 504).
+    """
+    viewer = (supervisor or {}).get("logviewer")
+    if not (isinstance(viewer, Mapping) and isinstance(viewer.get("port"), int) and viewer["port"] > 0):
+        why = "is not registered" if supervisor is None else "serves no logviewer"
+        raise LogUnavailable(404, f"no thread dump of worker {worker}: its supervisor {why}")
+    return _remote(worker, 0, str(supervisor["host"]), viewer, dump=True)  # type: ignore[index]
+
+
+def _remote(worker: str, lines: int, host: str, viewer: Mapping[str, Any], dump: bool = False) -> dict[str, Any]:
+    where = f"[{host}]:{viewer['port']}" if ":" in host else f"{host}:{viewer['port']}"
+    query = urllib.parse.urlencode({"worker": worker} if dump else {"worker": worker, "lines": lines})
+    request = urllib.request.Request(f"http://{where}/{'dump' if dump else 'log'}?{query}",  # noqa: S310
+                                     headers={"Authorization": f"Bearer {viewer.get('token', '')}"},
+                                     method="POST" if dump else "GET")
+    try:
+        with urllib.request.urlopen(request, timeout=DUMP_TIMEOUT_SECS if dump else TIMEOUT_SECS) as reply:  # noqa: S310
+            body = json.loads(reply.read())
+    except urllib.error.HTTPError as exc:
+        if exc.code in (404, 504):
+            raise LogUnavailable(exc.code, f"{_error_of(exc)} ({host})") from None
+        raise LogUnavailable(502, f"the logviewer at {where} answered {exc.code}") from None
+    except (OSError, ValueError) as exc:  # refused, timed out, unreachable, not JSON
+        raise LogUnavailable(502, f"the logviewer at {where} did not answer ({exc})") from None
+    if not isinstance(body, dict) or not isinstance(body.get("lines"), list):
+        raise LogUnavailable(502, f"the logviewer at {where} answered no lines")
+    return {k: body.get(k) for k in ("file", "at" if dump else "size")} | {"lines": body["lines"]}
+
+
+def _error_of(exc: urllib.error.HTTPError) -> str:
+    """The ``error`` a logviewer's answer gives (its own words), else its status."""
+    try:
+        message = json.loads(exc.read()).get("error")
+    except (OSError, ValueError, AttributeError):
+        message = None
+    return str(message)[:200] if message else f"HTTP {exc.code}"
