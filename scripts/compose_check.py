@@ -469,7 +469,7 @@ class Check:
     def ui(self) -> None:
         """The ``ui`` service (issue 16): its REST API, asked from inside the cluster, shows the
         workers on both supervisor containers and the move just made, and each worker's log, which
-        only its supervisor's container has (its logviewer serves it).
+        only its supervisor's container has (its logviewer serves it), and a dump of its threads.
 
         Written against branch ``ui``'s API (``/api/v1/topology/:id`` with ``workers[].supervisorId``,
         ``/api/v1/topology/:id/migrations``); while docker-compose.yml has no ``ui`` service
@@ -484,13 +484,14 @@ class Check:
         def shown() -> dict[str, Any] | None:
             r = engine.probe("ui", ZK, UI_URL, TOPOLOGY)
             ok = r["supervisors"] == sorted(SUPERVISORS.values()) and moved in r["migrations"]
-            return r if ok and r["logs"] and all(r["logs"].values()) else None
+            return r if ok and r["logs"] and all(r["logs"].values()) and all(r["threads"].values()) else None
 
-        answer = wait_for("the ui's REST API to show both supervisors, the move and every worker's log "
-                          "(from the supervisors' logviewers)", shown, timeout=60, interval=2)
+        answer = wait_for("the ui's REST API to show both supervisors, the move, every worker's log and a "
+                          "dump of its threads (from the supervisors' logviewers)", shown, timeout=60, interval=2)
         print(f"    {UI_URL}/api/v1/topology/{TOPOLOGY}: workers on {', '.join(answer['supervisors'])}; "
               f"migrations: {', '.join(answer['migrations'])}; log lines from the supervisor containers: "
-              + ", ".join(f"{w} {n}" for w, n in sorted(answer["logs"].items())))
+              + ", ".join(f"{w} {n}" for w, n in sorted(answer["logs"].items()))
+              + "; threads dumped: " + ", ".join(f"{w} {n}" for w, n in sorted(answer["threads"].items())))
 
     def kill_supervisor(self) -> None:
         """SIGKILL one supervisor container: its workers die with it. Nimbus gives their executors

@@ -95,12 +95,23 @@ def ui(url: str, name: str) -> dict[str, Any]:
         except OSError:
             return 0
 
+    def dumped_threads(worker: str) -> int:  # the worker's supervisor asks it for a thread dump
+        request = urllib.request.Request(f"{url}/api/v1/topology/{name}/worker/{worker}/dump", data=b"{}",
+                                         method="POST", headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=20) as response:
+                lines = json.loads(response.read())["lines"]
+        except OSError:
+            return 0
+        return sum(1 for line in lines if line.startswith('"'))
+
     topology = get(f"/api/v1/topology/{name}")
     migrations = get(f"/api/v1/topology/{name}/migrations")
     alive = [w for w in topology["workers"] if w.get("alive")]
     return {"supervisors": sorted({w["supervisorId"] for w in alive}),
             "migrations": [m["executor"] for m in migrations["migrations"]],
-            "logs": {w["id"]: log_lines(w["id"]) for w in alive}}
+            "logs": {w["id"]: log_lines(w["id"]) for w in alive},
+            "threads": {w["id"]: dumped_threads(w["id"]) for w in alive}}
 
 
 def main(argv: list[str]) -> int:
