@@ -27,8 +27,8 @@ DUMP_TIMEOUT_SECS = 10.0  # the logviewer waits up to 5 s for the worker's dump
 
 
 class LogUnavailable(Exception):
-    """No log to show: ``status`` is the HTTP status the UI answers (404, or 502 for a logviewer
-    that did not answer) and the message says why."""
+    """No log or dump to show: ``status`` is the HTTP status the UI answers (404; 502 for a
+    logviewer that did not answer, 504 for a worker that wrote no dump) and the message says why."""
 
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
@@ -42,8 +42,8 @@ def fetch_log(worker: str, lines: int, supervisor: Mapping[str, Any] | None, loc
     :arg local_logs: the UI's own logs directory, read when the node serves no logs.
     :raises LogUnavailable: no such log, or its node's logviewer did not answer.
     """
-    viewer = (supervisor or {}).get("logviewer")
-    if isinstance(viewer, Mapping) and isinstance(viewer.get("port"), int) and viewer["port"] > 0:
+    viewer = _viewer(supervisor)
+    if viewer is not None:
         return _remote(worker, lines, str(supervisor["host"]), viewer)  # type: ignore[index]
     path = worker_log(local_logs, worker)
     try:
@@ -61,11 +61,19 @@ def thread_dump(worker: str, supervisor: Mapping[str, Any] | None) -> dict[str, 
     :raises LogUnavailable: its supervisor is not registered or serves no logviewer (404), the
         worker does not run there (404), or it or the logviewer did not answer (502, 504).
     """
-    viewer = (supervisor or {}).get("logviewer")
-    if not (isinstance(viewer, Mapping) and isinstance(viewer.get("port"), int) and viewer["port"] > 0):
+    viewer = _viewer(supervisor)
+    if viewer is None:
         why = "is not registered" if supervisor is None else "serves no logviewer"
         raise LogUnavailable(404, f"no thread dump of worker {worker}: its supervisor {why}")
     return _remote(worker, 0, str(supervisor["host"]), viewer, dump=True)  # type: ignore[index]
+
+
+def _viewer(supervisor: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """The ``logviewer`` a supervisor registered (port and token), or None if it serves none."""
+    viewer = (supervisor or {}).get("logviewer")
+    if isinstance(viewer, Mapping) and isinstance(viewer.get("port"), int) and viewer["port"] > 0:
+        return viewer
+    return None
 
 
 def _remote(worker: str, lines: int, host: str, viewer: Mapping[str, Any], dump: bool = False) -> dict[str, Any]:
