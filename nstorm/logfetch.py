@@ -14,16 +14,18 @@ import json
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from nstorm.logtail import tail, worker_log
+from nstorm.logtail import search, tail, worker_log
 
-__all__ = ["LogUnavailable", "fetch_log", "thread_dump"]
+__all__ = ["LogUnavailable", "fetch_log", "search_log", "search_workers", "thread_dump"]
 
 TIMEOUT_SECS = 5.0
 DUMP_TIMEOUT_SECS = 10.0  # the logviewer waits up to 5 s for the worker's dump
+SEARCH_TIMEOUT_SECS = 30.0  # a search reads the whole log and its rotated files (up to 80 MB)
 
 
 class LogUnavailable(Exception):
@@ -44,7 +46,8 @@ def fetch_log(worker: str, lines: int, supervisor: Mapping[str, Any] | None, loc
     """
     viewer = _viewer(supervisor)
     if viewer is not None:
-        return _remote(worker, lines, str(supervisor["host"]), viewer)  # type: ignore[index]
+        return _ask(worker, "GET", "log", {"lines": lines}, str(supervisor["host"]),  # type: ignore[index]
+                    viewer, TIMEOUT_SECS, "lines", ("file", "size"))
     path = worker_log(local_logs, worker)
     try:
         text, size = tail(path, lines)
@@ -52,6 +55,48 @@ def fetch_log(worker: str, lines: int, supervisor: Mapping[str, Any] | None, loc
         why = "its supervisor is not registered" if supervisor is None else "its supervisor serves no logs"
         raise LogUnavailable(404, f"no log of worker {worker}: {why}, and the UI's {local_logs} has none") from None
     return {"file": path.name, "size": size, "lines": text}
+
+
+def search_log(worker: str, needle: str, limit: int, supervisor: Mapping[str, Any] | None,
+               local_logs: Path) -> dict[str, Any]:
+    """``{"matches": [{"file", "line", "text"}], "found"}``: the last ``limit`` lines of ``worker``'s
+    log (and its rotated files) that contain ``needle``, from its node (else this machine's).
+
+    :raises LogUnavailable: as :func:`fetch_log`.
+    """
+    viewer = _viewer(supervisor)
+    if viewer is not None:
+        return _ask(worker, "GET", "search", {"q": needle, "max": limit}, str(supervisor["host"]),  # type: ignore[index]
+                    viewer, SEARCH_TIMEOUT_SECS, "matches", ("found",))
+    try:
+        matches, found = search(worker_log(local_logs, worker), needle, limit)
+    except FileNotFoundError:
+        raise LogUnavailable(404, f"no log of worker {worker}: its supervisor serves no logs") from None
+    return {"matches": matches, "found": found}
+
+
+def search_workers(workers: Sequence[str], needle: str, limit: int, supervisors: Mapping[str, Mapping[str, Any]],
+                   local_logs: Path) -> dict[str, Any]:
+    """:func:`search_log` over ``workers`` at once (each on its node): ``{"matches": [{"worker",
+    "file", "line", "text"}], "found": {worker: lines matched}, "errors": {worker: why}}``, the
+    matches by worker, each worker's in its log's order."""
+    def one(worker: str) -> tuple[str, dict[str, Any] | str]:
+        try:
+            return worker, search_log(worker, needle, limit, supervisors.get(worker.rpartition(":")[0]), local_logs)
+        except (LogUnavailable, ValueError) as exc:
+            return worker, str(exc)
+
+    matches: list[dict[str, Any]] = []
+    found: dict[str, int] = {}
+    errors: dict[str, str] = {}
+    with ThreadPoolExecutor(max_workers=max(1, min(8, len(workers)))) as pool:
+        for worker, answer in pool.map(one, workers):
+            if isinstance(answer, str):
+                errors[worker] = answer
+                continue
+            found[worker] = int(answer.get("found") or 0)
+            matches.extend({"worker": worker, **m} for m in answer["matches"])
+    return {"matches": matches, "found": found, "errors": errors}
 
 
 def thread_dump(worker: str, supervisor: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -65,7 +110,8 @@ def thread_dump(worker: str, supervisor: Mapping[str, Any] | None) -> dict[str, 
     if viewer is None:
         why = "is not registered" if supervisor is None else "serves no logviewer"
         raise LogUnavailable(404, f"no thread dump of worker {worker}: its supervisor {why}")
-    return _remote(worker, 0, str(supervisor["host"]), viewer, dump=True)  # type: ignore[index]
+    return _ask(worker, "POST", "dump", {}, str(supervisor["host"]), viewer,  # type: ignore[index]
+                DUMP_TIMEOUT_SECS, "lines", ("file", "at"))
 
 
 def _viewer(supervisor: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
@@ -76,14 +122,15 @@ def _viewer(supervisor: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
     return None
 
 
-def _remote(worker: str, lines: int, host: str, viewer: Mapping[str, Any], dump: bool = False) -> dict[str, Any]:
+def _ask(worker: str, method: str, what: str, params: Mapping[str, Any], host: str, viewer: Mapping[str, Any],
+         timeout: float, listed: str, keys: tuple[str, ...]) -> dict[str, Any]:
+    """One request to a node's logviewer; its answer's ``keys`` and its list ``listed``."""
     where = f"[{host}]:{viewer['port']}" if ":" in host else f"{host}:{viewer['port']}"
-    query = urllib.parse.urlencode({"worker": worker} if dump else {"worker": worker, "lines": lines})
-    request = urllib.request.Request(f"http://{where}/{'dump' if dump else 'log'}?{query}",  # noqa: S310
-                                     headers={"Authorization": f"Bearer {viewer.get('token', '')}"},
-                                     method="POST" if dump else "GET")
+    query = urllib.parse.urlencode({"worker": worker, **params})
+    request = urllib.request.Request(f"http://{where}/{what}?{query}",  # noqa: S310 - a registered node
+                                     headers={"Authorization": f"Bearer {viewer.get('token', '')}"}, method=method)
     try:
-        with urllib.request.urlopen(request, timeout=DUMP_TIMEOUT_SECS if dump else TIMEOUT_SECS) as reply:  # noqa: S310
+        with urllib.request.urlopen(request, timeout=timeout) as reply:  # noqa: S310
             body = json.loads(reply.read())
     except urllib.error.HTTPError as exc:
         if exc.code in (404, 504):
@@ -91,9 +138,9 @@ def _remote(worker: str, lines: int, host: str, viewer: Mapping[str, Any], dump:
         raise LogUnavailable(502, f"the logviewer at {where} answered {exc.code}") from None
     except (OSError, ValueError) as exc:  # refused, timed out, unreachable, not JSON
         raise LogUnavailable(502, f"the logviewer at {where} did not answer ({exc})") from None
-    if not isinstance(body, dict) or not isinstance(body.get("lines"), list):
-        raise LogUnavailable(502, f"the logviewer at {where} answered no lines")
-    return {k: body.get(k) for k in ("file", "at" if dump else "size")} | {"lines": body["lines"]}
+    if not isinstance(body, dict) or not isinstance(body.get(listed), list):
+        raise LogUnavailable(502, f"the logviewer at {where} answered no {listed}")
+    return {k: body.get(k) for k in keys} | {listed: body[listed]}
 
 
 def _error_of(exc: urllib.error.HTTPError) -> str:

@@ -11,11 +11,16 @@ from __future__ import annotations
 
 import os
 import re
+from collections import deque
 from pathlib import Path
 
-__all__ = ["MAX_LINES", "WORKER_ID", "dump_file", "dump_request", "tail", "worker_log"]
+__all__ = ["MAX_LINES", "MAX_MATCHES", "MAX_NEEDLE", "WORKER_ID", "dump_file", "dump_request", "search", "tail", "worker_log"]
 
 MAX_LINES = 5000
+MAX_MATCHES = 1000
+MAX_NEEDLE = 200  # characters a search looks for
+MAX_TEXT = 500  # a matching line is cut here (a tuple's values logged whole can be long)
+ROTATED = 3  # nstorm.logs keeps worker-<node>-<port>.log.1 to .3 (20 MB each)
 _CHUNK = 64 * 1024
 WORKER_ID = re.compile(r"[^/\\\x00]+:[0-9]{1,5}")  # node:port, no separator in the node: a file name
 
@@ -55,3 +60,27 @@ def tail(path: Path, lines: int) -> tuple[list[str], int]:
             data = fh.read(step) + data
     text = data.decode("utf-8", errors="replace").splitlines()
     return text[-lines:], size
+
+
+def search(log: Path, needle: str, limit: int) -> tuple[list[dict[str, object]], int]:
+    """The last ``limit`` lines of a worker's log, with its rotated files before it (oldest first),
+    that contain ``needle``, as ``{"file", "line", "text"}`` (line numbers from 1 in each file), and
+    how many lines matched in all (FileNotFoundError if the log itself is missing)."""
+    if not log.exists():
+        raise FileNotFoundError(log)
+    files = [log.with_name(f"{log.name}.{i}") for i in range(ROTATED, 0, -1)] + [log]
+    target = needle.encode("utf-8", errors="replace")
+    kept: deque[tuple[str, int, bytes]] = deque(maxlen=max(1, min(int(limit), MAX_MATCHES)))
+    found = 0
+    for path in files:
+        try:
+            fh = path.open("rb")
+        except FileNotFoundError:
+            continue  # not rotated that often yet
+        with fh:
+            for number, raw in enumerate(fh, 1):
+                if target in raw:
+                    found += 1
+                    kept.append((path.name, number, raw))
+    return [{"file": name, "line": number, "text": raw.decode("utf-8", errors="replace").rstrip("\r\n")[:MAX_TEXT]}
+            for name, number, raw in kept], found

@@ -9,7 +9,9 @@ a bearer token in ``supervisors/<node>`` (``logviewer``): whoever reads the clus
 reads the logs, nobody else on the network. A file is named by a worker id only
 (:func:`nstorm.logtail.worker_log`), never by a path from the request.
 
-``POST /dump?worker=node:port`` asks a worker of this node for a dump of its threads
+``GET /search?worker=node:port&q=TEXT&max=N``: the last N lines of the worker's log (and of its
+rotated files) that contain TEXT (``{"file", "matches": [{"file", "line", "text"}], "found"}``,
+Storm's log search). ``POST /dump?worker=node:port`` asks a worker of this node for a dump of its threads
 (``worker/threaddump.py``: the supervisor leaves a request file and nudges it) and answers it
 (``{"file", "at", "lines"}``) once written, or 504 after :data:`DUMP_WAIT_SECS`.
 """
@@ -28,7 +30,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from nstorm.logtail import MAX_LINES, dump_file, tail, worker_log
+from nstorm.logtail import MAX_LINES, MAX_MATCHES, MAX_NEEDLE, dump_file, search, tail, worker_log
 from nstorm.net import is_ip_address
 
 __all__ = ["LogServer"]
@@ -43,12 +45,15 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         url = urlsplit(self.path)
-        if url.path != "/log":
+        if url.path not in ("/log", "/search"):
             self._answer(404 if url.path != "/dump" else 405, {"error": f"no GET {url.path[:80]!r}"})
             return
         if not self._authorized():
             return
         query = parse_qs(url.query)
+        if url.path == "/search":
+            self._search(query)
+            return
         worker = (query.get("worker") or [""])[0]
         try:
             lines = int((query.get("lines") or ["200"])[0])
@@ -64,6 +69,23 @@ class _Handler(BaseHTTPRequestHandler):
             self._answer(404, {"error": f"no log of worker {worker} on this node"})
             return
         self._answer(200, {"file": path.name, "size": size, "lines": text})
+
+    def _search(self, query: dict[str, list[str]]) -> None:
+        worker, needle = (query.get("worker") or [""])[0], (query.get("q") or [""])[0]
+        try:
+            limit = int((query.get("max") or ["100"])[0])
+            if not 1 <= limit <= MAX_MATCHES or not 1 <= len(needle) <= MAX_NEEDLE:
+                raise ValueError(limit)
+            path = worker_log(self.server.logs, worker)
+        except ValueError:
+            self._answer(400, {"error": f"expected worker=node:port, q=1..{MAX_NEEDLE} characters and max=1..{MAX_MATCHES}"})
+            return
+        try:
+            matches, found = search(path, needle, limit)
+        except FileNotFoundError:
+            self._answer(404, {"error": f"no log of worker {worker} on this node"})
+            return
+        self._answer(200, {"file": path.name, "matches": matches, "found": found})
 
     def do_POST(self) -> None:  # noqa: N802 - http.server's name
         url = urlsplit(self.path)

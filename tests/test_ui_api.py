@@ -362,6 +362,24 @@ def test_a_thread_dump_of_a_running_worker_from_the_ui_and_the_cli(cluster: Any,
     assert worker["id"] in {w["id"] for w in after}
 
 
+
+def test_every_workers_log_searched_from_the_ui_and_the_cli(cluster: Any, ui: UiProcess, metered: str) -> None:
+    """Storm's log search: each worker's log searched on its node, the matches together."""
+    workers = sorted(w["id"] for w in ui.http.get("/api/v1/topology/metered").json["workers"])
+    found = ui.http.get("/api/v1/topology/metered/search?q=running%20topology%20metered&max=5")
+    assert found.status == 200, found.text
+    assert found.json["errors"] == {} and sorted(found.json["found"]) == workers
+    assert {m["worker"] for m in found.json["matches"]} == set(workers)
+    assert all("running topology metered" in m["text"] and m["line"] >= 1 for m in found.json["matches"])
+    assert ui.http.get("/api/v1/topology/metered/search?q=").status == 400
+    assert ui.http.get("/api/v1/topology/nope/search?q=x").status == 404
+    cli = run_cli("search-logs", "metered", "running topology metered", "--max", "1", cluster=cluster)
+    assert cli.returncode == 0 and len(cli.stdout.splitlines()) == len(workers), cli.stderr
+    assert all(line.split()[0] in workers and "running topology metered" in line for line in cli.stdout.splitlines())
+    bad = run_cli("search-logs", "nope", "x", cluster=cluster)
+    assert bad.returncode == 2 and "no topology named 'nope'" in bad.stderr
+
+
 def _square_logs(ui: UiProcess) -> dict[Path, int]:
     """The log files of the workers that run ``square`` executors, and their sizes now."""
     from nstorm.home import logs_dir

@@ -119,6 +119,12 @@ def test_the_page_shows_components_errors_metrics_and_state(browser: Any, ui: Ui
         page.click('dialog button[data-testid="dump"]')  # Storm UI's "JStack"
         threads = page.wait_for_selector('dialog pre[data-testid="threads"]')
         wait_until(lambda: '"MainThread"' in threads.inner_text(), 15, what="the worker's threads in the dialog")
+        page.keyboard.press("Escape")
+        page.keyboard.press("Escape")
+        page.click("#searchlogs")  # Storm's log search
+        page.fill('dialog[data-testid="confirm"] input[name="q"]', "running topology metered")
+        page.click('dialog[data-testid="confirm"] button[data-testid="confirm-ok"]')
+        page.wait_for_selector('dialog [data-testid="search"] tr[data-worker]', timeout=30_000)
     finally:
         page.close()
 

@@ -6,6 +6,7 @@ Routes (Storm's REST shape, ``:id`` is the topology's name; see :mod:`ui.documen
     GET  /api/v1/topology/:id                        spouts, bolts, workers, configuration, placement, dag
     GET  /api/v1/topology/:id/component/:component   per executor: host, port, worker, counters
     GET  /api/v1/topology/:id/migrations | /otd | /traffic?window=S | /worker/:worker/log?lines=N (from its node)
+    GET  /api/v1/topology/:id/search?q=TEXT&max=N     every worker's log searched, each on its node
     GET  /api/v1/topology/:id/latency                latency constraints and chains, as status --json
     GET  /api/v1/topology/:id/logconfig              dynamic log levels (Storm's namedLoggerLevels)
     POST /api/v1/topology/:id/logconfig              {"namedLoggerLevels": {"ROOT": {"target_level": "DEBUG",
@@ -44,8 +45,8 @@ from starlette.staticfiles import StaticFiles
 from nstorm.client import ClusterClient
 from nstorm.errors import ClusterError, NotFoundError, NStormError, UsageError
 from nstorm.home import logs_dir, metrics_dir
-from nstorm.logfetch import LogUnavailable, fetch_log, thread_dump
-from nstorm.logtail import MAX_LINES
+from nstorm.logfetch import LogUnavailable, fetch_log, search_workers, thread_dump
+from nstorm.logtail import MAX_LINES, MAX_MATCHES, MAX_NEEDLE
 from nstorm.records import TopologyStatus
 from nstorm.topology import is_acker
 from ui import documents, prometheus
@@ -246,6 +247,18 @@ class Api:
         except (LogUnavailable, ValueError) as exc:
             raise ApiError(getattr(exc, "status", 404), str(exc)) from None
         return JSONResponse({"topologyId": name, "worker": worker, **found})
+
+    def search_logs(self, request: Request) -> JSONResponse:
+        """Every worker's log of the topology searched at once, each on its node (Storm's log search)."""
+        name = request.path_params["id"]
+        needle = request.query_params.get("q", "")
+        if not 1 <= len(needle) <= MAX_NEEDLE:
+            raise ApiError(400, f"q: expected 1 to {MAX_NEEDLE} characters to look for")
+        limit = int(_number(request.query_params.get("max", "100"), "max", 1, MAX_MATCHES))
+        view = self.view(name)
+        workers = sorted(view.plan.workers) if view.plan else []
+        found = search_workers(workers, needle, limit, self.cluster()["supervisors"], logs_dir())
+        return JSONResponse({"topologyId": name, "searchString": needle, **found})
 
     def thread_dump(self, name: str, worker: str) -> JSONResponse:
         """A new dump of a worker's threads, from its node's supervisor (Storm's "JStack")."""
@@ -466,6 +479,7 @@ def create_app(source: ClusterSource, credentials: tuple[str, str] | None = None
         Route(topology + "/latency", api.latency),
         Route(topology + "/traffic", api.traffic),
         Route(topology + "/worker/{worker}/log", api.worker_log),
+        Route(topology + "/search", api.search_logs),
         Route(topology + "/worker/{worker}/dump", post_dump, methods=["POST"]),
         Route(topology + "/logconfig", api.logconfig),
         Route(topology + "/logconfig", post_logconfig, methods=["POST"]),

@@ -1,6 +1,7 @@
-"""``nstorm logs NAME WORKER`` and ``nstorm thread-dump NAME WORKER``: a worker's log and its
-threads, from wherever it runs (its node's supervisor serves them: Storm's logviewer and the
-UI's "JStack"), so that no one logs in to a node, or into a container, to read them."""
+"""``nstorm logs NAME WORKER``, ``nstorm search-logs NAME TEXT`` and ``nstorm thread-dump NAME
+WORKER``: a worker's log, every worker's log searched, a worker's threads, from wherever they run
+(each node's supervisor serves them: Storm's logviewer, its log search and the UI's "JStack"), so
+that no one logs in to a node, or into a container, to read them."""
 
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ def _unavailable(exc: Any) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``logs`` and ``thread-dump`` to the root app."""
+    """Add ``logs``, ``search-logs`` and ``thread-dump`` to the root app."""
 
     @app.command("logs", rich_help_panel="Topologies")
     @cli_errors
@@ -73,6 +74,46 @@ def register(app: typer.Typer) -> None:
             return
         for line in found["lines"]:
             typer.echo(line)
+
+    @app.command("search-logs", rich_help_panel="Topologies")
+    @cli_errors
+    def search_logs(
+        name: str,
+        text: Annotated[str, typer.Argument(help="what to look for (plain text, case matters)")],
+        most: Annotated[int, typer.Option("--max", "-m", min=1, max=1000,
+                                          help="lines at most per worker (its last ones)")] = 100,
+        as_json: Annotated[bool, typer.Option("--json", help="print JSON: matches, found, errors")] = False,
+        zk: ZkOption = None,
+        zk_root: ZkRootOption = None,
+    ) -> None:
+        """Search every worker's log of a topology (and the rotated files), each on its node
+        (Storm's log search): one line a match, WORKER FILE:LINE: TEXT."""
+        from nstorm.errors import ClusterError, NotFoundError, UsageError
+        from nstorm.home import logs_dir
+        from nstorm.logfetch import search_workers
+        from nstorm.logtail import MAX_NEEDLE
+
+        check_topology_name(name)
+        if not 1 <= len(text) <= MAX_NEEDLE:
+            msg = f"TEXT: expected 1 to {MAX_NEEDLE} characters to look for"
+            raise UsageError(msg)
+        with cluster_client(zk, zk_root) as client:
+            plan = client.plan(name)
+            if plan is None:
+                msg = f"no topology named {name!r} runs"
+                raise NotFoundError(msg)
+            supervisors = client.cluster.supervisors()
+        found = search_workers(sorted(plan.workers), text, most, supervisors, logs_dir())
+        if as_json:
+            print_json({"topologyId": name, "searchString": text, **found})
+        else:
+            for m in found["matches"]:
+                typer.echo(f"{m['worker']} {m['file']}:{m['line']}: {m['text']}")
+            for worker, why in sorted(found["errors"].items()):
+                typer.echo(f"{worker}: not searched: {why}", err=True)
+        if found["errors"] and not found["found"]:
+            msg = f"no log of {name!r} could be searched"
+            raise ClusterError(msg)
 
     @app.command("thread-dump", rich_help_panel="Topologies")
     @cli_errors

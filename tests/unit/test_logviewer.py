@@ -177,3 +177,36 @@ def test_a_worker_answers_a_dump_request_with_every_thread(tmp_path: Path) -> No
     assert text.startswith("thread dump of worker n1:6700 (pid ") and "topology t, plan v2" in text
     assert '"count:3" daemon tid' in text and "in stuck_executor" in text and "stop.wait()" in text
     assert '"MainThread" tid' in text
+
+
+def test_a_search_reads_the_rotated_files_first_and_keeps_the_last_matches(tmp_path: Path) -> None:
+    from nstorm.logtail import search
+
+    log = worker_log(tmp_path, "n1:6700")
+    log.with_name(log.name + ".2").write_text("old ERROR a\nfine\n")
+    log.with_name(log.name + ".1").write_text("ERROR b\n")
+    log.write_text("fine\nERROR c " + "x" * 600 + "\nERROR d\n")
+    matches, found = search(log, "ERROR", 10)
+    assert found == 4 and [(m["file"], m["line"]) for m in matches] == [
+        ("worker-n1-6700.log.2", 1), ("worker-n1-6700.log.1", 1), ("worker-n1-6700.log", 2), ("worker-n1-6700.log", 3)]
+    assert len(str(matches[2]["text"])) == 500  # a long line is cut
+    last, found = search(log, "ERROR", 2)
+    assert found == 4 and [m["text"] for m in last][1] == "ERROR d"
+    assert search(log, "nothing", 5) == ([], 0)
+    with pytest.raises(FileNotFoundError):
+        search(worker_log(tmp_path, "n2:1"), "ERROR", 5)
+
+
+def test_a_topology_wide_search_asks_each_workers_node(server: LogServer, tmp_path: Path) -> None:
+    """One worker on a node whose logviewer answers, one on a node that is gone: its error says so."""
+    from nstorm.logfetch import search_workers
+
+    supervisors = {"n1": {"host": "127.0.0.1", "logviewer": server.registration()}}
+    found = search_workers(["n1:6700", "n2:6700"], "line 99", 3, supervisors, tmp_path / "elsewhere")
+    assert [(m["worker"], m["text"]) for m in found["matches"]] == [("n1:6700", "line 997"), ("n1:6700", "line 998"),
+                                                                    ("n1:6700", "line 999")]
+    assert found["found"] == {"n1:6700": 11} and "n2:6700" in found["errors"]
+    for query, status in (("/search?worker=n1:6700&q=", 400), ("/search?worker=n1:6700&q=a&max=0", 400),
+                          ("/search?worker=n9:1&q=a", 404), ("/search?worker=../x:1&q=a", 400)):
+        assert _get(server, query, server.token)[0] == status, query
+    assert _get(server, "/search?worker=n1:6700&q=line", None)[0] == 401

@@ -450,6 +450,26 @@
     load();
   }
 
+  // Storm's log search: every worker's log, each searched by its node's supervisor.
+  async function showSearch(q, max) {
+    const body = el("div", { "data-testid": "search" }, "searching…");
+    const dialog = el("dialog", { class: "wide" }, el("h3", {}, `Lines with “${q}” in the logs of ${NAME}`), body,
+      el("div", { class: "actions" }, el("button", { onclick: () => dialog.close() }, "Close")));
+    dialog.addEventListener("close", () => dialog.remove());
+    document.body.append(dialog);
+    dialog.showModal();
+    try {
+      const data = await api(`${BASE}/search?q=${encodeURIComponent(q)}&max=${max}`);
+      const rows = data.matches.map((m) => el("tr", { "data-worker": m.worker },
+        el("td", {}, el("a", { href: "#", onclick: (e) => { e.preventDefault(); showLog(m.worker); } }, m.worker)),
+        el("td", {}, `${m.file}:${m.line}`), el("td", {}, el("code", {}, m.text))));
+      const counts = Object.entries(data.found).map(([w, n]) => `${w}: ${n}`).join(", ") || "no worker searched";
+      const errors = Object.entries(data.errors).map(([w, why]) => el("div", { class: "muted" }, `${w}: ${why}`));
+      body.replaceChildren(el("p", {}, `lines found per worker: ${counts}`), ...errors,
+        rows.length ? el("table", {}, el("tbody", {}, rows)) : el("p", {}, "no line matches"));
+    } catch (e) { body.textContent = e.message; }
+  }
+
   // Storm UI's "JStack": the worker's supervisor asks it for a dump of its threads.
   async function showDump(worker) {
     const pre = el("pre", { class: "log", "data-testid": "threads" }, "asking the worker…");
@@ -622,6 +642,12 @@
           help: "thread: live, only the moved executors pause; process: restart the workers concerned; stop: Storm's (deactivate, wait, restart all)" },
         { name: "wait", label: "wait before a stop-mode restart (s)", value: String(state.doc ? state.doc.msgTimeout : 30), type: "number", size: 5 }]);
       if (v) act("rebalance", `/rebalance/${encodeURIComponent(v.wait || 0)}`, { mode: v.mode, random: Number(v.random) || 0 });
+    });
+    document.getElementById("searchlogs").addEventListener("click", async () => {
+      const v = await confirmDialog(`Search the logs of ${NAME}`, "Every worker's log (and its rotated files), each on its node: the last matching lines of each.", [
+        { name: "q", label: "text", value: "", size: 30 },
+        { name: "max", label: "lines at most per worker", value: "100", type: "number", size: 5 }]);
+      if (v && v.q) showSearch(v.q, Number(v.max) || 100);
     });
     document.getElementById("loglevels").addEventListener("click", async () => {
       let set = {};
