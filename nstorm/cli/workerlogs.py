@@ -5,6 +5,7 @@ that no one logs in to a node, or into a container, to read them."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
@@ -39,10 +40,24 @@ def _registration(client: Any, name: str, worker: str) -> dict[str, Any] | None:
     return client.cluster.supervisors().get(worker.rpartition(":")[0])
 
 
-def _unavailable(exc: Any) -> None:
+def _show(name: str, worker: str, zk: str | None, zk_root: str | None,
+          fetch: Callable[[dict[str, Any] | None], dict[str, Any]], as_json: bool) -> None:
+    """Check, read ``worker``'s registration, ``fetch`` from its node and print its ``lines``."""
     from nstorm.errors import ClusterError, NotFoundError
+    from nstorm.logfetch import LogUnavailable
 
-    raise (NotFoundError if exc.status == 404 else ClusterError)(str(exc)) from None
+    _check(name, worker)
+    with cluster_client(zk, zk_root) as client:
+        registration = _registration(client, name, worker)
+    try:
+        found = fetch(registration)
+    except LogUnavailable as exc:
+        raise (NotFoundError if exc.status == 404 else ClusterError)(str(exc)) from None
+    if as_json:
+        print_json({"topologyId": name, "worker": worker, **found})
+        return
+    for line in found["lines"]:
+        typer.echo(line)
 
 
 def register(app: typer.Typer) -> None:
@@ -60,20 +75,10 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Print the end of a worker's log, from its node (Storm's logviewer)."""
         from nstorm.home import logs_dir
-        from nstorm.logfetch import LogUnavailable, fetch_log
+        from nstorm.logfetch import fetch_log
 
-        _check(name, worker)
-        with cluster_client(zk, zk_root) as client:
-            registration = _registration(client, name, worker)
-        try:
-            found = fetch_log(worker, lines, registration, logs_dir())
-        except LogUnavailable as exc:
-            _unavailable(exc)
-        if as_json:
-            print_json({"topologyId": name, "worker": worker, **found})
-            return
-        for line in found["lines"]:
-            typer.echo(line)
+        _show(name, worker, zk, zk_root, lambda registration: fetch_log(worker, lines, registration, logs_dir()),
+              as_json)
 
     @app.command("search-logs", rich_help_panel="Topologies")
     @cli_errors
@@ -126,18 +131,6 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Print every thread of a running worker with its stack and CPU time (Storm UI's JStack):
         where an executor is stuck, which one spins. The worker goes on."""
-        from nstorm.logfetch import LogUnavailable
         from nstorm.logfetch import thread_dump as ask
 
-        _check(name, worker)
-        with cluster_client(zk, zk_root) as client:
-            registration = _registration(client, name, worker)
-        try:
-            found = ask(worker, registration)
-        except LogUnavailable as exc:
-            _unavailable(exc)
-        if as_json:
-            print_json({"topologyId": name, "worker": worker, **found})
-            return
-        for line in found["lines"]:
-            typer.echo(line)
+        _show(name, worker, zk, zk_root, lambda registration: ask(worker, registration), as_json)
