@@ -10,6 +10,7 @@ bearer token).
 
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.error
 import urllib.parse
@@ -29,8 +30,9 @@ SEARCH_TIMEOUT_SECS = 30.0  # a search reads the whole log and its rotated files
 
 
 class LogUnavailable(Exception):
-    """No log or dump to show: ``status`` is the HTTP status the UI answers (404; 502 for a
-    logviewer that did not answer, 504 for a worker that wrote no dump) and the message says why."""
+    """No log or dump to show: ``status`` is the HTTP status the UI answers (404; 409 for a worker
+    that is starting; 502 for a logviewer that did not answer, 504 for a worker that wrote no dump)
+    and the message says why."""
 
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
@@ -133,10 +135,10 @@ def _ask(worker: str, method: str, what: str, params: Mapping[str, Any], host: s
         with urllib.request.urlopen(request, timeout=timeout) as reply:  # noqa: S310
             body = json.loads(reply.read())
     except urllib.error.HTTPError as exc:
-        if exc.code in (404, 504):
+        if exc.code in (404, 409, 504):
             raise LogUnavailable(exc.code, f"{_error_of(exc)} ({host})") from None
         raise LogUnavailable(502, f"the logviewer at {where} answered {exc.code}") from None
-    except (OSError, ValueError) as exc:  # refused, timed out, unreachable, not JSON
+    except (OSError, ValueError, http.client.HTTPException) as exc:  # refused, timed out, not HTTP, not JSON
         raise LogUnavailable(502, f"the logviewer at {where} did not answer ({exc})") from None
     if not isinstance(body, dict) or not isinstance(body.get(listed), list):
         raise LogUnavailable(502, f"the logviewer at {where} answered no {listed}")

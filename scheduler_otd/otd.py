@@ -310,9 +310,10 @@ def hosts_with_cpu(free_hosts: Sequence[str], loads: Mapping[str, WorkerLoad], w
                    wait_high: float, machines: Mapping[str, tuple[float, float]] | None = None,
                    machine_of: Mapping[str, str] | None = None) -> list[str]:
     """The hosts of free slots on machines where no worker of the topology is starved and, where
-    supervisors cap their workers (``machines``: machine -> (the cap of a new worker, the cores the
-    topology may use there: the machine's, less the caps of other topologies' workers on it)), a
-    new capped worker has room (:func:`cap_room`), in Nimbus's order: a new worker goes there first.
+    supervisors cap their workers (``machines``: host -> (the cap of a new worker there, the cores
+    the topology may use on its machine: the machine's, less the caps of other topologies' workers
+    on it)), a new capped worker has room (:func:`cap_room`), in Nimbus's order: a new worker goes
+    there first.
     ``machine_of`` (host -> machine, from the supervisors' registrations) joins the hosts of one
     machine (network namespaces, containers: an address each, one machine's cores); a host it
     does not name is a machine of its own."""
@@ -321,11 +322,11 @@ def hosts_with_cpu(free_hosts: Sequence[str], loads: Mapping[str, WorkerLoad], w
     starved = {worker_machine[w] for w, load in loads.items() if w in worker_machine and load.starved(wait_high)}
     machines = machines or {}
 
-    def room(where: str) -> bool:
-        cap, cores = machines.get(where, (0.0, 0.0))
-        return cap <= 0 or cap_room(where, loads, worker_machine, cap, cores)
+    def room(host: str) -> bool:
+        cap, cores = machines.get(host, (0.0, 0.0))
+        return cap <= 0 or cap_room(machine(host), loads, worker_machine, cap, cores)
 
-    return list(dict.fromkeys(h for h in free_hosts if machine(h) not in starved and room(machine(h))))
+    return list(dict.fromkeys(h for h in free_hosts if machine(h) not in starved and room(h)))
 
 
 def no_cpu_for_more(lagging_high: set[str], loads: Mapping[str, WorkerLoad], worker_host: Mapping[str, str],

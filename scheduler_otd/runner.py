@@ -284,31 +284,36 @@ class OtdRunner:
 
 
 def machine_of(supervisors: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
-    """Host -> the machine the supervisors there registered (``machine``: the kernel's boot id,
-    which network namespaces and containers of one machine share); a host whose supervisors
-    registered none (an older supervisor) is a machine of its own."""
-    return {str(info.get("host")): str(info.get("machine") or info.get("host")) for info in supervisors.values()}
+    """Host -> the machine the supervisors there registered (``machine``: the kernel's boot id and
+    the CPUs they may use, which network namespaces and containers of one machine share); a host
+    whose supervisors registered none (older supervisors) is a machine of its own."""
+    where: dict[str, str] = {}
+    for info in supervisors.values():
+        host = str(info.get("host"))
+        if info.get("machine") or host not in where:  # one that registered its machine decides
+            where[host] = str(info.get("machine") or host)
+    return where
 
 
 def _machines(supervisors: Mapping[str, Mapping[str, Any]], others: Sequence[Slot] = ()) -> dict[str, tuple[float, float]]:
-    """Machine (:func:`machine_of`) -> (the CPU cap its supervisors give a new worker, the largest
-    where they differ, 0 for none; the cores a topology may use there), from the supervisors'
+    """Host -> (the CPU cap its supervisors give a new worker, the largest where they differ, 0 for
+    none; the cores a topology may use on its machine, :func:`machine_of`), from the supervisors'
     registrations (one that registered neither is left out): the machine's cores less the caps
-    of ``others`` (other topologies' workers) on it."""
-    machines: dict[str, tuple[float, float]] = {}
+    of ``others`` (other topologies' workers) on any of its hosts, each its own host's cap."""
     where = machine_of(supervisors)
+    caps: dict[str, float] = {}
+    cores: dict[str, float] = {}
     for info in supervisors.values():
-        cap, cores = info.get("worker_cpu_limit"), info.get("cores")
-        if isinstance(cap, (int, float)) and isinstance(cores, (int, float)) and cores > 0:
-            machine = where[str(info.get("host"))]
-            had_cap, had_cores = machines.get(machine, (0.0, 0.0))
-            machines[machine] = (max(had_cap, float(cap)), max(had_cores, float(cores)))
+        cap, count = info.get("worker_cpu_limit"), info.get("cores")
+        if isinstance(cap, (int, float)) and isinstance(count, (int, float)) and count > 0:
+            host = str(info.get("host"))
+            caps[host] = max(caps.get(host, 0.0), float(cap))
+            cores[where[host]] = max(cores.get(where[host], 0.0), float(count))
     for slot in others:
-        machine = where.get(slot.host, slot.host)
-        if machine in machines and machines[machine][0] > 0:
-            cap, cores = machines[machine]
-            machines[machine] = (cap, cores - min(cap, 1.0))
-    return machines
+        if caps.get(slot.host, 0.0) > 0:
+            machine = where[slot.host]
+            cores[machine] -= min(caps[slot.host], 1.0)
+    return {host: (cap, cores[where[host]]) for host, cap in caps.items()}
 
 
 def _capacity(beat: Heartbeat) -> float:

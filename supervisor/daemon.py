@@ -568,20 +568,23 @@ class Supervisor:
             return
         log.info("logviewer serving this node's worker logs on port %d", port)
 
-    def _ask_dump(self, worker_id: str) -> bool:
+    def _ask_dump(self, worker_id: str) -> tuple[int, str] | None:
         """Ask this node's worker ``node:port`` for a thread dump (worker/threaddump.py): a request
-        file beside its log, then a nudge; False if no such worker runs here. (The logviewer's
-        thread calls it: a copy of the workers is read, nothing written.)"""
+        file beside its log, then a nudge. None if asked, else why not (an HTTP status and a
+        message). A worker that has not beaten yet may not handle SIGUSR1 yet (its default ends a
+        process): it is starting. (Called from the logviewer's thread, over a copy of the workers.)"""
         node, _, port = worker_id.rpartition(":")
         handle = next((h for h in list(self.workers.values()) if node == self.node and str(h.port) == port), None)
         if handle is None or handle.poll() is not None:
-            return False
+            return 404, f"no worker {worker_id} runs on this node"
+        if handle.beat_at is None:  # (beat_mtime may be the slot's previous worker's)
+            return 409, f"worker {worker_id} is starting: ask again once it runs"
         dump_request(logs_dir(), worker_id).touch()
         try:
             handle.process.send_signal(signal.SIGUSR1)
         except psutil.Error:
-            return False
-        return True
+            return 404, f"no worker {worker_id} runs on this node"
+        return None
 
     def _pass(self, away: bool, interval: float) -> bool:
         """One pass of the loop: sync with ZooKeeper, or, while it is away, keep the workers the

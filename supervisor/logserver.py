@@ -13,7 +13,8 @@ reads the logs, nobody else on the network. A file is named by a worker id only
 rotated files) that contain TEXT (``{"file", "matches": [{"file", "line", "text"}], "found"}``,
 Storm's log search). ``POST /dump?worker=node:port`` asks a worker of this node for a dump of its threads
 (``worker/threaddump.py``: the supervisor leaves a request file and nudges it) and answers it
-(``{"file", "at", "lines"}``) once written, or 504 after :data:`DUMP_WAIT_SECS`.
+(``{"file", "at", "lines"}``) once written (a new file: its inode and mtime change), or 504 after
+:data:`DUMP_WAIT_SECS`; 409 while the worker is starting (its handler may not be set yet).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import hmac
 import json
 import logging
 import secrets
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -42,18 +44,31 @@ DUMP_WAIT_SECS = 5.0
 
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
+    timeout = 10  # seconds a connection may keep a thread without sending its request
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        self._serve({"/log": self._log, "/search": self._search}, {"/dump"})
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        self._serve({"/dump": self._dump}, {"/log", "/search"})
+
+    def _serve(self, routes: dict[str, Callable[[dict[str, list[str]]], None]], other_method: set[str]) -> None:
+        """Route, check the token, answer; an error reading a file is a JSON 500, not a dropped line."""
         url = urlsplit(self.path)
-        if url.path not in ("/log", "/search"):
-            self._answer(404 if url.path != "/dump" else 405, {"error": f"no GET {url.path[:80]!r}"})
+        route = routes.get(url.path)
+        if route is None:
+            status = 405 if url.path in other_method else 404
+            self._answer(status, {"error": f"no {self.command} {url.path[:80]!r}"})
             return
         if not self._authorized():
             return
-        query = parse_qs(url.query)
-        if url.path == "/search":
-            self._search(query)
-            return
+        try:
+            route(parse_qs(url.query))
+        except (OSError, ValueError) as exc:  # unreadable, a name too long, ...
+            log.warning("logviewer: %s %s: %s", self.command, url.path, exc)
+            self._answer(500, {"error": f"cannot read it on this node ({type(exc).__name__})"})
+
+    def _log(self, query: dict[str, list[str]]) -> None:
         worker = (query.get("worker") or [""])[0]
         try:
             lines = int((query.get("lines") or ["200"])[0])
@@ -87,32 +102,25 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self._answer(200, {"file": path.name, "matches": matches, "found": found})
 
-    def do_POST(self) -> None:  # noqa: N802 - http.server's name
-        url = urlsplit(self.path)
-        if url.path != "/dump":
-            self._answer(404 if url.path != "/log" else 405, {"error": f"no POST {url.path[:80]!r}"})
-            return
-        if not self._authorized():
-            return
-        worker = (parse_qs(url.query).get("worker") or [""])[0]
+    def _dump(self, query: dict[str, list[str]]) -> None:
+        worker = (query.get("worker") or [""])[0]
         try:
             path = dump_file(self.server.logs, worker)
         except ValueError:
             self._answer(400, {"error": "expected worker=node:port"})
             return
-        asked = time.time()
-        if self.server.dump is None or not self.server.dump(worker):
-            self._answer(404, {"error": f"no worker {worker} runs on this node"})
+        before = _identity(path)  # a new dump is a new file (os.replace): no clock compared
+        refused = (404, f"no worker {worker} runs on this node") if self.server.dump is None else self.server.dump(worker)
+        if refused is not None:
+            self._answer(refused[0], {"error": refused[1]})
             return
         deadline = time.monotonic() + DUMP_WAIT_SECS
         while time.monotonic() < deadline:
-            try:
-                at = path.stat().st_mtime
-                if at >= asked:
-                    self._answer(200, {"file": path.name, "at": at, "lines": path.read_text().splitlines()})
-                    return
-            except FileNotFoundError:
-                pass
+            now = _identity(path)
+            if now is not None and now != before:
+                text = path.read_text(encoding="utf-8", errors="replace")
+                self._answer(200, {"file": path.name, "at": path.stat().st_mtime, "lines": text.splitlines()})
+                return
             time.sleep(0.05)
         self._answer(504, {"error": f"worker {worker} wrote no thread dump within {DUMP_WAIT_SECS:.0f}s"})
 
@@ -136,20 +144,35 @@ class _Handler(BaseHTTPRequestHandler):
         log.debug("logviewer %s: " + format, self.client_address[0], *args)
 
 
+def _identity(path: Path) -> tuple[int, int] | None:
+    """A file's inode and modification time (ns), None if it is missing."""
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        return None
+    return stat.st_ino, stat.st_mtime_ns
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     logs: Path
     token: str
-    dump: Callable[[str], bool] | None
+    dump: Callable[[str], tuple[int, str] | None] | None
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
 
 
 class LogServer:
     """The node's logviewer: :meth:`start` binds and serves in a thread, :meth:`stop` ends it.
 
-    :arg dump: asks a worker of this node (``node:port``) for a thread dump; False: none runs here.
+    :arg dump: asks a worker of this node (``node:port``) for a thread dump: None, or why not
+        (an HTTP status and a message: 404 none runs here, 409 it is starting).
     """
 
-    def __init__(self, logs: Path, host: str, port: int, dump: Callable[[str], bool] | None = None) -> None:
+    def __init__(self, logs: Path, host: str, port: int,
+                 dump: Callable[[str], tuple[int, str] | None] | None = None) -> None:
         self.logs = logs
         self.dump = dump
         self.bind = host if is_ip_address(host) else ""  # a host name (compose): every interface
@@ -160,7 +183,7 @@ class LogServer:
 
     def start(self) -> int:
         """Bind (OSError if the port is taken) and serve; the port bound."""
-        server = _Server((self.bind, self.port), _Handler)
+        server = (_Server6 if ":" in self.bind else _Server)((self.bind, self.port), _Handler)
         server.logs, server.token, server.dump = self.logs, self.token, self.dump
         self._server = server
         self._thread = threading.Thread(target=server.serve_forever, args=(0.1,), name="logviewer", daemon=True)

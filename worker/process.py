@@ -829,10 +829,10 @@ class Worker:
     def nudge(self, *_: Any) -> None:
         """A new plan (or log levels) is in the store, or a thread dump is asked for (the supervisor
         says so): read it now, not at the next TW; the dump at once, in this (the signal) thread."""
-        try:
-            self.dumps.answer()
-        except OSError as exc:
-            log.warning("thread dump not written: %s", exc)
         if self.log_levels is not None:
             self.log_levels.stale = True
         self._wake.set()
+        try:
+            self.dumps.answer()
+        except Exception as exc:  # noqa: BLE001 - a dump not written must not end the signal thread's work
+            log.warning("thread dump not written: %s", exc)

@@ -71,7 +71,7 @@ class ThreadDumps:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         text = format_dump(f"thread dump of worker {self.worker_id} (pid {os.getpid()}, {self.describe()}) at {stamp}")
         tmp = self.path.with_suffix(".dump.tmp")
-        tmp.write_text(text)
+        tmp.write_text(text, encoding="utf-8")
         tmp.replace(self.path)  # the logviewer never reads half a dump
         log.info("thread dump written to %s (%d threads)", self.path.name, threading.active_count())
         return True

@@ -43,7 +43,7 @@ def _registration(client: Any, name: str, worker: str) -> dict[str, Any] | None:
 def _show(name: str, worker: str, zk: str | None, zk_root: str | None,
           fetch: Callable[[dict[str, Any] | None], dict[str, Any]], as_json: bool) -> None:
     """Check, read ``worker``'s registration, ``fetch`` from its node and print its ``lines``."""
-    from nstorm.errors import ClusterError, NotFoundError
+    from nstorm.errors import ClusterError
     from nstorm.logfetch import LogUnavailable
 
     _check(name, worker)
@@ -52,7 +52,7 @@ def _show(name: str, worker: str, zk: str | None, zk_root: str | None,
     try:
         found = fetch(registration)
     except LogUnavailable as exc:
-        raise (NotFoundError if exc.status == 404 else ClusterError)(str(exc)) from None
+        raise ClusterError(str(exc)) from None  # the cluster's state (not running there, starting), not input
     if as_json:
         print_json({"topologyId": name, "worker": worker, **found})
         return

@@ -117,11 +117,11 @@ def test_a_thread_dump_asked_of_a_worker_of_the_node(tmp_path: Path, monkeypatch
 
     asked: list[str] = []
 
-    def dump(worker: str) -> bool:
+    def dump(worker: str) -> tuple[int, str] | None:
         asked.append(worker)
         if worker == "n1:6700":
             dump_file(tmp_path, worker).write_text("thread dump of worker n1:6700\n\"MainThread\"\n")
-        return worker != "n9:1"
+        return {"n9:1": (404, "no worker n9:1 runs here"), "n1:1": (409, "starting")}.get(worker)
 
     monkeypatch.setattr(logserver, "DUMP_WAIT_SECS", 0.3)
     viewer = LogServer(tmp_path, "127.0.0.1", 0, dump)
@@ -130,12 +130,13 @@ def test_a_thread_dump_asked_of_a_worker_of_the_node(tmp_path: Path, monkeypatch
         status, body = _post(viewer, "/dump?worker=n1:6700")
         assert status == 200 and body["lines"] == ["thread dump of worker n1:6700", '"MainThread"']
         assert body["file"] == "worker-n1-6700.dump" and body["at"] > 0
-        assert _post(viewer, "/dump?worker=n9:1")[0] == 404
+        assert _post(viewer, "/dump?worker=n9:1") == (404, {"error": "no worker n9:1 runs here"})
+        assert _post(viewer, "/dump?worker=n1:1")[0] == 409
         assert _post(viewer, "/dump?worker=n1:6701")[0] == 504  # asked, never written
         assert _post(viewer, "/dump?worker=../x:1")[0] == 400
         assert _post(viewer, "/log?worker=n1:6700")[0] == 405
         assert _get(viewer, "/dump?worker=n1:6700", viewer.token)[0] == 405
-        assert asked == ["n1:6700", "n9:1", "n1:6701"]
+        assert asked == ["n1:6700", "n9:1", "n1:1", "n1:6701"]
     finally:
         viewer.stop()
 
@@ -210,3 +211,27 @@ def test_a_topology_wide_search_asks_each_workers_node(server: LogServer, tmp_pa
                           ("/search?worker=n9:1&q=a", 404), ("/search?worker=../x:1&q=a", 400)):
         assert _get(server, query, server.token)[0] == status, query
     assert _get(server, "/search?worker=n1:6700&q=line", None)[0] == 401
+
+
+def test_a_supervisor_asks_no_dump_of_a_worker_that_has_not_beaten_yet(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGUSR1's default ends a process: a worker whose handler may not be set yet is starting (409);
+    one that beat gets the request file and the nudge; one not here is a 404."""
+    import signal
+    import types
+
+    from nstorm.logtail import dump_request
+    from supervisor.daemon import Supervisor
+
+    monkeypatch.setenv("NSTORM_HOME", str(tmp_path))
+    sent: list[int] = []
+    handle = types.SimpleNamespace(port=6700, beat_at=None, poll=lambda: None,
+                                   process=types.SimpleNamespace(send_signal=sent.append))
+    supervisor = types.SimpleNamespace(node="n1", workers={("t", 6700): handle})
+    assert Supervisor._ask_dump(supervisor, "n1:6700")[0] == 409  # type: ignore[arg-type,index]
+    assert sent == [] and not dump_request(tmp_path / "logs", "n1:6700").exists()
+    handle.beat_at = 1.0
+    assert Supervisor._ask_dump(supervisor, "n1:6700") is None  # type: ignore[arg-type]
+    assert sent == [signal.SIGUSR1] and dump_request(tmp_path / "logs", "n1:6700").exists()
+    assert Supervisor._ask_dump(supervisor, "n1:6701")[0] == 404  # type: ignore[arg-type,index]
+    assert Supervisor._ask_dump(supervisor, "n2:6700")[0] == 404  # type: ignore[arg-type,index]

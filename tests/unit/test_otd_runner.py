@@ -188,9 +188,16 @@ def test_supervisors_of_one_machine_at_other_addresses_are_one_machine(monkeypat
 
 
 def test_a_machine_is_its_supervisors_registered_machine_else_its_host() -> None:
+    """Caps are a supervisor's (its host's), cores its machine's: other topologies' workers on any
+    host of the machine take their own host's cap off the machine's cores; an uncapped
+    supervisor's workers take none, and a new worker there needs no room for a cap."""
     supervisors = {"n1": {"host": "10.77.0.11", "machine": "b1", "cores": 2, "worker_cpu_limit": 0.5},
                    "n2": {"host": "10.77.0.12", "machine": "b1", "cores": 2, "worker_cpu_limit": 0.25},
-                   "n3": {"host": "10.0.0.9"}}
-    assert runner_module.machine_of(supervisors) == {"10.77.0.11": "b1", "10.77.0.12": "b1", "10.0.0.9": "10.0.0.9"}
-    others = [Slot("n1", "10.77.0.11", 1, 2), Slot("n2", "10.77.0.12", 1, 2)]
-    assert runner_module._machines(supervisors, others) == {"b1": (0.5, 1.0)}  # one machine, both caps off its cores
+                   "n4": {"host": "10.77.0.14", "machine": "b1", "cores": 2, "worker_cpu_limit": 0},
+                   "n3": {"host": "10.0.0.9"}, "n5": {"host": "10.0.0.9", "machine": "b9"}}
+    assert runner_module.machine_of(supervisors) == {"10.77.0.11": "b1", "10.77.0.12": "b1", "10.77.0.14": "b1",
+                                                     "10.0.0.9": "b9"}  # a registered machine decides
+    assert runner_module.machine_of({"n3": {"host": "10.0.0.9"}}) == {"10.0.0.9": "10.0.0.9"}
+    others = [Slot("n1", "10.77.0.11", 1, 2), Slot("n2", "10.77.0.12", 1, 2), Slot("n4", "10.77.0.14", 1, 2)]
+    assert runner_module._machines(supervisors, others) == {
+        "10.77.0.11": (0.5, 1.25), "10.77.0.12": (0.25, 1.25), "10.77.0.14": (0.0, 1.25)}
