@@ -235,3 +235,21 @@ def test_a_supervisor_asks_no_dump_of_a_worker_that_has_not_beaten_yet(tmp_path:
     assert sent == [signal.SIGUSR1] and dump_request(tmp_path / "logs", "n1:6700").exists()
     assert Supervisor._ask_dump(supervisor, "n1:6701")[0] == 404  # type: ignore[arg-type,index]
     assert Supervisor._ask_dump(supervisor, "n2:6700")[0] == 404  # type: ignore[arg-type,index]
+
+
+def test_a_logviewer_on_an_ipv6_host(tmp_path: Path) -> None:
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        pytest.skip("no IPv6 loopback here")
+    worker_log(tmp_path, "n1:6700").write_text("a\nb\n")
+    viewer = LogServer(tmp_path, "::1", 0)
+    viewer.start()
+    try:
+        found = fetch_log("n1:6700", 1, {"host": "::1", "logviewer": viewer.registration()}, tmp_path / "none")
+        assert found["lines"] == ["b"]
+    finally:
+        viewer.stop()
