@@ -96,8 +96,9 @@ def search_workers(workers: Sequence[str], needle: str, limit: int, supervisors:
             if isinstance(answer, str):
                 errors[worker] = answer
                 continue
-            found[worker] = int(answer.get("found") or 0)
-            matches.extend({"worker": worker, **m} for m in answer["matches"])
+            count = answer.get("found")
+            found[worker] = count if isinstance(count, int) else 0
+            matches.extend({"worker": worker, **m} for m in answer["matches"] if isinstance(m, dict))
     return {"matches": matches, "found": found, "errors": errors}
 
 
