@@ -12,17 +12,18 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from nstorm.logtail import search, tail, worker_log
 
-__all__ = ["LogUnavailable", "fetch_log", "search_log", "search_workers", "thread_dump"]
+__all__ = ["LogUnavailable", "fetch_log", "open_log", "search_log", "search_workers", "thread_dump"]
 
 TIMEOUT_SECS = 5.0
 DUMP_TIMEOUT_SECS = 10.0  # the logviewer waits up to 5 s for the worker's dump
@@ -57,6 +58,38 @@ def fetch_log(worker: str, lines: int, supervisor: Mapping[str, Any] | None, loc
         why = "its supervisor is not registered" if supervisor is None else "its supervisor serves no logs"
         raise LogUnavailable(404, f"no log of worker {worker}: {why}, and the UI's {local_logs} has none") from None
     return {"file": path.name, "size": size, "lines": text}
+
+
+def open_log(worker: str, supervisor: Mapping[str, Any] | None, local_logs: Path) -> tuple[str, int, Iterator[bytes]]:
+    """The whole of ``worker``'s log file as it is now, from its node (else this machine): its
+    name, its size and its bytes in chunks (the source is closed when they end or are dropped).
+
+    :raises LogUnavailable: as :func:`fetch_log`.
+    """
+    name = worker_log(local_logs, worker).name
+    viewer = _viewer(supervisor)
+    if viewer is None:
+        try:
+            fh: Any = (local_logs / name).open("rb")
+        except FileNotFoundError:
+            raise LogUnavailable(404, f"no log of worker {worker}: its supervisor serves no logs") from None
+        return name, os.fstat(fh.fileno()).st_size, _chunks(fh)
+    reply = _open(worker, "GET", "download", {}, str(supervisor["host"]), viewer, TIMEOUT_SECS)  # type: ignore[index]
+    try:
+        size = int(reply.headers.get("Content-Length", ""))
+    except ValueError:
+        reply.close()
+        raise LogUnavailable(502, f"the logviewer of worker {worker}'s node sent no length") from None
+    return name, size, _chunks(reply)
+
+
+def _chunks(source: Any, size: int = 256 * 1024) -> Iterator[bytes]:
+    """``source``'s bytes in chunks; closes it at the end, or when the reader drops them."""
+    try:
+        while chunk := source.read(size):
+            yield chunk
+    finally:
+        source.close()
 
 
 def search_log(worker: str, needle: str, limit: int, supervisor: Mapping[str, Any] | None,
@@ -128,22 +161,36 @@ def _viewer(supervisor: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
 def _ask(worker: str, method: str, what: str, params: Mapping[str, Any], host: str, viewer: Mapping[str, Any],
          timeout: float, listed: str, keys: tuple[str, ...]) -> dict[str, Any]:
     """One request to a node's logviewer; its answer's ``keys`` and its list ``listed``."""
-    where = f"[{host}]:{viewer['port']}" if ":" in host else f"{host}:{viewer['port']}"
-    query = urllib.parse.urlencode({"worker": worker, **params})
-    request = urllib.request.Request(f"http://{where}/{what}?{query}",  # noqa: S310 - a registered node
-                                     headers={"Authorization": f"Bearer {viewer.get('token', '')}"}, method=method)
+    where = _where(host, viewer)
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as reply:  # noqa: S310
+        with _open(worker, method, what, params, host, viewer, timeout) as reply:
             body = json.loads(reply.read())
-    except urllib.error.HTTPError as exc:
-        if exc.code in (404, 409, 504):
-            raise LogUnavailable(exc.code, f"{_error_of(exc)} ({host})") from None
-        raise LogUnavailable(502, f"the logviewer at {where} answered {exc.code}") from None
-    except (OSError, ValueError, http.client.HTTPException) as exc:  # refused, timed out, not HTTP, not JSON
+    except (OSError, ValueError, http.client.HTTPException) as exc:  # cut off, not JSON
         raise LogUnavailable(502, f"the logviewer at {where} did not answer ({exc})") from None
     if not isinstance(body, dict) or not isinstance(body.get(listed), list):
         raise LogUnavailable(502, f"the logviewer at {where} answered no {listed}")
     return {k: body.get(k) for k in keys} | {listed: body[listed]}
+
+
+def _open(worker: str, method: str, what: str, params: Mapping[str, Any], host: str, viewer: Mapping[str, Any],
+          timeout: float) -> Any:
+    """Send one request to a node's logviewer; its open answer (LogUnavailable for any other)."""
+    where = _where(host, viewer)
+    query = urllib.parse.urlencode({"worker": worker, **params})
+    request = urllib.request.Request(f"http://{where}/{what}?{query}",  # noqa: S310 - a registered node
+                                     headers={"Authorization": f"Bearer {viewer.get('token', '')}"}, method=method)
+    try:
+        return urllib.request.urlopen(request, timeout=timeout)  # noqa: S310
+    except urllib.error.HTTPError as exc:
+        if exc.code in (404, 409, 504):
+            raise LogUnavailable(exc.code, f"{_error_of(exc)} ({host})") from None
+        raise LogUnavailable(502, f"the logviewer at {where} answered {exc.code}") from None
+    except (OSError, ValueError, http.client.HTTPException) as exc:  # refused, timed out, not HTTP
+        raise LogUnavailable(502, f"the logviewer at {where} did not answer ({exc})") from None
+
+
+def _where(host: str, viewer: Mapping[str, Any]) -> str:
+    return f"[{host}]:{viewer['port']}" if ":" in host else f"{host}:{viewer['port']}"
 
 
 def _error_of(exc: urllib.error.HTTPError) -> str:

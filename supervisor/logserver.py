@@ -9,6 +9,7 @@ a bearer token in ``supervisors/<node>`` (``logviewer``): whoever reads the clus
 reads the logs, nobody else on the network. A file is named by a worker id only
 (:func:`nstorm.logtail.worker_log`), never by a path from the request.
 
+``GET /download?worker=node:port``: the whole log file as it is (text/plain, an attachment).
 ``GET /search?worker=node:port&q=TEXT&max=N``: the last N lines of the worker's log (and of its
 rotated files) that contain TEXT (``{"file", "matches": [{"file", "line", "text"}], "found"}``,
 Storm's log search). ``POST /dump?worker=node:port`` asks a worker of this node for a dump of its threads
@@ -22,6 +23,7 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import os
 import secrets
 import socket
 import threading
@@ -40,6 +42,7 @@ __all__ = ["LogServer"]
 log = logging.getLogger(__name__)
 
 DUMP_WAIT_SECS = 5.0
+_CHUNK = 256 * 1024
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -47,10 +50,10 @@ class _Handler(BaseHTTPRequestHandler):
     timeout = 10  # seconds a connection may keep a thread without sending its request
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
-        self._serve({"/log": self._log, "/search": self._search}, {"/dump"})
+        self._serve({"/log": self._log, "/search": self._search, "/download": self._download}, {"/dump"})
 
     def do_POST(self) -> None:  # noqa: N802 - http.server's name
-        self._serve({"/dump": self._dump}, {"/log", "/search"})
+        self._serve({"/dump": self._dump}, {"/log", "/search", "/download"})
 
     def _serve(self, routes: dict[str, Callable[[dict[str, list[str]]], None]], other_method: set[str]) -> None:
         """Route, check the token, answer; an error reading a file is a JSON 500, not a dropped line."""
@@ -84,6 +87,34 @@ class _Handler(BaseHTTPRequestHandler):
             self._answer(404, {"error": f"no log of worker {worker} on this node"})
             return
         self._answer(200, {"file": path.name, "size": size, "lines": text})
+
+    def _download(self, query: dict[str, list[str]]) -> None:
+        """The whole current log file, as it is now (Storm's "Download Full File")."""
+        worker = (query.get("worker") or [""])[0]
+        try:
+            path = worker_log(self.server.logs, worker)
+        except ValueError:
+            self._answer(400, {"error": "expected worker=node:port"})
+            return
+        try:
+            fh = path.open("rb")
+        except FileNotFoundError:
+            self._answer(404, {"error": f"no log of worker {worker} on this node"})
+            return
+        with fh:
+            size = os.fstat(fh.fileno()).st_size  # what is there now; lines written meanwhile wait
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; charset=utf-8")
+            self.send_header("Content-Length", str(size))
+            self.send_header("Content-Disposition", f'attachment; filename="{path.name}"')
+            self.end_headers()
+            left = size
+            while left > 0:
+                chunk = fh.read(min(_CHUNK, left))
+                if not chunk:
+                    break
+                self.wfile.write(chunk)
+                left -= len(chunk)
 
     def _search(self, query: dict[str, list[str]]) -> None:
         worker, needle = (query.get("worker") or [""])[0], (query.get("q") or [""])[0]

@@ -320,8 +320,17 @@ def test_a_workers_log_comes_from_its_supervisors_logviewer(cluster: Any, ui: Ui
         for w in workers:
             log = elsewhere.http.get(f"/api/v1/topology/metered/worker/{w['id']}/log?lines=20")
             assert log.status == 200 and 0 < len(log.json["lines"]) <= 20, (w["id"], log.text)
+        whole = elsewhere.http.get(f"/api/v1/topology/metered/worker/{workers[0]['id']}/log/download")
+        assert whole.status == 200 and whole.headers["content-type"].startswith("text/plain")
+        assert f"worker {workers[0]['id']} running topology metered" in whole.text
+        assert 'attachment; filename="worker-' in whole.headers["content-disposition"]
+        assert elsewhere.http.get("/api/v1/topology/metered/worker/n9:1/log/download").status == 404
     finally:
         elsewhere.stop()
+    copied = run_cli("logs", "metered", workers[0]["id"], "--all", cluster=cluster)
+    assert copied.returncode == 0 and f"worker {workers[0]['id']} running topology metered" in copied.stdout
+    both = run_cli("logs", "metered", workers[0]["id"], "--all", "--json", cluster=cluster)
+    assert both.returncode == 2 and "not with --json" in both.stderr
     assert not list((tmp_path / "ui-home" / "logs").glob("worker-*"))
     with ClusterClient(cluster.address, cluster.root) as client:
         node, info = next(iter(client.cluster.supervisors().items()))

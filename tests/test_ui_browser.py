@@ -116,6 +116,8 @@ def test_the_page_shows_components_errors_metrics_and_state(browser: Any, ui: Ui
         page.click('.worker:not(.free) a.log')
         log = page.wait_for_selector('dialog pre[data-testid="log"]')
         wait_until(lambda: "worker" in log.inner_text(), 15, what="the worker's log in the dialog")
+        href = page.get_attribute('dialog a[data-testid="download"]', "href")  # the whole file
+        assert href is not None and href.endswith("/log/download") and page.request.get(ui.url + href.lstrip("/")).ok
         page.click('dialog button[data-testid="dump"]')  # Storm UI's "JStack"
         threads = page.wait_for_selector('dialog pre[data-testid="threads"]')
         wait_until(lambda: '"MainThread"' in threads.inner_text(), 15, what="the worker's threads in the dialog")

@@ -6,6 +6,7 @@ Routes (Storm's REST shape, ``:id`` is the topology's name; see :mod:`ui.documen
     GET  /api/v1/topology/:id                        spouts, bolts, workers, configuration, placement, dag
     GET  /api/v1/topology/:id/component/:component   per executor: host, port, worker, counters
     GET  /api/v1/topology/:id/migrations | /otd | /traffic?window=S | /worker/:worker/log?lines=N (from its node)
+    GET  /api/v1/topology/:id/worker/:worker/log/download   the whole log file, from its node
     GET  /api/v1/topology/:id/search?q=TEXT&max=N     every worker's log searched, each on its node
     GET  /api/v1/topology/:id/latency                latency constraints and chains, as status --json
     GET  /api/v1/topology/:id/logconfig              dynamic log levels (Storm's namedLoggerLevels)
@@ -38,14 +39,14 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from nstorm.client import ClusterClient
 from nstorm.errors import ClusterError, NotFoundError, NStormError, UsageError
 from nstorm.home import logs_dir, metrics_dir
-from nstorm.logfetch import LogUnavailable, fetch_log, search_workers, thread_dump
+from nstorm.logfetch import LogUnavailable, fetch_log, open_log, search_workers, thread_dump
 from nstorm.logtail import MAX_LINES, MAX_MATCHES, MAX_NEEDLE
 from nstorm.records import TopologyStatus
 from nstorm.topology import is_acker
@@ -247,6 +248,18 @@ class Api:
         except (LogUnavailable, ValueError) as exc:
             raise ApiError(getattr(exc, "status", 404), str(exc)) from None
         return JSONResponse({"topologyId": name, "worker": worker, **found})
+
+    def download_log(self, request: Request) -> Response:
+        """The worker's whole log file, from its node (Storm's "Download Full File")."""
+        name, worker = request.path_params["id"], request.path_params["worker"]
+        self._known_worker(name, worker)
+        try:
+            filename, size, chunks = open_log(worker, self.cluster()["supervisors"].get(worker.rpartition(":")[0]),
+                                              logs_dir())
+        except LogUnavailable as exc:
+            raise ApiError(exc.status, str(exc)) from None
+        return StreamingResponse(chunks, media_type="text/plain; charset=utf-8", headers={
+            "Content-Length": str(size), "Content-Disposition": f'attachment; filename="{filename}"'})
 
     def search_logs(self, request: Request) -> JSONResponse:
         """Every worker's log of the topology searched at once, each on its node (Storm's log search)."""
@@ -479,6 +492,7 @@ def create_app(source: ClusterSource, credentials: tuple[str, str] | None = None
         Route(topology + "/latency", api.latency),
         Route(topology + "/traffic", api.traffic),
         Route(topology + "/worker/{worker}/log", api.worker_log),
+        Route(topology + "/worker/{worker}/log/download", api.download_log),
         Route(topology + "/search", api.search_logs),
         Route(topology + "/worker/{worker}/dump", post_dump, methods=["POST"]),
         Route(topology + "/logconfig", api.logconfig),

@@ -40,6 +40,29 @@ def _registration(client: Any, name: str, worker: str) -> dict[str, Any] | None:
     return client.cluster.supervisors().get(worker.rpartition(":")[0])
 
 
+def _copy_whole(name: str, worker: str, zk: str | None, zk_root: str | None) -> None:
+    """Copy ``worker``'s whole log file from its node to stdout."""
+    import sys
+
+    from nstorm.errors import ClusterError
+    from nstorm.home import logs_dir
+    from nstorm.logfetch import LogUnavailable, open_log
+
+    _check(name, worker)
+    with cluster_client(zk, zk_root) as client:
+        registration = _registration(client, name, worker)
+    try:
+        _, _, chunks = open_log(worker, registration, logs_dir())
+        for chunk in chunks:
+            sys.stdout.buffer.write(chunk)
+    except LogUnavailable as exc:
+        raise ClusterError(str(exc)) from None
+    except OSError as exc:  # cut off midway
+        msg = f"the log of worker {worker} was cut off: {exc}"
+        raise ClusterError(msg) from None
+    sys.stdout.buffer.flush()
+
+
 def _show(name: str, worker: str, zk: str | None, zk_root: str | None,
           fetch: Callable[[dict[str, Any] | None], dict[str, Any]], as_json: bool) -> None:
     """Check, read ``worker``'s registration, ``fetch`` from its node and print its ``lines``."""
@@ -69,14 +92,23 @@ def register(app: typer.Typer) -> None:
         name: str,
         worker: Annotated[str, typer.Argument(help="the worker, node:port (status NAME lists them)")],
         lines: Annotated[int, typer.Option("--lines", "-n", min=1, max=5000, help="lines from the end")] = 200,
+        whole: Annotated[bool, typer.Option("--all", help="the whole log file, as it is now")] = False,
         as_json: Annotated[bool, typer.Option("--json", help="print JSON: file, size, lines")] = False,
         zk: ZkOption = None,
         zk_root: ZkRootOption = None,
     ) -> None:
-        """Print the end of a worker's log, from its node (Storm's logviewer)."""
+        """Print the end of a worker's log (or all of it), from its node (Storm's logviewer)."""
         from nstorm.home import logs_dir
         from nstorm.logfetch import fetch_log
 
+        if whole:
+            if as_json:
+                from nstorm.errors import UsageError
+
+                msg = "--all prints the file as it is: not with --json"
+                raise UsageError(msg)
+            _copy_whole(name, worker, zk, zk_root)
+            return
         _show(name, worker, zk, zk_root, lambda registration: fetch_log(worker, lines, registration, logs_dir()),
               as_json)
 

@@ -253,3 +253,23 @@ def test_a_logviewer_on_an_ipv6_host(tmp_path: Path) -> None:
         assert found["lines"] == ["b"]
     finally:
         viewer.stop()
+
+
+def test_the_whole_log_downloaded_from_its_node_or_this_machine(server: LogServer, tmp_path: Path) -> None:
+    from nstorm.logfetch import open_log
+
+    content = worker_log(tmp_path, "n1:6700").read_bytes()
+    name, size, chunks = open_log("n1:6700", {"host": "127.0.0.1", "logviewer": server.registration()}, tmp_path / "x")
+    assert (name, size, b"".join(chunks)) == ("worker-n1-6700.log", len(content), content)
+    name, size, chunks = open_log("n1:6700", {"host": "127.0.0.1"}, tmp_path)  # a node that serves none
+    assert b"".join(chunks) == content and size == len(content)
+    with pytest.raises(LogUnavailable) as missing:
+        open_log("n2:6700", {"host": "127.0.0.1", "logviewer": server.registration()}, tmp_path)
+    assert missing.value.status == 404
+    request = urllib.request.Request(f"http://127.0.0.1:{server.port}/download?worker=n1:6700",
+                                     headers={"Authorization": f"Bearer {server.token}"})
+    with urllib.request.urlopen(request, timeout=10) as reply:  # noqa: S310 - a local test server
+        assert reply.headers["Content-Disposition"] == 'attachment; filename="worker-n1-6700.log"'
+        assert reply.read() == content
+    assert _get(server, "/download?worker=n1:6700", None)[0] == 401
+    assert _get(server, "/download?worker=../x:1", server.token)[0] == 400

@@ -432,6 +432,7 @@
     const pre = el("pre", { class: "log", "data-testid": "log" }, "loading…");
     const dialog = el("dialog", { class: "wide" }, el("h3", {}, `Log of worker ${worker}`), pre,
       el("div", { class: "actions" },
+        el("a", { class: "button", "data-testid": "download", download: "", href: `${BASE}/worker/${encodeURIComponent(worker)}/log/download` }, "Download"),
         el("button", { "data-testid": "dump", onclick: () => showDump(worker) }, "Thread dump"),
         el("button", { onclick: () => dialog.close() }, "Close")));
     let timer = null;
