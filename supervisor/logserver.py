@@ -67,6 +67,8 @@ class _Handler(BaseHTTPRequestHandler):
             return
         try:
             route(parse_qs(url.query))
+        except ConnectionError:  # the client went away (a download cut short): nobody to answer
+            return
         except (OSError, ValueError) as exc:  # unreadable, a name too long, ...
             log.warning("logviewer: %s %s: %s", self.command, url.path, exc)
             self._answer(500, {"error": f"cannot read it on this node ({type(exc).__name__})"})
