@@ -574,7 +574,7 @@ class Supervisor:
         message). A worker that has not beaten yet may not handle SIGUSR1 yet (its default ends a
         process): it is starting. (Called from the logviewer's thread, over a copy of the workers.)"""
         node, _, port = worker_id.rpartition(":")
-        handle = next((h for h in list(self.workers.values()) if node == self.node and str(h.port) == port), None)
+        handle = next((h for h in list(self.workers.values()) if str(h.port) == port), None) if node == self.node else None
         if handle is None or handle.poll() is not None:
             return 404, f"no worker {worker_id} runs on this node"
         if handle.beat_at is None:  # (beat_mtime may be the slot's previous worker's)

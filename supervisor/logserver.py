@@ -67,6 +67,8 @@ class _Handler(BaseHTTPRequestHandler):
             return
         try:
             route(parse_qs(url.query))
+        except _Refused as refused:
+            self._answer(refused.status, {"error": str(refused)})
         except ConnectionError:  # the client went away (a download cut short): nobody to answer
             return
         except (OSError, ValueError) as exc:  # unreadable, a name too long, ...
@@ -74,35 +76,21 @@ class _Handler(BaseHTTPRequestHandler):
             self._answer(500, {"error": f"cannot read it on this node ({type(exc).__name__})"})
 
     def _log(self, query: dict[str, list[str]]) -> None:
-        worker = (query.get("worker") or [""])[0]
-        try:
-            lines = int((query.get("lines") or ["200"])[0])
-            if not 1 <= lines <= MAX_LINES:
-                raise ValueError(lines)
-            path = worker_log(self.server.logs, worker)
-        except ValueError:
-            self._answer(400, {"error": f"expected worker=node:port and lines=1..{MAX_LINES}"})
-            return
+        worker, path = _worker_file(query, self.server.logs, worker_log)
+        lines = _number(query, "lines", 200, MAX_LINES)
         try:
             text, size = tail(path, lines)
         except FileNotFoundError:
-            self._answer(404, {"error": f"no log of worker {worker} on this node"})
-            return
+            raise _no_log(worker) from None
         self._answer(200, {"file": path.name, "size": size, "lines": text})
 
     def _download(self, query: dict[str, list[str]]) -> None:
         """The whole current log file, as it is now (Storm's "Download Full File")."""
-        worker = (query.get("worker") or [""])[0]
-        try:
-            path = worker_log(self.server.logs, worker)
-        except ValueError:
-            self._answer(400, {"error": "expected worker=node:port"})
-            return
+        worker, path = _worker_file(query, self.server.logs, worker_log)
         try:
             fh = path.open("rb")
         except FileNotFoundError:
-            self._answer(404, {"error": f"no log of worker {worker} on this node"})
-            return
+            raise _no_log(worker) from None
         with fh:
             size = os.fstat(fh.fileno()).st_size  # what is there now; lines written meanwhile wait
             self.send_response(200)
@@ -119,34 +107,23 @@ class _Handler(BaseHTTPRequestHandler):
                 left -= len(chunk)
 
     def _search(self, query: dict[str, list[str]]) -> None:
-        worker, needle = (query.get("worker") or [""])[0], (query.get("q") or [""])[0]
-        try:
-            limit = int((query.get("max") or ["100"])[0])
-            if not 1 <= limit <= MAX_MATCHES or not 1 <= len(needle) <= MAX_NEEDLE:
-                raise ValueError(limit)
-            path = worker_log(self.server.logs, worker)
-        except ValueError:
-            self._answer(400, {"error": f"expected worker=node:port, q=1..{MAX_NEEDLE} characters and max=1..{MAX_MATCHES}"})
-            return
+        worker, path = _worker_file(query, self.server.logs, worker_log)
+        limit = _number(query, "max", 100, MAX_MATCHES)
+        needle = (query.get("q") or [""])[0]
+        if not 1 <= len(needle) <= MAX_NEEDLE:
+            raise _Refused(400, f"expected q=1..{MAX_NEEDLE} characters")
         try:
             matches, found = search(path, needle, limit)
         except FileNotFoundError:
-            self._answer(404, {"error": f"no log of worker {worker} on this node"})
-            return
+            raise _no_log(worker) from None
         self._answer(200, {"file": path.name, "matches": matches, "found": found})
 
     def _dump(self, query: dict[str, list[str]]) -> None:
-        worker = (query.get("worker") or [""])[0]
-        try:
-            path = dump_file(self.server.logs, worker)
-        except ValueError:
-            self._answer(400, {"error": "expected worker=node:port"})
-            return
+        worker, path = _worker_file(query, self.server.logs, dump_file)
         before = _identity(path)  # a new dump is a new file (os.replace): no clock compared
         refused = (404, f"no worker {worker} runs on this node") if self.server.dump is None else self.server.dump(worker)
         if refused is not None:
-            self._answer(refused[0], {"error": refused[1]})
-            return
+            raise _Refused(*refused)
         deadline = time.monotonic() + DUMP_WAIT_SECS
         while time.monotonic() < deadline:
             now = _identity(path)
@@ -155,7 +132,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self._answer(200, {"file": path.name, "at": path.stat().st_mtime, "lines": text.splitlines()})
                 return
             time.sleep(0.05)
-        self._answer(504, {"error": f"worker {worker} wrote no thread dump within {DUMP_WAIT_SECS:.0f}s"})
+        raise _Refused(504, f"worker {worker} wrote no thread dump within {DUMP_WAIT_SECS:.0f}s")
 
     def _authorized(self) -> bool:
         """The registration's bearer token, compared in constant time; else a 401 is sent."""
@@ -175,6 +152,39 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server's signature
         log.debug("logviewer %s: " + format, self.client_address[0], *args)
+
+
+class _Refused(Exception):
+    """An answer other than 200 (its status, its error), raised by a route and sent by ``_serve``."""
+
+    def __init__(self, status: int, error: str) -> None:
+        super().__init__(error)
+        self.status = status
+
+
+def _worker_file(query: dict[str, list[str]], logs: Path, make: Callable[[Path, str], Path]) -> tuple[str, Path]:
+    """The request's worker and its file (``make``: its log or its dump) under the logs directory;
+    400 for anything but a worker id."""
+    worker = (query.get("worker") or [""])[0]
+    try:
+        return worker, make(logs, worker)
+    except ValueError:
+        raise _Refused(400, "expected worker=node:port") from None
+
+
+def _number(query: dict[str, list[str]], key: str, default: int, most: int) -> int:
+    """An integer parameter from 1 to ``most``; 400 else."""
+    try:
+        value = int((query.get(key) or [str(default)])[0])
+    except ValueError:
+        value = 0
+    if not 1 <= value <= most:
+        raise _Refused(400, f"expected {key}=1..{most}")
+    return value
+
+
+def _no_log(worker: str) -> _Refused:
+    return _Refused(404, f"no log of worker {worker} on this node")
 
 
 def _identity(path: Path) -> tuple[int, int] | None:

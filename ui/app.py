@@ -241,10 +241,9 @@ class Api:
     def worker_log(self, request: Request) -> JSONResponse:
         name, worker = request.path_params["id"], request.path_params["worker"]
         lines = int(_number(request.query_params.get("lines", "200"), "lines", 1, MAX_LINES))
-        self._known_worker(name, worker)
-        node = worker.rpartition(":")[0]
+        registration = self._node_of(name, worker)
         try:
-            found = fetch_log(worker, lines, self.cluster()["supervisors"].get(node), logs_dir())
+            found = fetch_log(worker, lines, registration, logs_dir())
         except (LogUnavailable, ValueError) as exc:
             raise ApiError(getattr(exc, "status", 404), str(exc)) from None
         return JSONResponse({"topologyId": name, "worker": worker, **found})
@@ -252,10 +251,9 @@ class Api:
     def download_log(self, request: Request) -> Response:
         """The worker's whole log file, from its node (Storm's "Download Full File")."""
         name, worker = request.path_params["id"], request.path_params["worker"]
-        self._known_worker(name, worker)
+        registration = self._node_of(name, worker)
         try:
-            filename, size, chunks = open_log(worker, self.cluster()["supervisors"].get(worker.rpartition(":")[0]),
-                                              logs_dir())
+            filename, size, chunks = open_log(worker, registration, logs_dir())
         except LogUnavailable as exc:
             raise ApiError(exc.status, str(exc)) from None
         return StreamingResponse(chunks, media_type="text/plain; charset=utf-8", headers={
@@ -275,19 +273,21 @@ class Api:
 
     def thread_dump(self, name: str, worker: str) -> JSONResponse:
         """A new dump of a worker's threads, from its node's supervisor (Storm's "JStack")."""
-        self._known_worker(name, worker)
+        registration = self._node_of(name, worker)
         try:
-            found = thread_dump(worker, self.cluster()["supervisors"].get(worker.rpartition(":")[0]))
+            found = thread_dump(worker, registration)
         except LogUnavailable as exc:
             raise ApiError(exc.status, str(exc)) from None
         return JSONResponse({"topologyId": name, "worker": worker, **found})
 
-    def _known_worker(self, name: str, worker: str) -> None:
-        """404 unless ``worker`` is (or was, for a move) one of ``name``'s."""
+    def _node_of(self, name: str, worker: str) -> dict[str, Any] | None:
+        """The registration of ``worker``'s supervisor (None: not registered now); 404 unless the
+        worker is (or was, for a move) one of ``name``'s."""
         view = self.view(name)
         known = set(view.plan.workers if view.plan else ()) | {w for m in view.migrations for w in (m.source, m.target)}
         if worker not in known:
             raise ApiError(404, f"topology {name!r} has no worker {worker!r}")
+        return self.cluster()["supervisors"].get(worker.rpartition(":")[0])
 
     def metrics(self, request: Request) -> Response:
         def build() -> bytes:
