@@ -131,6 +131,7 @@ class Supervisor:
                                        str(self.curve_keys) if self.curve_keys else None)
         self.workers: dict[tuple[str, int], WorkerHandle] = {}
         self.stopping: dict[int, tuple[WorkerHandle, threading.Thread]] = {}  # port -> a worker on its way out
+        self.stop_timeout = 5.0  # seconds from a worker's SIGTERM to its SIGKILL
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._topo_cache: dict[str, tuple[str, dict[str, Any]]] = {}
@@ -500,14 +501,16 @@ class Supervisor:
             thread.join()
         self._reap_stopped()
 
-    def _stop_in_background(self, proc: WorkerHandle, timeout: float = 5.0) -> None:
-        """Stop ``proc`` in a thread of its own (SIGTERM, SIGKILL after ``timeout``): a worker slow
+    def _stop_in_background(self, proc: WorkerHandle) -> None:
+        """Stop ``proc`` in a thread of its own (SIGTERM, SIGKILL after ``stop_timeout``): a worker slow
         to stop must not hold this loop, which writes every other topology's plans and nudges their
         workers. Its port stays taken until it is gone; the thread wakes the loop when it is."""
         if proc.poll() is not None:
             self._forget(proc)
             return
         log.info("stopping worker %s:%d of %s (pid %d)", self.node, proc.port, proc.topology, proc.pid)
+
+        timeout = self.stop_timeout
 
         def stop() -> None:
             proc.stop(timeout)
