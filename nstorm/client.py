@@ -12,7 +12,7 @@ import math
 import statistics
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -231,16 +231,50 @@ class ClusterClient:
 
         :raises UsageError: an unknown level, a bad logger name or timeout.
         """
-        topo = self._require(name)
         reset = list(reset)
+        now = time.time()
+        self._change_logconfig(name, lambda config: config.changed(levels, reset, now))
+        return self.log_levels(name)
+
+    def event_sampling(self, name: str) -> dict[str, float]:
+        """``name``'s event sampling (Storm's topology event inspector): ``{component or "*":
+        percent}``, a component's own entry (0: off) winning over ``*``; {} when off."""
+        topo = self._require(name)
+        raw, _ = self.cluster.read(self.paths.logconfig(name))
+        config = LogConfig.from_json(raw)
+        return dict(config.events) if config.submission == topo.get("submission") else {}
+
+    def set_event_sampling(self, name: str, percent: float | None, component: str | None = None) -> dict[str, float]:
+        """Have ``name``'s executors of ``component`` (None: of every component) write ``percent``
+        % of the tuples they emit to their worker's events file (``nstorm events``), or stop
+        (None; off for the topology ends every component's), live (Storm's "Debug"); returns the
+        sampling in force.
+
+        :raises NotFoundError: no such component.
+        :raises UsageError: a percentage not in (0, 100].
+        """
+        topo = self._require(name)
+        if component is not None and component not in topo["definition"]["components"]:
+            msg = f"topology {name!r} has no component {component!r}"
+            raise NotFoundError(msg)
+        self._change_logconfig(name, lambda config: config.sampled(component, percent))
+        return self.event_sampling(name)
+
+    def _change_logconfig(self, name: str, change: Callable[[LogConfig], LogConfig]) -> None:
+        """Write ``change`` of ``name``'s log configuration (levels and event sampling; one of an
+        earlier submission counts as none), compare and set: two clients' changes both land.
+
+        :raises UsageError: ``change`` refused (its ValueError).
+        """
+        topo = self._require(name)
         path = self.paths.logconfig(name)
-        while True:  # compare and set: two clients' changes both land
+        while True:
             raw, stat = self.cluster.read(path)
             config = LogConfig.from_json(raw)
             if config.submission != topo.get("submission"):
-                config = LogConfig(topo.get("submission"), {})
+                config = LogConfig(topo.get("submission"))
             try:
-                data = encode(config.changed(levels, reset, time.time()).to_json())
+                data = encode(change(config).to_json())
             except ValueError as exc:
                 raise UsageError(str(exc)) from None
             try:
@@ -250,7 +284,7 @@ class ClusterClient:
                     self.zk.set(path, data, version=stat.version)
             except (NodeExistsError, BadVersionError):
                 continue
-            return self.log_levels(name)
+            return
 
     def wait_removed(self, name: str, timeout: float) -> bool:
         deadline = time.monotonic() + timeout

@@ -21,9 +21,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from nstorm.logtail import search, tail, worker_log
+from nstorm.logtail import events_file, search, tail, worker_log
 
-__all__ = ["LogUnavailable", "fetch_log", "open_log", "search_log", "search_workers", "thread_dump"]
+__all__ = ["LogUnavailable", "fetch_events", "fetch_log", "gather_events", "open_log", "search_log", "search_workers",
+           "thread_dump"]
 
 TIMEOUT_SECS = 5.0
 DUMP_TIMEOUT_SECS = 10.0  # the logviewer waits up to 5 s for the worker's dump
@@ -58,6 +59,62 @@ def fetch_log(worker: str, lines: int, supervisor: Mapping[str, Any] | None, loc
         why = "its supervisor is not registered" if supervisor is None else "its supervisor serves no logs"
         raise LogUnavailable(404, f"no log of worker {worker}: {why}, and the UI's {local_logs} has none") from None
     return {"file": path.name, "size": size, "lines": text}
+
+
+def fetch_events(worker: str, lines: int, supervisor: Mapping[str, Any] | None, local_logs: Path) -> dict[str, Any]:
+    """``{"file", "size", "lines"}``: the last ``lines`` events ``worker``'s event sampling wrote
+    (``worker/eventlog.py``: a JSON object a line), from its node (else this machine).
+
+    :raises LogUnavailable: as :func:`fetch_log` (404: none written there).
+    """
+    viewer = _viewer(supervisor)
+    if viewer is not None:
+        return _ask(worker, "GET", "events", {"lines": lines}, str(supervisor["host"]),  # type: ignore[index]
+                    viewer, TIMEOUT_SECS, "lines", ("file", "size"))
+    path = events_file(local_logs, worker)
+    try:
+        text, size = tail(path, lines)
+    except FileNotFoundError:
+        raise LogUnavailable(404, f"worker {worker} logged no events here (its supervisor serves no logs)") from None
+    return {"file": path.name, "size": size, "lines": text}
+
+
+def gather_events(workers: Sequence[str], lines: int, supervisors: Mapping[str, Mapping[str, Any]],
+                  local_logs: Path, component: str | None = None) -> dict[str, Any]:
+    """The last ``lines`` events of ``workers`` together (each read on its node at once), of
+    ``component`` only if given, oldest first: ``{"events": [{"time", "component", "executor",
+    "stream", "values", "worker"}], "errors": {worker: why}}`` (a worker that wrote none is no error)."""
+    def one(worker: str) -> tuple[str, dict[str, Any] | str | None]:
+        try:
+            return worker, fetch_events(worker, lines, supervisors.get(worker.rpartition(":")[0]), local_logs)
+        except LogUnavailable as exc:
+            return worker, None if exc.status == 404 else str(exc)
+        except ValueError as exc:
+            return worker, str(exc)
+
+    events: list[dict[str, Any]] = []
+    errors: dict[str, str] = {}
+    with ThreadPoolExecutor(max_workers=max(1, min(8, len(workers)))) as pool:
+        for worker, answer in pool.map(one, workers):
+            if isinstance(answer, str):
+                errors[worker] = answer
+            elif answer is not None:
+                events.extend(e | {"worker": worker} for e in map(_event, answer["lines"])
+                              if e is not None and (component is None or e["component"] == component))
+    events.sort(key=lambda e: e["time"])
+    return {"events": events[-lines:], "errors": errors}
+
+
+def _event(line: Any) -> dict[str, Any] | None:
+    """An events file's line as its event, None for one cut short or of the wrong shape."""
+    try:
+        event = json.loads(line)
+    except (TypeError, ValueError):
+        return None
+    if (not isinstance(event, dict) or not isinstance(event.get("time"), (int, float))
+            or not isinstance(event.get("component"), str)):
+        return None
+    return event
 
 
 def open_log(worker: str, supervisor: Mapping[str, Any] | None, local_logs: Path) -> tuple[str, int, Iterator[bytes]]:

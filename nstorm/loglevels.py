@@ -7,6 +7,11 @@ which apply them (``worker.loglevels``): a logger set to a level keeps it until 
 passes or it is reset, and then gets the level it had before. ``ROOT`` is the root logger; a
 level set on a parent applies to its children that have none of their own (Python's logging,
 as log4j does in Storm). Pure: parsing, the record's JSON form and merging a change into it.
+
+The same record carries the topology's event sampling (Storm's topology event inspector, its
+"Debug" button): ``events`` maps a component, or ``*`` for every one, to the percentage of its
+emitted tuples its executors write to their worker's events file (``worker/eventlog.py``); a
+component's own entry, 0 included, wins over ``*``.
 """
 
 from __future__ import annotations
@@ -17,10 +22,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["LEVELS", "ROOT", "LogConfig", "LoggerSetting", "check_logger", "check_timeout", "logger_of", "parse_setting",
-           "store_key"]
+__all__ = ["ALL_COMPONENTS", "LEVELS", "ROOT", "LogConfig", "LoggerSetting", "check_logger", "check_percent",
+           "check_timeout", "logger_of", "parse_setting", "store_key"]
 
 ROOT = "ROOT"
+ALL_COMPONENTS = "*"  # the events entry of every component without one of its own
 
 # Storm's (log4j's) names and Python's: TRACE and ALL are finer than DEBUG, OFF silences.
 LEVELS: dict[str, int] = {"ALL": 1, "TRACE": 5, "DEBUG": logging.DEBUG, "INFO": logging.INFO,
@@ -73,6 +79,15 @@ def check_timeout(timeout: object) -> float:
     return float(timeout)
 
 
+def check_percent(percent: object) -> float:
+    """An event sampling percentage: a finite number, more than 0 and at most 100."""
+    if (isinstance(percent, bool) or not isinstance(percent, (int, float)) or not math.isfinite(percent)
+            or not 0 < percent <= 100):
+        msg = f"sampling percentage {percent!r}: expected a number more than 0 and at most 100"
+        raise ValueError(msg)
+    return float(percent)
+
+
 def parse_setting(item: str) -> tuple[str, str, float]:
     """``LOGGER=LEVEL[:TIMEOUT]`` (Storm's ``-l``, e.g. ``ROOT=DEBUG:30``) as ``(logger, level,
     timeout seconds)``; a bad one raises ``ValueError`` saying what is wrong."""
@@ -98,6 +113,26 @@ class LogConfig:
 
     submission: str | None = None
     settings: Mapping[str, LoggerSetting] = field(default_factory=dict)  # logger -> its setting
+    events: Mapping[str, float] = field(default_factory=dict)  # component or "*" -> percent sampled (0: none)
+
+    def sampling(self, component: str) -> float:
+        """The percentage of ``component``'s emitted tuples its executors log (0: none)."""
+        return self.events.get(component, self.events.get(ALL_COMPONENTS, 0.0))
+
+    def sampled(self, component: str | None, percent: float | None) -> LogConfig:
+        """This config with ``component``'s event sampling (None: every component's) set to
+        ``percent``, or turned off (None). Off for the topology clears every entry; off for one
+        component while ``*`` is on keeps a 0 for it."""
+        events = dict(self.events)
+        if component is None:
+            events = {} if percent is None else {ALL_COMPONENTS: check_percent(percent)}
+        elif percent is not None:
+            events[component] = check_percent(percent)
+        elif ALL_COMPONENTS in events:
+            events[component] = 0.0
+        else:
+            events.pop(component, None)
+        return LogConfig(self.submission, self.settings, events)
 
     def changed(self, set_: Mapping[str, tuple[str, float]], reset: Iterable[str], now: float) -> LogConfig:
         """This config with loggers set (``{logger: (level, timeout)}``, timeout 0 for none) and
@@ -111,10 +146,11 @@ class LogConfig:
         if len(loggers) > _MAX_LOGGERS:
             msg = f"{len(loggers)} loggers set: at most {_MAX_LOGGERS}"
             raise ValueError(msg)
-        return LogConfig(self.submission, loggers)
+        return LogConfig(self.submission, loggers, self.events)
 
     def to_json(self) -> dict[str, Any]:
-        return {"submission": self.submission, "loggers": {n: s.to_json() for n, s in sorted(self.settings.items())}}
+        return {"submission": self.submission, "loggers": {n: s.to_json() for n, s in sorted(self.settings.items())},
+                "events": dict(sorted(self.events.items()))}
 
     @classmethod
     def from_json(cls, data: Any) -> LogConfig:
@@ -133,4 +169,17 @@ class LogConfig:
                                                              None if until is None else float(until))
             except (ValueError, AttributeError):
                 continue
-        return cls(submission if isinstance(submission, str) else None, loggers)
+        events = {}
+        raw = data.get("events")
+        for name, percent in (raw.items() if isinstance(raw, Mapping) else ()):
+            if isinstance(name, str) and name and ((type(percent) in (int, float) and percent == 0) or _is_percent(percent)):
+                events[name] = float(percent)
+        return cls(submission if isinstance(submission, str) else None, loggers, events)
+
+
+def _is_percent(value: object) -> bool:
+    try:
+        check_percent(value)
+    except ValueError:
+        return False
+    return True

@@ -14,7 +14,8 @@ import re
 from collections import deque
 from pathlib import Path
 
-__all__ = ["MAX_LINES", "MAX_MATCHES", "MAX_NEEDLE", "WORKER_ID", "dump_file", "dump_request", "search", "tail", "worker_log"]
+__all__ = ["MAX_LINES", "MAX_MATCHES", "MAX_NEEDLE", "WORKER_ID", "dump_file", "dump_request", "events_file", "search", "tail",
+           "worker_log"]
 
 MAX_LINES = 5000
 MAX_MATCHES = 1000
@@ -38,6 +39,12 @@ def worker_log(logs: Path, worker_id: str) -> Path:
 def dump_file(logs: Path, worker_id: str) -> Path:
     """Where worker ``node:port`` writes its last thread dump (``worker/threaddump.py``)."""
     return worker_log(logs, worker_id).with_suffix(".dump")
+
+
+def events_file(logs: Path, worker_id: str) -> Path:
+    """Where worker ``node:port`` writes the tuples its executors' event sampling logs
+    (``worker/eventlog.py``, Storm's events.log): a JSON object a line."""
+    return worker_log(logs, worker_id).with_suffix(".events")
 
 
 def dump_request(logs: Path, worker_id: str) -> Path:

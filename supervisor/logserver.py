@@ -10,6 +10,8 @@ reads the logs, nobody else on the network. A file is named by a worker id only
 (:func:`nstorm.logtail.worker_log`), never by a path from the request.
 
 ``GET /download?worker=node:port``: the whole log file as it is (text/plain, an attachment).
+``GET /events?worker=node:port&lines=N``: the tail of the tuples the worker's event sampling
+wrote (``worker/eventlog.py``, Storm's events.log; ``{"file", "size", "lines"}``).
 ``GET /search?worker=node:port&q=TEXT&max=N``: the last N lines of the worker's log (and of its
 rotated files) that contain TEXT (``{"file", "matches": [{"file", "line", "text"}], "found"}``,
 Storm's log search). ``POST /dump?worker=node:port`` asks a worker of this node for a dump of its threads
@@ -34,7 +36,16 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from nstorm.logtail import MAX_LINES, MAX_MATCHES, MAX_NEEDLE, dump_file, search, tail, worker_log
+from nstorm.logtail import (
+    MAX_LINES,
+    MAX_MATCHES,
+    MAX_NEEDLE,
+    dump_file,
+    events_file,
+    search,
+    tail,
+    worker_log,
+)
 from nstorm.net import is_ip_address
 
 __all__ = ["LogServer"]
@@ -50,10 +61,11 @@ class _Handler(BaseHTTPRequestHandler):
     timeout = 10  # seconds a connection may keep a thread without sending its request
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
-        self._serve({"/log": self._log, "/search": self._search, "/download": self._download}, {"/dump"})
+        self._serve({"/log": self._log, "/search": self._search, "/download": self._download, "/events": self._events},
+                    {"/dump"})
 
     def do_POST(self) -> None:  # noqa: N802 - http.server's name
-        self._serve({"/dump": self._dump}, {"/log", "/search", "/download"})
+        self._serve({"/dump": self._dump}, {"/log", "/search", "/download", "/events"})
 
     def _serve(self, routes: dict[str, Callable[[dict[str, list[str]]], None]], other_method: set[str]) -> None:
         """Route, check the token, answer; an error reading a file is a JSON 500, not a dropped line."""
@@ -76,12 +88,20 @@ class _Handler(BaseHTTPRequestHandler):
             self._answer(500, {"error": f"cannot read it on this node ({type(exc).__name__})"})
 
     def _log(self, query: dict[str, list[str]]) -> None:
-        worker, path = _worker_file(query, self.server.logs, worker_log)
+        self._tail(query, worker_log, _no_log)
+
+    def _events(self, query: dict[str, list[str]]) -> None:
+        self._tail(query, events_file, lambda worker: _Refused(404, f"worker {worker} logged no events on this node"))
+
+    def _tail(self, query: dict[str, list[str]], make: Callable[[Path, str], Path],
+              missing: Callable[[str], _Refused]) -> None:
+        """The last ``lines`` lines of the request's worker's file (``make``: its log or its events)."""
+        worker, path = _worker_file(query, self.server.logs, make)
         lines = _number(query, "lines", 200, MAX_LINES)
         try:
             text, size = tail(path, lines)
         except FileNotFoundError:
-            raise _no_log(worker) from None
+            raise missing(worker) from None
         self._answer(200, {"file": path.name, "size": size, "lines": text})
 
     def _download(self, query: dict[str, list[str]]) -> None:

@@ -4,6 +4,7 @@ real UI process: every endpoint's fields and status codes, the POSTs' effects, b
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -370,6 +371,56 @@ def test_a_thread_dump_of_a_running_worker_from_the_ui_and_the_cli(cluster: Any,
     after = ui.http.get("/api/v1/topology/metered").json["workers"]
     assert worker["id"] in {w["id"] for w in after}
 
+
+
+def test_event_sampling_turned_on_and_off_live_from_the_ui_and_the_cli(cluster: Any, ui: UiProcess, metered: str) -> None:
+    """Storm's topology event inspector: "Debug" on a component makes its executors log the tuples
+    they emit into their worker's events file, each read on its node; off, they log no more."""
+    http = ui.http
+    on = http.post("/api/v1/topology/metered/component/square/debug/enable/100")
+    assert on.status == 200 and on.json["topologyOperation"] == "debug" and on.json["sampling"] == {"square": 100.0}, on.text
+
+    def sampled() -> Any:
+        doc = http.get("/api/v1/topology/metered/events?component=square&lines=20").json
+        return doc if len(doc["events"]) >= 20 else None
+
+    doc = wait_until(sampled, 30, what="events of square from the workers' nodes")
+    assert doc["errors"] == {} and doc["sampling"] == {"square": 100.0}
+    workers = {w["id"] for w in http.get("/api/v1/topology/metered").json["workers"]}
+    for event in doc["events"]:  # square emits (n, n * n)
+        n, square = event["values"]
+        assert square == n * n and event["component"] == "square" and event["executor"].startswith("square:")
+        assert event["stream"] == "default" and event["worker"] in workers
+    assert [e["time"] for e in doc["events"]] == sorted(e["time"] for e in doc["events"])
+    component = http.get("/api/v1/topology/metered/component/square").json
+    assert (component["debug"], component["samplingPct"]) == (True, 100.0)
+    assert component["eventLogLink"] == "/api/v1/topology/metered/events?component=square"
+    assert http.get("/api/v1/topology/metered").json["samplingPct"] == 0.0
+    assert http.get("/api/v1/topology/metered/events?component=numbers").json["events"] == []  # not sampled
+    cli = run_cli("events", "metered", "square", "-n", "5", "--json", cluster=cluster)
+    assert cli.returncode == 0, cli.stderr
+    assert len(json.loads(cli.stdout)["events"]) == 5
+    shown = run_cli("events", "metered", "-n", "3", cluster=cluster)
+    assert shown.returncode == 0 and len(shown.stdout.splitlines()) == 3 and " square:" in shown.stdout, shown.stderr
+    assert "square: 100% of the tuples emitted" in run_cli("debug", "metered", cluster=cluster).stdout
+    for path, status in (("/component/square/debug/enable/0", 400), ("/component/square/debug/enable/x", 400),
+                         ("/component/square/debug/toggle/5", 400), ("/component/nope/debug/enable/5", 404),
+                         ("/debug/enable/101", 400)):
+        assert http.post(f"/api/v1/topology/metered{path}").status == status, path
+    assert http.get("/api/v1/topology/metered/events?component=nope").status == 404
+    bad = run_cli("debug", "metered", "nope", "--sample", "5", cluster=cluster)
+    assert bad.returncode == 2 and "has no component 'nope'" in bad.stderr, bad.stderr
+
+    off = run_cli("debug", "metered", "--off", cluster=cluster)
+    assert off.returncode == 0 and "event sampling off" in off.stdout, off.stderr
+    # Every worker says when it took the change; what they logged before stays, and nothing more comes.
+    wait_until(lambda: all(http.get("/api/v1/topology/metered/search?q=event%20sampling%20off&max=1").json["found"]
+                           .get(w) for w in workers), 30, what="every worker to turn sampling off")
+    before = http.get("/api/v1/topology/metered/events?component=square&lines=5000").json["events"]
+    executed = http.get("/api/v1/topology/metered/component/square").json["boltStats"][0]["executed"]
+    wait_until(lambda: http.get("/api/v1/topology/metered/component/square").json["boltStats"][0]["executed"]
+               > executed + 200, 30, what="square to go on")
+    assert http.get("/api/v1/topology/metered/events?component=square&lines=5000").json["events"] == before
 
 
 def test_every_workers_log_searched_from_the_ui_and_the_cli(cluster: Any, ui: UiProcess, metered: str) -> None:

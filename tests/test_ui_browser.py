@@ -131,6 +131,31 @@ def test_the_page_shows_components_errors_metrics_and_state(browser: Any, ui: Ui
         page.close()
 
 
+def test_debug_samples_a_components_tuples_and_events_shows_them(browser: Any, ui: UiProcess, metered: str) -> None:
+    """Storm's topology event inspector from the page: "Debug…" on one component, then "Events"
+    lists the tuples its executors emitted, read from their nodes; off again from the same dialog."""
+    page = browser.new_page()
+    try:
+        page.goto(ui.url + "topology/metered")
+        page.wait_for_selector('#bolts tr[data-component="square"]')
+        page.click('[data-testid="debug"]')
+        page.wait_for_selector('dialog[data-testid="confirm"]')
+        page.select_option('dialog select[name="component"]', "square")
+        page.fill('dialog input[name="pct"]', "100")
+        page.click('[data-testid="confirm-ok"]')
+        page.click('[data-testid="events"]')
+        page.wait_for_selector('dialog [data-testid="events"] tr[data-executor^="square:"]', timeout=30_000)
+        page.keyboard.press("Escape")
+        page.click('[data-testid="debug"]')
+        assert "Sampled now: square 100%" in page.wait_for_selector('dialog[data-testid="confirm"]').inner_text()
+        page.select_option('dialog select[name="action"]', "disable")
+        page.click('[data-testid="confirm-ok"]')
+        wait_until(lambda: ui.http.get("/api/v1/topology/metered").json["sampling"] == {}, 15, what="sampling off")
+    finally:
+        ui.http.post("/api/v1/topology/metered/debug/disable/0")
+        page.close()
+
+
 def test_log_levels_are_set_and_reset_from_the_page(browser: Any, ui: UiProcess, metered: str) -> None:
     """Storm UI's "Change Log Level": the dialog says what is set and posts to /logconfig."""
     page = browser.new_page()

@@ -8,6 +8,7 @@ Routes (Storm's REST shape, ``:id`` is the topology's name; see :mod:`ui.documen
     GET  /api/v1/topology/:id/migrations | /otd | /traffic?window=S | /worker/:worker/log?lines=N (from its node)
     GET  /api/v1/topology/:id/worker/:worker/log/download   the whole log file, from its node
     GET  /api/v1/topology/:id/search?q=TEXT&max=N     every worker's log searched, each on its node
+    GET  /api/v1/topology/:id/events?component=C&lines=N   the tuples event sampling logged, from every node
     GET  /api/v1/topology/:id/latency                latency constraints and chains, as status --json
     GET  /api/v1/topology/:id/logconfig              dynamic log levels (Storm's namedLoggerLevels)
     POST /api/v1/topology/:id/logconfig              {"namedLoggerLevels": {"ROOT": {"target_level": "DEBUG",
@@ -15,6 +16,8 @@ Routes (Storm's REST shape, ``:id`` is the topology's name; see :mod:`ui.documen
     POST /api/v1/topology/:id/activate | /deactivate | /rebalance/:wait-time | /kill/:wait-time
     POST /api/v1/topology/:id/move                   {"executor": "count:3", "to": "n2:6701"}: live, by "ui"
     POST /api/v1/topology/:id/worker/:worker/dump    a dump of the worker's threads, from its node
+    POST /api/v1/topology/:id[/component/:component]/debug/:action/:spct   Storm's event sampling
+                                                     (action enable or disable, spct its percentage)
     GET  /metrics                                    Prometheus' text format
     GET  /  and  /topology/:id                       the pages (assets under /static, all served here)
 
@@ -46,7 +49,14 @@ from starlette.staticfiles import StaticFiles
 from nstorm.client import ClusterClient
 from nstorm.errors import ClusterError, NotFoundError, NStormError, UsageError
 from nstorm.home import logs_dir, metrics_dir
-from nstorm.logfetch import LogUnavailable, fetch_log, open_log, search_workers, thread_dump
+from nstorm.logfetch import (
+    LogUnavailable,
+    fetch_log,
+    gather_events,
+    open_log,
+    search_workers,
+    thread_dump,
+)
 from nstorm.logtail import MAX_LINES, MAX_MATCHES, MAX_NEEDLE
 from nstorm.records import TopologyStatus
 from nstorm.topology import is_acker
@@ -271,6 +281,29 @@ class Api:
         found = search_workers(workers, needle, limit, self.cluster()["supervisors"], logs_dir())
         return JSONResponse({"topologyId": name, "searchString": needle, **found})
 
+    def events(self, request: Request) -> JSONResponse:
+        """The last tuples the topology's event sampling wrote, every worker's together, each read
+        on its node (Storm's "events" link; of one component with ``component``)."""
+        name = request.path_params["id"]
+        component = request.query_params.get("component") or None
+        lines = int(_number(request.query_params.get("lines", "100"), "lines", 1, MAX_LINES))
+        view = self.view(name)
+        if component is not None and component not in view.definition["components"]:
+            raise ApiError(404, f"topology {name!r} has no component {component!r}")
+        workers = sorted(view.plan.workers) if view.plan else []
+        found = gather_events(workers, lines, self.cluster()["supervisors"], logs_dir(), component)
+        return JSONResponse({"topologyId": name, "component": component,
+                             "sampling": self._live().event_sampling(name), **found})
+
+    def debug(self, name: str, component: str | None, action: str, percent: float) -> JSONResponse:
+        """Storm's ``POST .../debug/:action/:spct``: sample ``percent`` % of the tuples the
+        component (None: every component) emits into its workers' events files, or stop, live."""
+        if action not in ("enable", "disable"):
+            raise ApiError(400, f"debug action must be enable or disable, got {action!r}")
+        self._open(name)
+        sampling = self._live().set_event_sampling(name, percent if action == "enable" else None, component)
+        return self._done(name, "debug", component=component, sampling=sampling)
+
     def thread_dump(self, name: str, worker: str) -> JSONResponse:
         """A new dump of a worker's threads, from its node's supervisor (Storm's "JStack")."""
         registration = self._node_of(name, worker)
@@ -470,6 +503,13 @@ def create_app(source: ClusterSource, credentials: tuple[str, str] | None = None
         await _body(request)
         return await run_in_threadpool(api.thread_dump, request.path_params["id"], request.path_params["worker"])
 
+    async def post_debug(request: Request) -> JSONResponse:
+        await _body(request)
+        action = request.path_params["action"]
+        percent = _number(request.path_params["spct"], "spct", 0.0, 100.0) if action == "enable" else 0.0
+        return await run_in_threadpool(api.debug, request.path_params["id"], request.path_params.get("component"),
+                                       action, percent)
+
     async def post_logconfig(request: Request) -> JSONResponse:
         body = await _body(request, required=True)
         return await run_in_threadpool(api.set_logconfig, request.path_params["id"], body)
@@ -494,6 +534,9 @@ def create_app(source: ClusterSource, credentials: tuple[str, str] | None = None
         Route(topology + "/worker/{worker}/log", api.worker_log),
         Route(topology + "/worker/{worker}/log/download", api.download_log),
         Route(topology + "/search", api.search_logs),
+        Route(topology + "/events", api.events),
+        Route(topology + "/debug/{action}/{spct}", post_debug, methods=["POST"]),
+        Route(topology + "/component/{component}/debug/{action}/{spct}", post_debug, methods=["POST"]),
         Route(topology + "/worker/{worker}/dump", post_dump, methods=["POST"]),
         Route(topology + "/logconfig", api.logconfig),
         Route(topology + "/logconfig", post_logconfig, methods=["POST"]),

@@ -114,7 +114,12 @@ class TopologyView:
     migrations: list[MigrationRecord]
     supervisors: Mapping[str, Mapping[str, Any]]
     otd_history: Mapping[str, Any] | None = None
+    sampling: Mapping[str, float] = field(default_factory=dict)  # event sampling: component or "*" -> percent
     at: float = field(default_factory=time.time)
+
+    def sampling_of(self, component: str) -> float:
+        """The percentage of ``component``'s emitted tuples its executors log (0: none)."""
+        return float(self.sampling.get(component, self.sampling.get("*", 0.0)))
 
     @property
     def definition(self) -> Mapping[str, Any]:
@@ -140,7 +145,8 @@ def read_topology(client: ClusterClient, name: str) -> TopologyView:
     return TopologyView(
         name=name, record=record, conf=merge_conf(record.get("definition", {}).get("conf"), record.get("conf")),
         status=status, plan=client.plan(name), beats=client.heartbeats(name), migrations=client.migrations(name),
-        supervisors=client.cluster.supervisors(), otd_history=history if isinstance(history, dict) else None)
+        supervisors=client.cluster.supervisors(), otd_history=history if isinstance(history, dict) else None,
+        sampling=client.event_sampling(name))
 
 
 # -- cluster-wide ------------------------------------------------------------------------------
@@ -379,7 +385,8 @@ def topology_document(view: TopologyView, now: float | None = None) -> dict[str,
         "msgTimeout": view.conf.get("topology.message.timeout.secs"), "window": ":all-time", "windowHint": "All time",
         "statsWindowSecs": view.conf.get("worker.stats.window.secs"), "planVersion": status["plan_version"],
         "scheduler": view.conf.get("topology.scheduler", "static"), "schedulerDisplayResource": False,
-        "debug": flag(view.conf, "topology.debug"), "replicationCount": 1,
+        "debug": flag(view.conf, "topology.debug") or bool(view.sampling.get("*")),
+        "samplingPct": view.sampling.get("*", 0.0), "sampling": dict(view.sampling), "replicationCount": 1,
         "topologyStats": [{"windowPretty": "All time", "window": ":all-time", "emitted": emitted,
                            "transferred": emitted, "completeLatency": _f3(complete_ms),
                            "acked": status["spouts"]["acked"], "failed": status["spouts"]["failed"]}],
@@ -429,7 +436,8 @@ def component_document(view: TopologyView, component: str, now: float | None = N
         "id": component, "encodedId": component, "name": view.name, "topologyId": view.name,
         "encodedTopologyId": view.name, "topologyStatus": view.status["status"], "componentType": kind,
         "executors": comp["parallelism"], "tasks": comp["parallelism"], "window": ":all-time",
-        "windowHint": "All time", "debug": False, "componentErrors": sorted(errors, key=lambda e: -(e["errorTime"] or 0)),
+        "windowHint": "All time", "debug": view.sampling_of(component) > 0, "samplingPct": view.sampling_of(component),
+        "eventLogLink": f"/api/v1/topology/{view.name}/events?component={component}", "componentErrors": sorted(errors, key=lambda e: -(e["errorTime"] or 0)),
         "executorStats": rows, "inputs": spec.get("inputs") or [], "outputs": spec.get("outputs") or {},
         "capacity": _f3(stats["capacity"]) if kind != "spout" else None, "metrics": comp.get("metrics"),
         "latency": comp.get("latency_ms"), "extra": _extra(comp), **error,

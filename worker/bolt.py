@@ -138,6 +138,7 @@ class BoltExecutor(UserExecutor):
         outbox = self.outbox
         self.instance.emit = outbox.emit_anchored if outbox.acking else outbox.emit  # type: ignore[method-assign]
         self.instance.emit_many = outbox.emit_many  # type: ignore[method-assign]
+        self.instance.emit_direct = outbox.emit_direct  # type: ignore[method-assign]  # (sampled or not)
 
     def _ack(self, tup: Tuple | Batch) -> None:
         if type(tup) is Batch:

@@ -33,6 +33,7 @@ from worker import wire
 from worker.chaining import SIGNALS
 from worker.checkpoint import Snapshotter
 from worker.delivery import Courier, Inbox
+from worker.eventlog import EventSampling
 from worker.host import Host
 from worker.migration import READY_RESEND_SECS, Handover, HandoverState
 from worker.outbox import Outbox
@@ -62,6 +63,7 @@ class Executor:
     def __init__(self, host: Host, executor_id: str, task: int, inbox: Inbox | None = None) -> None:
         self.host = host
         self.executor_id = executor_id
+        self.events: EventSampling | None = None  # the event sampling the outbox's emits follow
         self.task = task
         self.component, _, index = executor_id.rpartition(":")
         self.index = int(index)
@@ -324,6 +326,13 @@ class UserExecutor(Executor):
             if routing is not None:
                 self.context.parallelism.update({c: len(t) for c, t in routing.component_tasks.items()})
                 self.check_shift()
+        events = self.host.events
+        if events is not self.events:  # the topology's event sampling changed (worker.eventlog)
+            self.events = events
+            percent = events.percent(self.component) if events is not None else 0.0
+            file = events.file if events is not None else None
+            self.outbox.sample((percent, file, self.executor_id) if percent > 0 and file is not None else None)
+            self.bind_emit()
 
     # -- live rescaling (worker.rescale) --------------------------------------------------------
     def upstream_tasks(self) -> set[int]:

@@ -102,6 +102,7 @@ class Host(Protocol):
     :ivar migrations: the worker's side of live migration (hand-overs done, completions).
     :ivar epoch: rollbacks taken (data frames of an older epoch are dropped).
     :ivar checkpoints: where executors write checkpoints; None with ``topology.state.provider=memory``.
+    :ivar events: the topology's event sampling (``worker.eventlog``), swapped whole when it changes.
     """
 
     worker_id: str
@@ -116,6 +117,7 @@ class Host(Protocol):
     migrations: MigrationReports
     epoch: int
     checkpoints: Checkpoints | None
+    events: Any
 
     @property
     def throttled(self) -> bool:

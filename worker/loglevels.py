@@ -1,5 +1,6 @@
 """A worker's side of dynamic log levels (``nstorm.loglevels``): the topology's settings, read from
-the plan store where the supervisor mirrors them, applied to this process's loggers.
+the plan store where the supervisor mirrors them, applied to this process's loggers (and the
+record's event sampling handed to ``on_events``: ``worker.eventlog``).
 
 A logger keeps a setting's level until the setting's timeout passes or it is reset; then it gets
 back the level it had before the first setting (Storm's ``reset_log_level``). Read from the store
@@ -25,9 +26,12 @@ READ_EVERY_SECS = 1.0
 class LogLevels:
     """This process's loggers as the topology's settings say; :meth:`poll` once a loop pass."""
 
-    def __init__(self, topology: str, submission: str | None) -> None:
+    def __init__(self, topology: str, submission: str | None,
+                 on_events: Callable[[Mapping[str, float]], None] | None = None) -> None:
         self.key = store_key(topology)
         self.submission = submission
+        self.on_events = on_events  # told the record's event sampling when it changes (worker.eventlog)
+        self.events: Mapping[str, float] = {}
         self.original: dict[str, int] = {}  # logger -> its level before the first setting
         self.applied: dict[str, LoggerSetting] = {}
         self.settings: Mapping[str, LoggerSetting] = {}
@@ -45,7 +49,13 @@ class LogLevels:
                 config = LogConfig.from_json(read(self.key))
             except Exception:  # noqa: BLE001 - a store being rebuilt: the next read
                 return
-            settings = config.settings if config.submission == self.submission else {}
+            ours = config.submission == self.submission
+            settings = config.settings if ours else {}
+            events = config.events if ours else {}
+            if events != self.events:
+                self.events = events
+                if self.on_events is not None:
+                    self.on_events(events)
             if settings != self.settings:
                 self.settings = settings
                 self.apply(now)

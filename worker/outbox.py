@@ -44,6 +44,7 @@ from worker.emitters import (
     compile_plain_emit,
     compile_tracked_emit,
 )
+from worker.eventlog import DIRECT_EMITS, EventFile, sample_emits
 from worker.host import Host
 from worker.migration import mark_moves
 from worker.rescale import UpstreamShifts
@@ -96,6 +97,7 @@ class Outbox:
         self.emit_tracked = self.emit_tracked_general
         self.emit_many = self.emit_many_general
         self.routing: RoutingTable | None = None
+        self.sampling: tuple[float, EventFile, str] | None = None  # event sampling (worker.eventlog)
         self.guests: set[int] = set()  # tasks chained to this executor (asked or running in its thread)
         self.guest_inboxes: list[Any] = []  # their inboxes: the host's loop keeps their deadlines (tend_guests)
         self.targets: dict[str, list[Target]] = {}
@@ -243,10 +245,35 @@ class Outbox:
                 targets[stream].append(target)
         self.targets = targets
         self.direct_targets = direct
+        self._compile_emits()
+
+    def _compile_emits(self) -> None:
+        """The emits compiled for the targets, wrapped in sampling ones while the component's
+        tuples are sampled (worker.eventlog)."""
         self.emit = compile_plain_emit(self)
         self.emit_anchored = compile_anchored_emit(self)
         self.emit_tracked = compile_tracked_emit(self)
         self.emit_many = compile_many_emit(self)
+        for name in DIRECT_EMITS:
+            self.__dict__.pop(name, None)  # a sampling wrapper's shadow: the method again
+        if self.sampling is not None:
+            sample_emits(self, *self.sampling)
+
+    def sample(self, sampling: tuple[float, EventFile, str] | None) -> None:
+        """Write ``(percent, file, executor id)``'s sample of the emitted tuples to the worker's
+        events file from now on, or none (None); the executor binds the emits again."""
+        if sampling == self.sampling:
+            return
+        self.sampling = sampling
+        if self.routing is not None:
+            self._compile_emits()
+            return
+        self.emit, self.emit_anchored = self.emit_plain, self.emit_anchored_general  # (no routing yet)
+        self.emit_tracked, self.emit_many = self.emit_tracked_general, self.emit_many_general
+        for name in DIRECT_EMITS:
+            self.__dict__.pop(name, None)
+        if sampling is not None:
+            sample_emits(self, *sampling)
 
     def _buffer(self, dst: int) -> Buffer:
         buf = self.buffers.get(dst)

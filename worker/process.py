@@ -31,6 +31,7 @@ from nstorm.config import ENV_CPU_LIMIT
 from nstorm.errors import AuthError, NStormError, TopologyLoadError, UsageError
 from nstorm.home import logs_dir
 from nstorm.loader import is_member_name, load_topology
+from nstorm.logtail import events_file
 from nstorm.plan import LocalPlan, PlanError
 from nstorm.records import Heartbeat, MoveMode, TopologyStatus
 from nstorm.signals import relay_signals
@@ -45,6 +46,7 @@ from worker.backpressure import BackpressureMonitor
 from worker.bolt import BoltExecutor
 from worker.cpupin import CorePin, pin_worker
 from worker.delivery import CONTROL, DATA, Courier, Inbox, Sockets
+from worker.eventlog import EventFile, EventSampling
 from worker.executor import Executor, UserExecutor
 from worker.fencing import Fence
 from worker.host import ExecutorStats
@@ -122,6 +124,8 @@ class Worker:
         self.lock = threading.RLock()
         self.restart_pending = False
         self.log_levels: LogLevels | None = None  # the topology's dynamic log levels (set_log_level)
+        self.event_file = EventFile(events_file(logs_dir(), self.worker_id))  # opened at the first event
+        self.events: EventSampling | None = None  # the topology's event sampling (worker.eventlog)
         self.dumps = ThreadDumps(logs_dir(), self.worker_id,
                                  lambda: f"topology {self.topology}, plan v{self.version}")  # on request
         self.routing: RoutingTable | None = None
@@ -647,7 +651,7 @@ class Worker:
             log.error("no plan for topology %s in %s", self.topology, self.store_path)
             return 1
         self._load_code(local)
-        levels = self.log_levels = LogLevels(self.topology, self.submission)
+        levels = self.log_levels = LogLevels(self.topology, self.submission, self._sample_events)
         # A thread woken by a socket or queue waits for the GIL until the running thread
         # is forced to drop it; a short interval keeps hand-offs between executors quick.
         sys.setswitchinterval(float(self.conf["worker.gil.switch.interval.ms"]) / 1000.0)
@@ -814,6 +818,7 @@ class Worker:
             if left_plan and self._zk is not None:
                 self.checkpoints.forget_life(self._zk, self.paths)
             self.checkpoints.close()
+        self.event_file.close()
         if self._zk is not None:
             try:
                 self._zk.stop()
@@ -821,6 +826,12 @@ class Worker:
             except Exception:  # noqa: BLE001
                 pass
         self.state = "STOPPED"
+
+    def _sample_events(self, events: Mapping[str, float]) -> None:
+        """The topology's event sampling changed: every executor wraps its emits (or unwraps
+        them) at its next loop pass."""
+        self.events = EventSampling(dict(events), self.event_file) if events else None
+        log.info("event sampling %s", ", ".join(f"{c} {p:g}%" for c, p in sorted(events.items())) or "off")
 
     def install_signal_handlers(self) -> None:
         relay_signals({signal.SIGTERM: self.request_stop, signal.SIGINT: self.request_stop,

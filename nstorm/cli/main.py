@@ -12,6 +12,7 @@ from nstorm import __version__
 from nstorm.cli import (
     cluster,
     daemons,
+    events,
     keys,
     local,
     loglevel,
@@ -35,6 +36,7 @@ local.register(app)
 topology.register(app)
 loglevel.register(app)
 workerlogs.register(app)
+events.register(app)
 traffic.register(app)
 daemons.register(app)
 

@@ -115,6 +115,7 @@ class FakeHost:
         self.epoch = 0
         self.newer: list[list[bytes]] = []
         self.checkpoints: Any = None
+        self.events: Any = None  # worker.eventlog.EventSampling
         self.local_tasks = set(local_tasks) if local_tasks is not None else None
         self._inbox_class = _WireInbox if wire_format else Inbox
         self._inboxes: dict[int, Inbox] = {}

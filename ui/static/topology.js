@@ -471,6 +471,31 @@
     } catch (e) { body.textContent = e.message; }
   }
 
+  // Storm's topology event inspector: the tuples the sampled components emitted, every worker's.
+  function showEvents() {
+    const body = el("div", { "data-testid": "events" }, "loading…");
+    const dialog = el("dialog", { class: "wide" }, el("h3", {}, `Tuples emitted in ${NAME} (sampled)`), body,
+      el("div", { class: "actions" }, el("button", { onclick: () => dialog.close() }, "Close")));
+    let timer = null;
+    const load = async () => {
+      try {
+        const data = await api(`${BASE}/events?lines=200`);
+        const rows = data.events.map((e) => el("tr", { "data-executor": e.executor },
+          el("td", {}, new Date(e.time * 1000).toISOString().slice(11, 23)), el("td", {}, e.executor), el("td", {}, e.stream),
+          el("td", {}, el("code", {}, JSON.stringify(e.values))), el("td", { class: "muted" }, e.worker)));
+        const errors = Object.entries(data.errors).map(([w, why]) => el("div", { class: "muted" }, `${w}: ${why}`));
+        const off = Object.keys(data.sampling).length === 0;
+        body.replaceChildren(...errors, rows.length ? el("table", {}, el("tbody", {}, rows.reverse()))
+          : el("p", {}, off ? "Event sampling is off: turn it on with Debug…" : "No tuple logged yet."));
+      } catch (e) { body.textContent = e.message; }
+      timer = setTimeout(load, 2000);
+    };
+    dialog.addEventListener("close", () => { clearTimeout(timer); dialog.remove(); });
+    document.body.append(dialog);
+    dialog.showModal();
+    load();
+  }
+
   // Storm UI's "JStack": the worker's supervisor asks it for a dump of its threads.
   async function showDump(worker) {
     const pre = el("pre", { class: "log", "data-testid": "threads" }, "asking the worker…");
@@ -650,6 +675,21 @@
         { name: "max", label: "lines at most per worker", value: "100", type: "number", size: 5 }]);
       if (v && v.q) showSearch(v.q, Number(v.max) || 100);
     });
+    document.getElementById("debug").addEventListener("click", async () => {
+      const doc = state.doc || { spouts: [], bolts: [], sampling: {} };
+      const every = "every component";
+      const comps = [...doc.spouts.map((s) => s.spoutId), ...doc.bolts.map((b) => b.boltId)];
+      const now = Object.entries(doc.sampling || {}).map(([c, p]) => `${c === "*" ? every : c} ${p}%`);
+      const v = await confirmDialog(`Debug ${NAME}`, "Log a sample of the tuples the components emit into their workers' events files, "
+        + "live (Storm's event inspector); Events shows them. " + (now.length ? "Sampled now: " + now.join(", ") + "." : "Nothing is sampled now."), [
+        { name: "component", label: "component", value: every, options: [every, ...comps] },
+        { name: "action", label: "action", value: "enable", options: ["enable", "disable"], help: `disable for ${every}: every component's` },
+        { name: "pct", label: "percentage of the tuples", value: "10", type: "number", size: 5 }]);
+      if (!v) return;
+      const where = v.component === every ? "" : `/component/${encodeURIComponent(v.component)}`;
+      act("debug", `${where}/debug/${v.action}/${encodeURIComponent(v.pct || 0)}`);
+    });
+    document.getElementById("events").addEventListener("click", showEvents);
     document.getElementById("loglevels").addEventListener("click", async () => {
       let set = {};
       try { set = (await api(BASE + "/logconfig")).namedLoggerLevels; } catch (e) { toast(`log levels: ${e.message}`, true); return; }
