@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from nstorm.logtail import events_file, search, tail, worker_log
+from nstorm.logtail import MAX_LINES, events_file, search, tail, worker_log
 
 __all__ = ["LogUnavailable", "fetch_events", "fetch_log", "gather_events", "open_log", "search_log", "search_workers",
            "thread_dump"]
@@ -84,9 +84,11 @@ def gather_events(workers: Sequence[str], lines: int, supervisors: Mapping[str, 
     """The last ``lines`` events of ``workers`` together (each read on its node at once), of
     ``component`` only if given, oldest first: ``{"events": [{"time", "component", "executor",
     "stream", "values", "worker"}], "errors": {worker: why}}`` (a worker that wrote none is no error)."""
+    read = MAX_LINES if component is not None else lines  # (a component's last N: among the others')
+
     def one(worker: str) -> tuple[str, dict[str, Any] | str | None]:
         try:
-            return worker, fetch_events(worker, lines, supervisors.get(worker.rpartition(":")[0]), local_logs)
+            return worker, fetch_events(worker, read, supervisors.get(worker.rpartition(":")[0]), local_logs)
         except LogUnavailable as exc:
             return worker, None if exc.status == 404 else str(exc)
         except ValueError as exc:

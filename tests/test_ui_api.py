@@ -416,7 +416,16 @@ def test_event_sampling_turned_on_and_off_live_from_the_ui_and_the_cli(cluster: 
     # Every worker says when it took the change; what they logged before stays, and nothing more comes.
     wait_until(lambda: all(http.get("/api/v1/topology/metered/search?q=event%20sampling%20off&max=1").json["found"]
                            .get(w) for w in workers), 30, what="every worker to turn sampling off")
-    before = http.get("/api/v1/topology/metered/events?component=square&lines=5000").json["events"]
+    # (a batch an executor had taken before its next loop pass may still be logged: read until two reads agree)
+    seen: list[Any] = []
+
+    def settled() -> Any:
+        now = http.get("/api/v1/topology/metered/events?component=square&lines=5000").json["events"]
+        same = bool(seen) and now == seen[-1]
+        seen.append(now)
+        return now if same else None
+
+    before = wait_until(settled, 15, what="the events to stop growing")
     executed = http.get("/api/v1/topology/metered/component/square").json["boltStats"][0]["executed"]
     wait_until(lambda: http.get("/api/v1/topology/metered/component/square").json["boltStats"][0]["executed"]
                > executed + 200, 30, what="square to go on")

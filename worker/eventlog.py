@@ -38,13 +38,17 @@ class EventFile:
         self.path = path
         self._logger: logging.Logger | None = None
         self._lock = threading.Lock()
+        self.dropped = 0  # events not written (see write)
 
     def write(self, component: str, executor: str, stream: str, values: Sequence[Any]) -> None:
-        text = json.dumps(list(values), default=repr, ensure_ascii=False)
-        if len(text) > MAX_LINE:
-            text = json.dumps(text[:MAX_LINE] + "...")  # a string: the list cut short
-        self._get().info('{"time": %.6f, "component": %s, "executor": %s, "stream": %s, "values": %s}',
-                         time.time(), json.dumps(component), json.dumps(executor), json.dumps(stream), text)
+        """One event; never raises (sampling must not change what the topology does): what cannot
+        be written is counted in ``dropped``."""
+        try:
+            self._get().info('{"time": %.6f, "component": %s, "executor": %s, "stream": %s, "values": %s}',
+                             time.time(), json.dumps(component), json.dumps(executor), json.dumps(stream),
+                             _values_json(values))
+        except Exception:  # noqa: BLE001 - a disk full, a value whose repr raises
+            self.dropped += 1
 
     def _get(self) -> logging.Logger:
         logger = self._logger
@@ -69,6 +73,19 @@ class EventFile:
             self._logger = None
 
 
+def _values_json(values: Sequence[Any]) -> str:
+    """A tuple's values as JSON (strict: no NaN, which JSON readers refuse), those that are not
+    JSON as their ``repr``; anything else (keys that are not strings, cycles, depth) as one
+    string, the values' ``repr``; cut at :data:`MAX_LINE` characters (then a string)."""
+    try:
+        text = json.dumps(list(values), default=repr, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        text = json.dumps(repr(values)[:MAX_LINE], ensure_ascii=False)
+    if len(text) > MAX_LINE:
+        text = json.dumps(text[:MAX_LINE] + "...", ensure_ascii=False)
+    return text
+
+
 @dataclass(frozen=True)
 class EventSampling:
     """The topology's event sampling as this worker read it last: a new object at every change
@@ -89,29 +106,33 @@ def sample_emits(outbox: Any, percent: float, file: EventFile, executor: str) ->
     rnd = random.random
     write = file.write
 
+    # Each writes after its emit returns: an emit refused (an undeclared stream) logs nothing.
     def sampled(emit: Any) -> Any:
         def emit_sampled(values: Sequence[Any], stream: str = "default", *args: Any, **kwargs: Any) -> Any:
+            result = emit(values, stream, *args, **kwargs)
             if rnd() < rate:
                 write(component, executor, stream, values)
-            return emit(values, stream, *args, **kwargs)
+            return result
         return emit_sampled
 
     def sampled_many(emit_many: Any) -> Any:
         def emit_many_sampled(values_list: Iterable[Sequence[Any]], stream: str = "default", *args: Any,
                               **kwargs: Any) -> Any:
-            values_list = list(values_list)  # (a generator: read once, for the log and the emit)
+            values_list = list(values_list)  # (a generator: read once, for the emit and the log)
+            result = emit_many(values_list, stream, *args, **kwargs)
             for values in values_list:
                 if rnd() < rate:
                     write(component, executor, stream, values)
-            return emit_many(values_list, stream, *args, **kwargs)
+            return result
         return emit_many_sampled
 
     def sampled_direct(emit_direct: Any) -> Any:
         def emit_direct_sampled(task: int, values: Sequence[Any], stream: str = "default", *args: Any,
                                 **kwargs: Any) -> Any:
+            result = emit_direct(task, values, stream, *args, **kwargs)
             if rnd() < rate:
                 write(component, executor, stream, values)
-            return emit_direct(task, values, stream, *args, **kwargs)
+            return result
         return emit_direct_sampled
 
     outbox.emit = sampled(outbox.emit)

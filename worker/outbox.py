@@ -96,6 +96,9 @@ class Outbox:
         self.emit_anchored = self.emit_anchored_general
         self.emit_tracked = self.emit_tracked_general
         self.emit_many = self.emit_many_general
+        # emit_many_general's emit of one tuple: the compiled one, never a sampling wrapper (a
+        # sampled emit_many logs its tuples itself)
+        self.emit_one: Callable[..., Any] = self.emit_anchored_general if self.acking else self.emit_plain
         self.routing: RoutingTable | None = None
         self.sampling: tuple[float, EventFile, str] | None = None  # event sampling (worker.eventlog)
         self.guests: set[int] = set()  # tasks chained to this executor (asked or running in its thread)
@@ -254,6 +257,7 @@ class Outbox:
         self.emit_anchored = compile_anchored_emit(self)
         self.emit_tracked = compile_tracked_emit(self)
         self.emit_many = compile_many_emit(self)
+        self.emit_one = self.emit_anchored if self.acking else self.emit
         for name in DIRECT_EMITS:
             self.__dict__.pop(name, None)  # a sampling wrapper's shadow: the method again
         if self.sampling is not None:
@@ -388,7 +392,7 @@ class Outbox:
     def emit_many_general(self, values_list: Iterable[Sequence[Any]], stream: str = "default",
                           anchors: Any = None) -> None:
         """A bolt's ``emit_many``: each tuple as its ``emit`` would (anchored with acking on)."""
-        emit = self.emit_anchored if self.acking else self.emit
+        emit = self.emit_one
         for values in values_list:
             emit(values, stream, anchors)
 

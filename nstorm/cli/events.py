@@ -30,6 +30,16 @@ def _event_line(event: dict[str, Any]) -> str:
     return f"{stamp} {event.get('executor', '?')} {event.get('stream', '?')} {values} ({event['worker']})"
 
 
+def _check_component(client: Any, name: str, component: str) -> None:
+    """NotFoundError (exit 2) unless ``name`` is a topology with ``component``."""
+    from nstorm.errors import NotFoundError
+
+    topology = client.cluster.topology(name)
+    if topology is None or component not in topology["definition"]["components"]:
+        msg = f"no topology named {name!r}" if topology is None else f"topology {name!r} has no component {component!r}"
+        raise NotFoundError(msg)
+
+
 def register(app: typer.Typer) -> None:
     """Add ``debug`` and ``events`` to the root app."""
 
@@ -63,6 +73,9 @@ def register(app: typer.Typer) -> None:
         with cluster_client(zk, zk_root) as client:
             if sample is None and not off:
                 sampling = client.event_sampling(name)
+                if component is not None:  # that component's, as its executors follow it
+                    _check_component(client, name, component)
+                    sampling = {component: sampling.get(component, sampling.get("*", 0.0))}
             else:
                 sampling = client.set_event_sampling(name, None if off else sample, component)
         if as_json:
@@ -94,9 +107,8 @@ def register(app: typer.Typer) -> None:
             if topology is None or plan is None:
                 msg = f"no topology named {name!r} runs"
                 raise NotFoundError(msg)
-            if component is not None and component not in topology["definition"]["components"]:
-                msg = f"topology {name!r} has no component {component!r}"
-                raise NotFoundError(msg)
+            if component is not None:
+                _check_component(client, name, component)
             sampling = client.event_sampling(name)
             supervisors = client.cluster.supervisors()
         found = gather_events(sorted(plan.workers), lines, supervisors, logs_dir(), component)

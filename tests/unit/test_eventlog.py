@@ -136,3 +136,43 @@ def test_the_record_says_which_components_and_the_worker_is_told_of_changes() ->
     stored["logconfig/wc"] = LogConfig("s0").sampled(None, 10).to_json()  # another submission's
     levels.poll(stored.get, now=0.0, monotonic=10.0)
     assert told == [{"*": 10.0, "split": 50.0}, {}]
+
+
+class Streams(Split):
+    """Emits each sentence's words with ``emit_many`` on a stream of its own (the general path)."""
+
+    outputs = {"default": ("word",), "other": ("word",)}
+
+    def process(self, tup: Any) -> None:
+        self.emit_many(zip(tup[0].split()), stream="other")
+        self.emit((tup[0].split()[0],), stream="other")
+
+
+def test_a_tuple_emitted_through_the_general_path_is_logged_once(tmp_path: Path) -> None:
+    """``emit_many`` on another stream goes through the outbox's general emit_many, which emits each
+    tuple: the sampled emit_many logs it, the emit under it does not again."""
+    file = EventFile(tmp_path / "w.events")
+    _run(Streams, EventSampling({"split": 100.0}, file), SENTENCES[:3])
+    file.close()
+    words = [e["values"][0] for e in _events(file.path) if e["component"] == "split"]
+    expected = [w for s in SENTENCES[:3] for w in [*s.split(), s.split()[0]]]
+    assert sorted(words) == sorted(expected)
+    assert {e["stream"] for e in _events(file.path) if e["component"] == "split"} == {"other"}
+
+
+def test_values_json_cannot_write_are_written_as_one_repr_and_an_unwritable_event_is_counted(tmp_path: Path) -> None:
+    file = EventFile(tmp_path / "w.events")
+    cyclic: list[Any] = []
+    cyclic.append(cyclic)
+
+    class Unprintable:
+        def __repr__(self) -> str:
+            raise RuntimeError("no repr")
+
+    file.write("c", "c:0", "default", ({(1, 2): 3}, float("nan")))
+    file.write("c", "c:0", "default", (cyclic,))
+    file.write("c", "c:0", "default", (Unprintable(),))
+    file.close()
+    first, second = _events(file.path)  # strict JSON: a reader that refuses NaN reads them
+    assert first["values"] == "({(1, 2): 3}, nan)" and second["values"] == "([[...]],)"
+    assert file.dropped == 1

@@ -37,7 +37,7 @@ def supervisor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Supe
     monkeypatch.setenv("NSTORM_HOME", str(tmp_path))
     sup = Supervisor("n9", "127.0.0.1", [(1, 2)], "127.0.0.1:1")
     sup.registry = WorkerRegistry(tmp_path / "workers", "n9", "/nstorm")
-    sup.stop_timeout = 1.0  # (5 s in a supervisor): the stubborn workers are SIGKILLed sooner
+    sup.stop_timeout = 2.0  # (5 s in a supervisor): the stubborn workers are SIGKILLed sooner
     started: list[subprocess.Popen[bytes]] = []
     sup._test_started = started  # type: ignore[attr-defined]
     try:

@@ -435,7 +435,7 @@
         el("a", { class: "button", "data-testid": "download", download: "", href: `${BASE}/worker/${encodeURIComponent(worker)}/log/download` }, "Download"),
         el("button", { "data-testid": "dump", onclick: () => showDump(worker) }, "Thread dump"),
         el("button", { onclick: () => dialog.close() }, "Close")));
-    let timer = null;
+    let timer = null, closed = false;
     const load = async () => {
       try {
         const data = await api(`${BASE}/worker/${encodeURIComponent(worker)}/log?lines=400`);
@@ -443,9 +443,9 @@
         pre.textContent = data.lines.join("\n") || "(empty)";
         if (atEnd) pre.scrollTop = pre.scrollHeight;
       } catch (e) { pre.textContent = e.message; }
-      timer = setTimeout(load, 2000);
+      if (!closed) timer = setTimeout(load, 2000);  // (closed while the answer was on its way: no more)
     };
-    dialog.addEventListener("close", () => { clearTimeout(timer); dialog.remove(); });
+    dialog.addEventListener("close", () => { closed = true; clearTimeout(timer); dialog.remove(); });
     document.body.append(dialog);
     dialog.showModal();
     load();
@@ -476,7 +476,7 @@
     const body = el("div", { "data-testid": "events" }, "loading…");
     const dialog = el("dialog", { class: "wide" }, el("h3", {}, `Tuples emitted in ${NAME} (sampled)`), body,
       el("div", { class: "actions" }, el("button", { onclick: () => dialog.close() }, "Close")));
-    let timer = null;
+    let timer = null, closed = false;
     const load = async () => {
       try {
         const data = await api(`${BASE}/events?lines=200`);
@@ -488,9 +488,9 @@
         body.replaceChildren(...errors, rows.length ? el("table", {}, el("tbody", {}, rows.reverse()))
           : el("p", {}, off ? "Event sampling is off: turn it on with Debug…" : "No tuple logged yet."));
       } catch (e) { body.textContent = e.message; }
-      timer = setTimeout(load, 2000);
+      if (!closed) timer = setTimeout(load, 2000);
     };
-    dialog.addEventListener("close", () => { clearTimeout(timer); dialog.remove(); });
+    dialog.addEventListener("close", () => { closed = true; clearTimeout(timer); dialog.remove(); });
     document.body.append(dialog);
     dialog.showModal();
     load();
