@@ -16,14 +16,14 @@ import os
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from nstorm.logtail import MAX_LINES, events_file, search, tail, worker_log
 
-__all__ = ["LogUnavailable", "fetch_events", "fetch_log", "gather_events", "open_log", "search_log", "search_workers",
+__all__ = ["LogUnavailable", "fetch_daemon_log", "fetch_events", "fetch_log", "gather_events", "open_log", "search_log", "search_workers",
            "thread_dump"]
 
 TIMEOUT_SECS = 5.0
@@ -48,17 +48,40 @@ def fetch_log(worker: str, lines: int, supervisor: Mapping[str, Any] | None, loc
     :arg local_logs: the UI's own logs directory, read when the node serves no logs.
     :raises LogUnavailable: no such log, or its node's logviewer did not answer.
     """
+    why = "its supervisor is not registered" if supervisor is None else "its supervisor serves no logs"
+    return _tail_of(worker, lines, supervisor, local_logs, "log", worker_log,
+                    f"no log of worker {worker}: {why}, and the UI's {local_logs} has none")
+
+
+def _tail_of(worker: str, lines: int, supervisor: Mapping[str, Any] | None, local_logs: Path, route: str,
+             make: Callable[[Path, str], Path], missing: str) -> dict[str, Any]:
+    """The last ``lines`` lines of a worker's file from its node's logviewer (``route``), else of
+    ``make``'s file on this machine (LogUnavailable 404 ``missing`` when there is none)."""
     viewer = _viewer(supervisor)
     if viewer is not None:
-        return _ask(worker, "GET", "log", {"lines": lines}, str(supervisor["host"]),  # type: ignore[index]
+        return _ask(worker, "GET", route, {"lines": lines}, str(supervisor["host"]),  # type: ignore[index]
                     viewer, TIMEOUT_SECS, "lines", ("file", "size"))
-    path = worker_log(local_logs, worker)
+    path = make(local_logs, worker)
     try:
         text, size = tail(path, lines)
     except FileNotFoundError:
-        why = "its supervisor is not registered" if supervisor is None else "its supervisor serves no logs"
-        raise LogUnavailable(404, f"no log of worker {worker}: {why}, and the UI's {local_logs} has none") from None
+        raise LogUnavailable(404, missing) from None
     return {"file": path.name, "size": size, "lines": text}
+
+
+def fetch_daemon_log(node: str, lines: int, supervisor: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``{"file", "size", "lines"}``: the last ``lines`` lines of supervisor ``node``'s own log, from
+    its logviewer (Storm's daemonlog).
+
+    :raises LogUnavailable: the supervisor is not registered or serves no logviewer (404), or its
+        logviewer did not answer (502).
+    """
+    viewer = _viewer(supervisor)
+    if viewer is None:
+        why = "is not registered" if supervisor is None else "serves no logviewer"
+        raise LogUnavailable(404, f"no log of supervisor {node}: it {why}")
+    return _ask("", "GET", "daemonlog", {"lines": lines}, str(supervisor["host"]),  # type: ignore[index]
+                viewer, TIMEOUT_SECS, "lines", ("file", "size"))
 
 
 def fetch_events(worker: str, lines: int, supervisor: Mapping[str, Any] | None, local_logs: Path) -> dict[str, Any]:
@@ -67,16 +90,8 @@ def fetch_events(worker: str, lines: int, supervisor: Mapping[str, Any] | None, 
 
     :raises LogUnavailable: as :func:`fetch_log` (404: none written there).
     """
-    viewer = _viewer(supervisor)
-    if viewer is not None:
-        return _ask(worker, "GET", "events", {"lines": lines}, str(supervisor["host"]),  # type: ignore[index]
-                    viewer, TIMEOUT_SECS, "lines", ("file", "size"))
-    path = events_file(local_logs, worker)
-    try:
-        text, size = tail(path, lines)
-    except FileNotFoundError:
-        raise LogUnavailable(404, f"worker {worker} logged no events here (its supervisor serves no logs)") from None
-    return {"file": path.name, "size": size, "lines": text}
+    return _tail_of(worker, lines, supervisor, local_logs, "events", events_file,
+                    f"worker {worker} logged no events here (its supervisor serves no logs)")
 
 
 def gather_events(workers: Sequence[str], lines: int, supervisors: Mapping[str, Mapping[str, Any]],
@@ -235,7 +250,7 @@ def _open(worker: str, method: str, what: str, params: Mapping[str, Any], host: 
           timeout: float) -> Any:
     """Send one request to a node's logviewer; its open answer (LogUnavailable for any other)."""
     where = _where(host, viewer)
-    query = urllib.parse.urlencode({"worker": worker, **params})
+    query = urllib.parse.urlencode({"worker": worker, **params} if worker else params)  # (no worker: the daemon's)
     request = urllib.request.Request(f"http://{where}/{what}?{query}",  # noqa: S310 - a registered node
                                      headers={"Authorization": f"Bearer {viewer.get('token', '')}"}, method=method)
     try:

@@ -484,14 +484,17 @@ class Check:
         def shown() -> dict[str, Any] | None:
             r = engine.probe("ui", ZK, UI_URL, TOPOLOGY)
             ok = r["supervisors"] == sorted(SUPERVISORS.values()) and moved in r["migrations"]
-            return r if ok and r["logs"] and all(r["logs"].values()) and all(r["threads"].values()) else None
+            return r if (ok and r["logs"] and all(r["logs"].values()) and all(r["threads"].values())
+                         and all(r["daemonlogs"].values())) else None
 
-        answer = wait_for("the ui's REST API to show both supervisors, the move, every worker's log and a "
-                          "dump of its threads (from the supervisors' logviewers)", shown, timeout=60, interval=2)
+        answer = wait_for("the ui's REST API to show both supervisors, the move, every worker's log, a "
+                          "dump of its threads and each supervisor's own log (from the supervisors' logviewers)",
+                          shown, timeout=60, interval=2)
         print(f"    {UI_URL}/api/v1/topology/{TOPOLOGY}: workers on {', '.join(answer['supervisors'])}; "
               f"migrations: {', '.join(answer['migrations'])}; log lines from the supervisor containers: "
               + ", ".join(f"{w} {n}" for w, n in sorted(answer["logs"].items()))
-              + "; threads dumped: " + ", ".join(f"{w} {n}" for w, n in sorted(answer["threads"].items())))
+              + "; threads dumped: " + ", ".join(f"{w} {n}" for w, n in sorted(answer["threads"].items()))
+              + "; supervisors' own log lines: " + ", ".join(f"{s} {n}" for s, n in sorted(answer["daemonlogs"].items())))
 
     def kill_supervisor(self) -> None:
         """SIGKILL one supervisor container: its workers die with it. Nimbus gives their executors

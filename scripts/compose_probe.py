@@ -105,13 +105,20 @@ def ui(url: str, name: str) -> dict[str, Any]:
             return 0
         return sum(1 for line in lines if line.startswith('"'))
 
+    def daemon_log_lines(node: str) -> int:  # the supervisor's own log, from its container (Storm's daemonlog)
+        try:
+            return len(get(f"/api/v1/supervisor/{node}/log?lines=20")["lines"])
+        except OSError:
+            return 0
+
     topology = get(f"/api/v1/topology/{name}")
     migrations = get(f"/api/v1/topology/{name}/migrations")
     alive = [w for w in topology["workers"] if w.get("alive")]
     return {"supervisors": sorted({w["supervisorId"] for w in alive}),
             "migrations": [m["executor"] for m in migrations["migrations"]],
             "logs": {w["id"]: log_lines(w["id"]) for w in alive},
-            "threads": {w["id"]: dumped_threads(w["id"]) for w in alive}}
+            "threads": {w["id"]: dumped_threads(w["id"]) for w in alive},
+            "daemonlogs": {node: daemon_log_lines(node) for node in sorted({w["supervisorId"] for w in alive})}}
 
 
 def main(argv: list[str]) -> int:

@@ -144,7 +144,8 @@ class Supervisor:
         self._lost = False
         self.cpu = CpuLimiter(self.conf.get("supervisor.worker.cpu.limit"), node, str(home_dir()))
         port = logviewer_port(self.conf)
-        self.logviewer = LogServer(logs_dir(), host, port, self._ask_dump) if port is not None else None
+        own_log = logs_dir() / f"supervisor-{node}.log"  # (nstorm.logs: where `nstorm supervisor` writes)
+        self.logviewer = LogServer(logs_dir(), host, port, self._ask_dump, own_log) if port is not None else None
 
     # -- ZooKeeper ------------------------------------------------------------------------
     def _watch(self, *_: Any) -> None:

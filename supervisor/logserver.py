@@ -10,6 +10,7 @@ reads the logs, nobody else on the network. A file is named by a worker id only
 (:func:`nstorm.logtail.worker_log`), never by a path from the request.
 
 ``GET /download?worker=node:port``: the whole log file as it is (text/plain, an attachment).
+``GET /daemonlog?lines=N``: the tail of the supervisor's own log (Storm's daemonlog).
 ``GET /events?worker=node:port&lines=N``: the tail of the tuples the worker's event sampling
 wrote (``worker/eventlog.py``, Storm's events.log; ``{"file", "size", "lines"}``).
 ``GET /search?worker=node:port&q=TEXT&max=N``: the last N lines of the worker's log (and of its
@@ -61,11 +62,11 @@ class _Handler(BaseHTTPRequestHandler):
     timeout = 10  # seconds a connection may keep a thread without sending its request
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
-        self._serve({"/log": self._log, "/search": self._search, "/download": self._download, "/events": self._events},
-                    {"/dump"})
+        self._serve({"/log": self._log, "/search": self._search, "/download": self._download, "/events": self._events,
+                     "/daemonlog": self._daemon_log}, {"/dump"})
 
     def do_POST(self) -> None:  # noqa: N802 - http.server's name
-        self._serve({"/dump": self._dump}, {"/log", "/search", "/download", "/events"})
+        self._serve({"/dump": self._dump}, {"/log", "/search", "/download", "/events", "/daemonlog"})
 
     def _serve(self, routes: dict[str, Callable[[dict[str, list[str]]], None]], other_method: set[str]) -> None:
         """Route, check the token, answer; an error reading a file is a JSON 500, not a dropped line."""
@@ -92,6 +93,17 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _events(self, query: dict[str, list[str]]) -> None:
         self._tail(query, events_file, lambda worker: _Refused(404, f"worker {worker} logged no events on this node"))
+
+    def _daemon_log(self, query: dict[str, list[str]]) -> None:
+        path = self.server.own_log
+        lines = _number(query, "lines", 200, MAX_LINES)
+        try:
+            if path is None:
+                raise FileNotFoundError
+            text, size = tail(path, lines)
+        except FileNotFoundError:
+            raise _Refused(404, "this supervisor writes no log file") from None
+        self._answer(200, {"file": path.name, "size": size, "lines": text})
 
     def _tail(self, query: dict[str, list[str]], make: Callable[[Path, str], Path],
               missing: Callable[[str], _Refused]) -> None:
@@ -221,6 +233,7 @@ class _Server(ThreadingHTTPServer):
     logs: Path
     token: str
     dump: Callable[[str], tuple[int, str] | None] | None
+    own_log: Path | None
 
 
 class _Server6(_Server):
@@ -232,12 +245,14 @@ class LogServer:
 
     :arg dump: asks a worker of this node (``node:port``) for a thread dump: None, or why not
         (an HTTP status and a message: 404 none runs here, 409 it is starting).
+    :arg own_log: the supervisor's own log file (``/daemonlog``), if it writes one.
     """
 
     def __init__(self, logs: Path, host: str, port: int,
-                 dump: Callable[[str], tuple[int, str] | None] | None = None) -> None:
+                 dump: Callable[[str], tuple[int, str] | None] | None = None, own_log: Path | None = None) -> None:
         self.logs = logs
         self.dump = dump
+        self.own_log = own_log
         self.bind = host if is_ip_address(host) else ""  # a host name (compose): every interface
         self.port = port
         self.token = secrets.token_urlsafe(24)
@@ -247,7 +262,7 @@ class LogServer:
     def start(self) -> int:
         """Bind (OSError if the port is taken) and serve; the port bound."""
         server = (_Server6 if ":" in self.bind else _Server)((self.bind, self.port), _Handler)
-        server.logs, server.token, server.dump = self.logs, self.token, self.dump
+        server.logs, server.token, server.dump, server.own_log = self.logs, self.token, self.dump, self.own_log
         self._server = server
         self._thread = threading.Thread(target=server.serve_forever, args=(0.1,), name="logviewer", daemon=True)
         self._thread.start()

@@ -219,6 +219,9 @@ def test_cluster_page_lists_supervisors_and_topologies(browser: Any, ui: UiProce
         page.wait_for_selector('#supervisors tr[data-supervisor="n1"]')
         page.wait_for_selector('#supervisors tr[data-supervisor="n2"]')
         assert "Leader" in page.inner_text("#nimbuses")
+        page.click('#supervisors tr[data-supervisor="n2"] a[data-testid="supervisor-log"]')  # Storm's daemonlog
+        log = page.wait_for_selector('dialog pre[data-testid="log"]')
+        wait_until(lambda: "[supervisor n2 " in log.inner_text(), 15, what="the supervisor's log in the dialog")
     finally:
         page.close()
 

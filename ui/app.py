@@ -3,6 +3,7 @@
 Routes (Storm's REST shape, ``:id`` is the topology's name; see :mod:`ui.documents`)::
 
     GET  /api/v1/cluster/summary | /supervisor/summary | /nimbus/summary | /topology/summary
+    GET  /api/v1/supervisor/:node/log?lines=N        the supervisor's own log, from its node (Storm's daemonlog)
     GET  /api/v1/topology/:id                        spouts, bolts, workers, configuration, placement, dag
     GET  /api/v1/topology/:id/component/:component   per executor: host, port, worker, counters
     GET  /api/v1/topology/:id/migrations | /otd | /traffic?window=S | /worker/:worker/log?lines=N (from its node)
@@ -51,6 +52,7 @@ from nstorm.errors import ClusterError, NotFoundError, NStormError, UsageError
 from nstorm.home import logs_dir, metrics_dir
 from nstorm.logfetch import (
     LogUnavailable,
+    fetch_daemon_log,
     fetch_log,
     gather_events,
     open_log,
@@ -257,6 +259,19 @@ class Api:
         except (LogUnavailable, ValueError) as exc:
             raise ApiError(getattr(exc, "status", 404), str(exc)) from None
         return JSONResponse({"topologyId": name, "worker": worker, **found})
+
+    def supervisor_log(self, request: Request) -> JSONResponse:
+        """The tail of a supervisor's own log, from its logviewer (Storm's daemonlog)."""
+        node = request.path_params["node"]
+        lines = int(_number(request.query_params.get("lines", "200"), "lines", 1, MAX_LINES))
+        supervisors = self.cluster()["supervisors"]
+        if node not in supervisors:
+            raise ApiError(404, f"no supervisor {node!r} is registered")
+        try:
+            found = fetch_daemon_log(node, lines, supervisors[node])
+        except LogUnavailable as exc:
+            raise ApiError(exc.status, str(exc)) from None
+        return JSONResponse({"supervisorId": node, **found})
 
     def download_log(self, request: Request) -> Response:
         """The worker's whole log file, from its node (Storm's "Download Full File")."""
@@ -523,6 +538,7 @@ def create_app(source: ClusterSource, credentials: tuple[str, str] | None = None
         Route("/metrics", api.metrics),
         Route("/api/v1/cluster/summary", api.cluster_summary),
         Route("/api/v1/supervisor/summary", api.supervisor_summary),
+        Route("/api/v1/supervisor/{node}/log", api.supervisor_log),
         Route("/api/v1/nimbus/summary", api.nimbus_summary),
         Route("/api/v1/topology/summary", api.topology_summary),
         Route(topology, api.topology),

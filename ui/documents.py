@@ -182,7 +182,8 @@ def supervisor_summary(supervisors: Mapping[str, Mapping[str, Any]], registered_
         up = now - since if since else None
         rows.append({"id": node, "host": info.get("host"), "uptime": pretty_secs(up),
                      "uptimeSeconds": int(up) if up is not None else None, "slotsTotal": len(slots),
-                     "slotsUsed": sum(1 for s in slots if s["topology"]), "slots": slots})
+                     "slotsUsed": sum(1 for s in slots if s["topology"]), "slots": slots,
+                     "logLink": f"/api/v1/supervisor/{node}/log"})
     return {"supervisors": rows, "schedulerDisplayResource": False}
 
 

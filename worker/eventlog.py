@@ -27,7 +27,6 @@ __all__ = ["EventFile", "EventSampling", "sample_emits"]
 
 MAX_LINE = 4000  # characters of an event's values kept (a tuple logged whole can be long)
 FILE_BYTES = 20 * 2**20  # rotated at 20 MB, one old file kept
-EMITS = ("emit", "emit_anchored", "emit_tracked", "emit_many")
 DIRECT_EMITS = ("emit_direct", "emit_direct_tracked")
 
 

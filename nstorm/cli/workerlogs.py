@@ -1,7 +1,8 @@
-"""``nstorm logs NAME WORKER``, ``nstorm search-logs NAME TEXT`` and ``nstorm thread-dump NAME
-WORKER``: a worker's log, every worker's log searched, a worker's threads, from wherever they run
-(each node's supervisor serves them: Storm's logviewer, its log search and the UI's "JStack"), so
-that no one logs in to a node, or into a container, to read them."""
+"""``nstorm logs NAME WORKER``, ``nstorm search-logs NAME TEXT``, ``nstorm thread-dump NAME
+WORKER`` and ``nstorm supervisor-log NODE``: a worker's log, every worker's log searched, a
+worker's threads, a supervisor's own log, from wherever they run (each node's supervisor serves
+them: Storm's logviewer, its log search, the UI's "JStack" and Storm's daemonlog), so that no one
+logs in to a node, or into a container, to read them."""
 
 from __future__ import annotations
 
@@ -10,7 +11,14 @@ from typing import Annotated, Any
 
 import typer
 
-from nstorm.cli.common import ZkOption, ZkRootOption, cli_errors, cluster_client, print_json
+from nstorm.cli.common import (
+    ZkOption,
+    ZkRootOption,
+    check_daemon_id,
+    cli_errors,
+    cluster_client,
+    print_json,
+)
 from nstorm.topology import check_topology_name
 
 
@@ -84,7 +92,7 @@ def _show(name: str, worker: str, zk: str | None, zk_root: str | None,
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``logs``, ``search-logs`` and ``thread-dump`` to the root app."""
+    """Add ``logs``, ``search-logs``, ``thread-dump`` and ``supervisor-log`` to the root app."""
 
     @app.command("logs", rich_help_panel="Topologies")
     @cli_errors
@@ -166,3 +174,32 @@ def register(app: typer.Typer) -> None:
         from nstorm.logfetch import thread_dump as ask
 
         _show(name, worker, zk, zk_root, lambda registration: ask(worker, registration), as_json)
+
+    @app.command("supervisor-log", rich_help_panel="Daemons")
+    @cli_errors
+    def supervisor_log(
+        node: Annotated[str, typer.Argument(help="the supervisor's node id (cluster summary lists them)")],
+        lines: Annotated[int, typer.Option("--lines", "-n", min=1, max=5000, help="lines from the end")] = 200,
+        as_json: Annotated[bool, typer.Option("--json", help="print JSON: file, size, lines")] = False,
+        zk: ZkOption = None,
+        zk_root: ZkRootOption = None,
+    ) -> None:
+        """Print the end of a supervisor's own log, from its node (Storm's daemonlog)."""
+        from nstorm.errors import ClusterError, NotFoundError
+        from nstorm.logfetch import LogUnavailable, fetch_daemon_log
+
+        check_daemon_id("NODE", node)
+        with cluster_client(zk, zk_root) as client:
+            registration = client.cluster.supervisors().get(node)
+        if registration is None:
+            msg = f"no supervisor {node!r} is registered"
+            raise NotFoundError(msg)
+        try:
+            found = fetch_daemon_log(node, lines, registration)
+        except LogUnavailable as exc:
+            raise ClusterError(str(exc)) from None
+        if as_json:
+            print_json({"supervisorId": node, **found})
+            return
+        for line in found["lines"]:
+            typer.echo(line)

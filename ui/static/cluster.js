@@ -1,7 +1,7 @@
 /* The cluster page: supervisors, slots, topologies, Nimbus; polled every 2 s. */
 "use strict";
 (() => {
-  const { api, el, num } = NS;
+  const { api, el, num, liveDialog, logRenderer } = NS;
 
   function card(k, v) { return el("div", { class: "card" }, el("div", { class: "v" }, v), el("div", { class: "k" }, k)); }
 
@@ -21,11 +21,18 @@
       el("td", { class: "num" }, t.planVersion === null ? "–" : "v" + t.planVersion), el("td", {}, t.scheduler))));
     document.querySelector("#topologies .empty").hidden = topos.topologies.length > 0;
     document.querySelector("#supervisors tbody").replaceChildren(...sups.supervisors.map((s) => el("tr", { "data-supervisor": s.id },
-      el("td", {}, s.id), el("td", {}, s.host), el("td", {}, s.uptime), el("td", { class: "num" }, `${s.slotsUsed} / ${s.slotsTotal}`),
+      el("td", {}, s.id, " ", el("a", { href: "#", class: "log", "data-testid": "supervisor-log",
+        onclick: (e) => { e.preventDefault(); showLog(s.id); } }, "log")), el("td", {}, s.host), el("td", {}, s.uptime), el("td", { class: "num" }, `${s.slotsUsed} / ${s.slotsTotal}`),
       el("td", {}, s.slots.map((slot) => el("span", { class: "badge", title: slot.topology || "free", style: slot.topology ? "background:#dbe7fb" : null },
         `${slot.port}${slot.topology ? " " + slot.topology : ""}`), " ")))));
     document.querySelector("#nimbuses tbody").replaceChildren(...nimbus.nimbuses.map((n) => el("tr", {},
       el("td", {}, n.host), el("td", {}, n.pid ?? "–"), el("td", {}, n.status), el("td", {}, n.version))));
+  }
+
+  // Storm's daemonlog: the supervisor's own log, from its node's logviewer.
+  function showLog(node) {
+    const pre = el("pre", { class: "log", "data-testid": "log" }, "loading…");
+    liveDialog(`Log of supervisor ${node}`, pre, `/api/v1/supervisor/${encodeURIComponent(node)}/log?lines=400`, logRenderer(pre));
   }
 
   NS.poll(refresh, 2000);

@@ -132,5 +132,32 @@ const NS = (() => {
     });
   }
 
-  return { api, post, poll, el, num, rate, ms, clock, ago, loadColour, toast, confirmDialog, ApiError, setUnreachable };
+  // A dialog that shows what ``render`` makes of ``path``'s answer, asked again every 2 s until it
+  // is closed (a worker's log, a supervisor's, the sampled tuples); ``actions``: more buttons.
+  function liveDialog(title, body, path, render, actions = []) {
+    const dialog = el("dialog", { class: "wide" }, el("h3", {}, title), body,
+      el("div", { class: "actions" }, ...actions, el("button", { onclick: () => dialog.close() }, "Close")));
+    let timer = null, closed = false;
+    const load = async () => {
+      try { render(await api(path)); } catch (e) { body.textContent = e.message; }
+      if (!closed) timer = setTimeout(load, 2000);  // (closed while the answer was on its way: no more)
+    };
+    dialog.addEventListener("close", () => { closed = true; clearTimeout(timer); dialog.remove(); });
+    document.body.append(dialog);
+    dialog.showModal();
+    load();
+    return dialog;
+  }
+
+  // The tail of a log in a <pre>, kept scrolled to its end unless the reader scrolled up.
+  function logRenderer(pre) {
+    return (data) => {
+      const atEnd = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+      pre.textContent = data.lines.join("\n") || "(empty)";
+      if (atEnd) pre.scrollTop = pre.scrollHeight;
+    };
+  }
+
+  return { api, post, poll, el, num, rate, ms, clock, ago, loadColour, toast, confirmDialog, liveDialog, logRenderer,
+    ApiError, setUnreachable };
 })();

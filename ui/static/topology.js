@@ -5,7 +5,7 @@
    otherwise recolours it in place, so that 1,000 executors stay cheap to update. */
 "use strict";
 (() => {
-  const { api, post, el, num, rate, ms, clock, ago, loadColour, toast, confirmDialog } = NS;
+  const { api, post, el, num, rate, ms, clock, ago, loadColour, toast, confirmDialog, liveDialog, logRenderer } = NS;
   const NAME = decodeURIComponent(location.pathname.split("/").filter(Boolean)[1] || "");
   const BASE = "/api/v1/topology/" + encodeURIComponent(NAME);
   const SVGNS = "http://www.w3.org/2000/svg";
@@ -430,25 +430,10 @@
 
   function showLog(worker) {
     const pre = el("pre", { class: "log", "data-testid": "log" }, "loading…");
-    const dialog = el("dialog", { class: "wide" }, el("h3", {}, `Log of worker ${worker}`), pre,
-      el("div", { class: "actions" },
-        el("a", { class: "button", "data-testid": "download", download: "", href: `${BASE}/worker/${encodeURIComponent(worker)}/log/download` }, "Download"),
-        el("button", { "data-testid": "dump", onclick: () => showDump(worker) }, "Thread dump"),
-        el("button", { onclick: () => dialog.close() }, "Close")));
-    let timer = null, closed = false;
-    const load = async () => {
-      try {
-        const data = await api(`${BASE}/worker/${encodeURIComponent(worker)}/log?lines=400`);
-        const atEnd = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
-        pre.textContent = data.lines.join("\n") || "(empty)";
-        if (atEnd) pre.scrollTop = pre.scrollHeight;
-      } catch (e) { pre.textContent = e.message; }
-      if (!closed) timer = setTimeout(load, 2000);  // (closed while the answer was on its way: no more)
-    };
-    dialog.addEventListener("close", () => { closed = true; clearTimeout(timer); dialog.remove(); });
-    document.body.append(dialog);
-    dialog.showModal();
-    load();
+    const path = `${BASE}/worker/${encodeURIComponent(worker)}`;
+    liveDialog(`Log of worker ${worker}`, pre, `${path}/log?lines=400`, logRenderer(pre), [
+      el("a", { class: "button", "data-testid": "download", download: "", href: `${path}/log/download` }, "Download"),
+      el("button", { "data-testid": "dump", onclick: () => showDump(worker) }, "Thread dump")]);
   }
 
   // Storm's log search: every worker's log, each searched by its node's supervisor.
@@ -474,26 +459,15 @@
   // Storm's topology event inspector: the tuples the sampled components emitted, every worker's.
   function showEvents() {
     const body = el("div", { "data-testid": "events" }, "loading…");
-    const dialog = el("dialog", { class: "wide" }, el("h3", {}, `Tuples emitted in ${NAME} (sampled)`), body,
-      el("div", { class: "actions" }, el("button", { onclick: () => dialog.close() }, "Close")));
-    let timer = null, closed = false;
-    const load = async () => {
-      try {
-        const data = await api(`${BASE}/events?lines=200`);
-        const rows = data.events.map((e) => el("tr", { "data-executor": e.executor },
-          el("td", {}, new Date(e.time * 1000).toISOString().slice(11, 23)), el("td", {}, e.executor), el("td", {}, e.stream),
-          el("td", {}, el("code", {}, JSON.stringify(e.values))), el("td", { class: "muted" }, e.worker)));
-        const errors = Object.entries(data.errors).map(([w, why]) => el("div", { class: "muted" }, `${w}: ${why}`));
-        const off = Object.keys(data.sampling).length === 0;
-        body.replaceChildren(...errors, rows.length ? el("table", {}, el("tbody", {}, rows.reverse()))
-          : el("p", {}, off ? "Event sampling is off: turn it on with Debug…" : "No tuple logged yet."));
-      } catch (e) { body.textContent = e.message; }
-      if (!closed) timer = setTimeout(load, 2000);
-    };
-    dialog.addEventListener("close", () => { closed = true; clearTimeout(timer); dialog.remove(); });
-    document.body.append(dialog);
-    dialog.showModal();
-    load();
+    liveDialog(`Tuples emitted in ${NAME} (sampled)`, body, `${BASE}/events?lines=200`, (data) => {
+      const rows = data.events.map((e) => el("tr", { "data-executor": e.executor },
+        el("td", {}, new Date(e.time * 1000).toISOString().slice(11, 23)), el("td", {}, e.executor), el("td", {}, e.stream),
+        el("td", {}, el("code", {}, JSON.stringify(e.values))), el("td", { class: "muted" }, e.worker)));
+      const errors = Object.entries(data.errors).map(([w, why]) => el("div", { class: "muted" }, `${w}: ${why}`));
+      const off = Object.keys(data.sampling).length === 0;
+      body.replaceChildren(...errors, rows.length ? el("table", {}, el("tbody", {}, rows.reverse()))
+        : el("p", {}, off ? "Event sampling is off: turn it on with Debug…" : "No tuple logged yet."));
+    });
   }
 
   // Storm UI's "JStack": the worker's supervisor asks it for a dump of its threads.
