@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["ALL_COMPONENTS", "LEVELS", "ROOT", "LogConfig", "LoggerSetting", "check_logger", "check_percent",
-           "check_timeout", "logger_of", "parse_setting", "store_key"]
+           "check_timeout", "logger_of", "parse_setting", "sampling_of", "store_key"]
 
 ROOT = "ROOT"
 ALL_COMPONENTS = "*"  # the events entry of every component without one of its own
@@ -79,6 +79,12 @@ def check_timeout(timeout: object) -> float:
     return float(timeout)
 
 
+def sampling_of(events: Mapping[str, float], component: str) -> float:
+    """The percentage of ``component``'s emitted tuples logged under ``events`` (component or
+    ``*`` -> percent): its own entry, 0 included, else ``*``'s, else 0."""
+    return float(events.get(component, events.get(ALL_COMPONENTS, 0.0)))
+
+
 def check_percent(percent: object) -> float:
     """An event sampling percentage: a finite number, more than 0 and at most 100."""
     if (isinstance(percent, bool) or not isinstance(percent, (int, float)) or not math.isfinite(percent)
@@ -117,7 +123,7 @@ class LogConfig:
 
     def sampling(self, component: str) -> float:
         """The percentage of ``component``'s emitted tuples its executors log (0: none)."""
-        return self.events.get(component, self.events.get(ALL_COMPONENTS, 0.0))
+        return sampling_of(self.events, component)
 
     def sampled(self, component: str | None, percent: float | None) -> LogConfig:
         """This config with ``component``'s event sampling (None: every component's) set to

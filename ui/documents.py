@@ -21,6 +21,7 @@ from typing import Any
 from nstorm import __version__
 from nstorm.client import ClusterClient
 from nstorm.config import flag, merge_conf, without_credentials
+from nstorm.loglevels import sampling_of
 from nstorm.plan import Plan
 from nstorm.records import Heartbeat, MigrationRecord
 from nstorm.rescale import executors_of_component
@@ -119,7 +120,7 @@ class TopologyView:
 
     def sampling_of(self, component: str) -> float:
         """The percentage of ``component``'s emitted tuples its executors log (0: none)."""
-        return float(self.sampling.get(component, self.sampling.get("*", 0.0)))
+        return sampling_of(self.sampling, component)
 
     @property
     def definition(self) -> Mapping[str, Any]:

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nstorm.loglevels import sampling_of
+
 __all__ = ["EventFile", "EventSampling", "sample_emits"]
 
 MAX_LINE = 4000  # characters of an event's values kept (a tuple logged whole can be long)
@@ -94,7 +96,7 @@ class EventSampling:
     file: EventFile | None = None
 
     def percent(self, component: str) -> float:
-        return float(self.events.get(component, self.events.get("*", 0.0)))
+        return sampling_of(self.events, component)
 
 
 def sample_emits(outbox: Any, percent: float, file: EventFile, executor: str) -> None:

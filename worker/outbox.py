@@ -251,12 +251,16 @@ class Outbox:
         self._compile_emits()
 
     def _compile_emits(self) -> None:
-        """The emits compiled for the targets, wrapped in sampling ones while the component's
-        tuples are sampled (worker.eventlog)."""
-        self.emit = compile_plain_emit(self)
-        self.emit_anchored = compile_anchored_emit(self)
-        self.emit_tracked = compile_tracked_emit(self)
-        self.emit_many = compile_many_emit(self)
+        """The emits compiled for the targets (the general ones before a routing table), wrapped
+        in sampling ones while the component's tuples are sampled (worker.eventlog)."""
+        if self.routing is None:
+            self.emit, self.emit_anchored = self.emit_plain, self.emit_anchored_general
+            self.emit_tracked, self.emit_many = self.emit_tracked_general, self.emit_many_general
+        else:
+            self.emit = compile_plain_emit(self)
+            self.emit_anchored = compile_anchored_emit(self)
+            self.emit_tracked = compile_tracked_emit(self)
+            self.emit_many = compile_many_emit(self)
         self.emit_one = self.emit_anchored if self.acking else self.emit
         for name in DIRECT_EMITS:
             self.__dict__.pop(name, None)  # a sampling wrapper's shadow: the method again
@@ -266,18 +270,9 @@ class Outbox:
     def sample(self, sampling: tuple[float, EventFile, str] | None) -> None:
         """Write ``(percent, file, executor id)``'s sample of the emitted tuples to the worker's
         events file from now on, or none (None); the executor binds the emits again."""
-        if sampling == self.sampling:
-            return
-        self.sampling = sampling
-        if self.routing is not None:
+        if sampling != self.sampling:
+            self.sampling = sampling
             self._compile_emits()
-            return
-        self.emit, self.emit_anchored = self.emit_plain, self.emit_anchored_general  # (no routing yet)
-        self.emit_tracked, self.emit_many = self.emit_tracked_general, self.emit_many_general
-        for name in DIRECT_EMITS:
-            self.__dict__.pop(name, None)
-        if sampling is not None:
-            sample_emits(self, *sampling)
 
     def _buffer(self, dst: int) -> Buffer:
         buf = self.buffers.get(dst)

@@ -59,7 +59,7 @@ def register(app: typer.Typer) -> None:
         button): read them with 'nstorm events'. With neither --sample nor --off, print what is
         sampled."""
         from nstorm.errors import UsageError
-        from nstorm.loglevels import check_percent
+        from nstorm.loglevels import check_percent, sampling_of
 
         check_topology_name(name)
         if sample is not None and off:
@@ -75,7 +75,7 @@ def register(app: typer.Typer) -> None:
                 sampling = client.event_sampling(name)
                 if component is not None:  # that component's, as its executors follow it
                     _check_component(client, name, component)
-                    sampling = {component: sampling.get(component, sampling.get("*", 0.0))}
+                    sampling = {component: sampling_of(sampling, component)}
             else:
                 sampling = client.set_event_sampling(name, None if off else sample, component)
         if as_json:
